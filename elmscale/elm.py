@@ -1,0 +1,287 @@
+"""The unified ELM (paper Section III-B, eq. 11) as scikit-learn estimators.
+
+* Random hidden nodes (``kernel=None``): primal solution
+  ``beta = (I/C + H'H)^-1 H'T`` from ``H'H`` and ``H'T`` accumulated block by
+  block (``elmscale.gram``); scoring is ``h(x) beta``.
+* Kernels (``kernel="gaussian" | "laplacian" | "polynomial"``): dual solution
+  ``alpha = (I/C + Omega)^-1 T``; scoring is ``K(x, X_train) alpha``.
+
+``C`` is the paper's: larger C, less regularisation.  Classifiers use one output
+per class with targets +1 / -1 (one output of +1 / -1 for two classes).
+``fit_path(X, y, Cs)`` returns one fitted estimator per C from one
+eigendecomposition.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+
+from ._threads import thread_budget
+from .gram import PRECISIONS, accumulate_gram, ridge_path, solve_ridge
+from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
+
+# Kernel scoring: rows per block so that a block of K stays near 32 MB.
+_KERNEL_BLOCK_BYTES = 32 * 2**20
+
+
+class _BaseELM(BaseEstimator):
+    """Shared parameters, fitting and scoring of the unified ELM estimators."""
+
+    _parameter_constraints: dict = {
+        "hidden": [StrOptions(set(HIDDEN_KINDS))],
+        "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "kernel": [StrOptions(set(KERNELS)), None],
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "degree": [Interval(numbers.Integral, 1, None, closed="left")],
+        "precision": [StrOptions(set(PRECISIONS))],
+        "block_rows": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(self, *, hidden="sigmoid", n_hidden=500, kernel=None, C=1.0, sigma=1.0,
+                 degree=3, precision="single", block_rows=65536, n_threads=None,
+                 random_state=None):
+        self.hidden = hidden
+        self.n_hidden = n_hidden
+        self.kernel = kernel
+        self.C = C
+        self.sigma = sigma
+        self.degree = degree
+        self.precision = precision
+        self.block_rows = block_rows
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    # -- targets (classifier / regressor specific) -------------------------
+    def _encode_targets(self, y):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- fitting -------------------------------------------------------------
+    def _validate_X_y(self, X, y):
+        if self.n_threads == 0:
+            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
+        is_regressor = isinstance(self, RegressorMixin)
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
+                             multi_output=is_regressor, y_numeric=is_regressor)
+        return X, y
+
+    def _new_layer(self, n_features: int) -> HiddenLayer:
+        rng = check_random_state(self.random_state)
+        seed = int(rng.randint(0, 2**31 - 1))
+        return HiddenLayer(self.hidden, n_features, int(self.n_hidden), seed)
+
+    def _kernel_obj(self) -> Kernel:
+        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
+
+    def _gram(self, X, T):
+        """The matrix G and right-hand side B of ``(I/C + G) x = B``."""
+        if self.kernel is None:
+            layer = self._new_layer(X.shape[1])
+            stats = accumulate_gram(layer, X, T, precision=self.precision,
+                                    block_rows=self.block_rows)
+            return layer, stats.HtH, stats.HtT
+        X_fit = np.ascontiguousarray(X, dtype=np.float32)
+        omega = self._kernel_obj().block(X_fit, X_fit, dtype=np.float64)
+        return X_fit, omega, T
+
+    def _set_solution(self, basis, coef):
+        if self.kernel is None:
+            self.hidden_layer_ = basis
+            self.coef_ = coef
+        else:
+            self.X_fit_ = basis
+            self.dual_coef_ = coef
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit the unified ELM on ``X`` (n_samples, n_features) and targets ``y``."""
+        X, y = self._validate_X_y(X, y)
+        T = self._encode_targets(y)
+        with thread_budget(self.n_threads):
+            basis, G, B = self._gram(X, T)
+            self._set_solution(basis, solve_ridge(G, B, float(self.C)))
+        return self
+
+    def fit_path(self, X, y, Cs: Sequence[float]) -> list:
+        """Fit one estimator per value of ``Cs`` from one eigendecomposition.
+
+        Returns a list of fitted estimators in the order of ``Cs``; each equals
+        ``clone(self).set_params(C=c).fit(X, y)`` (same hidden layer when
+        ``random_state`` is fixed) to rounding.  ``self`` is fitted with the last C.
+        """
+        Cs = [float(c) for c in np.atleast_1d(np.asarray(Cs, dtype=np.float64))]
+        for c in Cs:
+            if not c > 0:
+                raise ValueError(f"every C in Cs must be > 0; got {c}")
+        self._validate_params()
+        X, y = self._validate_X_y(X, y)
+        T = self._encode_targets(y)
+        with thread_budget(self.n_threads):
+            basis, G, B = self._gram(X, T)
+            solutions = ridge_path(G, B, Cs)
+        fitted = []
+        for c, coef in zip(Cs, solutions):
+            params = self.get_params(deep=False)
+            est = self.__class__(**{**params, "C": c})
+            for name, value in vars(self).items():
+                if name not in params:  # fitted state: classes_, n_features_in_, ...
+                    setattr(est, name, value)
+            est._set_solution(basis, coef)
+            fitted.append(est)
+        self.set_params(C=Cs[-1])
+        self._set_solution(basis, solutions[-1])
+        return fitted
+
+    # -- scoring -------------------------------------------------------------
+    def _raw_output(self, X) -> np.ndarray:
+        """``f(X)`` with shape (n_samples, n_outputs), in row blocks."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        n_outputs = self._n_coef_columns()
+        out = np.empty((X.shape[0], n_outputs), dtype=np.float64)
+        with thread_budget(self.n_threads):
+            if self.kernel is None:
+                coef = self.coef_.reshape(self.hidden_layer_.n_hidden, -1)
+                for rows in iter_row_blocks(X.shape[0], self.block_rows):
+                    out[rows] = self.hidden_layer_.scores(X[rows], coef)
+            else:
+                kernel = self._kernel_obj()
+                out[:] = kernel.block_matvec(X, self.X_fit_, self.dual_coef_.reshape(
+                    self.X_fit_.shape[0], -1))
+        return out
+
+    def _n_coef_columns(self) -> int:
+        coef = self.coef_ if self.kernel is None else self.dual_coef_
+        return 1 if coef.ndim == 1 else coef.shape[1]
+
+    # -- persistence -----------------------------------------------------------
+    def save(self, path) -> None:
+        """Save the fitted model (see ``elmscale.persistence`` for the format)."""
+        from .persistence import save
+
+        save(self, path)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
+
+
+class ELMClassifier(ClassifierMixin, _BaseELM):
+    """Unified ELM classifier (random hidden nodes or a kernel).
+
+    Parameters
+    ----------
+    hidden : {"sigmoid", "sinusoid", "multiquadric", "gaussian"}, default="sigmoid"
+        Random hidden node type (eqs. 25-28); used when ``kernel`` is None.
+    n_hidden : int, default=500
+        Number of random hidden nodes L.
+    kernel : {"gaussian", "laplacian", "polynomial"} or None, default=None
+        Use this kernel (eqs. 29-31, dual solution) instead of random nodes.
+    C : float, default=1.0
+        Regularisation as in the paper: larger C, less regularisation (> 0).
+    sigma : float, default=1.0
+        Width of the gaussian and laplacian kernels (> 0).
+    degree : int, default=3
+        Degree m of the polynomial kernel.
+    precision : {"single", "double"}, default="single"
+        Working precision of the hidden-layer products.  Sums over row blocks and
+        the solve are always float64.
+    block_rows : int, default=65536
+        Rows per block when building H, bounding memory.
+    n_threads : int or None, default=None
+        Threads for BLAS and numba inside fit / predict (None or -1: all cores).
+    random_state : int, RandomState or None, default=None
+        Seed of the random hidden layer.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    hidden_layer_ : HiddenLayer
+        The random layer (random nodes only); rebuilt from its seed anywhere.
+    coef_ : ndarray of shape (n_hidden,) or (n_hidden, n_classes)
+        Output weights beta (random nodes only).
+    X_fit_ : ndarray of shape (n_samples, n_features), float32
+        Training rows (kernels only).
+    dual_coef_ : ndarray of shape (n_samples,) or (n_samples, n_classes)
+        Dual weights alpha (kernels only).
+    n_features_in_ : int
+    """
+
+    def _encode_targets(self, y):
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y[:, 0]
+        check_classification_targets(y)
+        if type_of_target(y) not in ("binary", "multiclass"):
+            raise ValueError(
+                f"y must hold one class label per row; got target type {type_of_target(y)!r}")
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        n_classes = len(self.classes_)
+        if n_classes < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 classes in y; got 1 class "
+                f"({self.classes_[0]!r})")
+        if n_classes == 2:
+            return np.where(y_idx == 1, 1.0, -1.0)[:, None]
+        T = -np.ones((y_idx.size, n_classes))
+        T[np.arange(y_idx.size), y_idx] = 1.0
+        return T
+
+    def _set_solution(self, basis, coef):
+        coef = coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
+        super()._set_solution(basis, coef)
+
+    def decision_function(self, X) -> np.ndarray:
+        """ELM outputs: (n_samples,) for two classes (> 0 means ``classes_[1]``), else (n_samples, n_classes)."""
+        out = self._raw_output(X)
+        return out[:, 0] if len(self.classes_) == 2 else out
+
+    def predict(self, X) -> np.ndarray:
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(np.intp)]
+        return self.classes_[np.argmax(scores, axis=1)]
+
+
+class ELMRegressor(RegressorMixin, _BaseELM):
+    """Unified ELM regressor (random hidden nodes or a kernel).
+
+    Same parameters as ``ELMClassifier``; the targets are fitted as given (no
+    intercept: scale them, e.g. to [0, 1] as the boosting-ridge paper does).
+
+    Attributes
+    ----------
+    hidden_layer_, coef_, X_fit_, dual_coef_, n_features_in_ : as ``ELMClassifier``.
+    n_outputs_ : int
+    """
+
+    def _encode_targets(self, y):
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or infinity; expected finite targets")
+        self._single_output = y.ndim == 1
+        self.n_outputs_ = 1 if y.ndim == 1 else y.shape[1]
+        return y[:, None] if y.ndim == 1 else y
+
+    def _set_solution(self, basis, coef):
+        coef = coef[:, 0] if coef.ndim == 2 and self._single_output else coef
+        super()._set_solution(basis, coef)
+
+    def predict(self, X) -> np.ndarray:
+        out = self._raw_output(X)
+        coef = self.coef_ if self.kernel is None else self.dual_coef_
+        return out[:, 0] if coef.ndim == 1 else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags

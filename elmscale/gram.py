@@ -1,0 +1,122 @@
+"""Ridge ELM in two steps: accumulate sufficient statistics, then solve.
+
+The unified ELM with random nodes (paper eq. 11, primal form) needs only
+``H'H`` (L x L), ``H'T`` (L x k) and the row count.  ``accumulate_gram`` computes
+them for one block of rows; ``GramStats`` adds (and subtracts, for
+cross-validation folds) blocks computed anywhere, so a distributed fit is a sum
+of the same local computation.  ``solve_ridge`` and ``ridge_path`` turn the
+statistics into output weights ``beta = (I/C + H'H)^-1 H'T``; the same two
+functions solve the kernel (dual) form with ``Omega`` in place of ``H'H``.
+
+Products are taken in float32 by default (twice as fast as float64 here) and
+summed across blocks in float64.  ``precision="double"`` keeps everything in
+float64 (for exactness checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .hidden import DEFAULT_BLOCK_ROWS, HiddenLayer, iter_row_blocks
+
+PRECISIONS = ("single", "double")
+
+
+@dataclass
+class GramStats:
+    """``H'H``, ``H'T`` (float64) and the number of rows they sum over."""
+
+    HtH: np.ndarray
+    HtT: np.ndarray
+    n_samples: int
+
+    @classmethod
+    def zeros(cls, n_hidden: int, n_outputs: int) -> GramStats:
+        return cls(np.zeros((n_hidden, n_hidden)), np.zeros((n_hidden, n_outputs)), 0)
+
+    def __add__(self, other: GramStats) -> GramStats:
+        return GramStats(self.HtH + other.HtH, self.HtT + other.HtT,
+                         self.n_samples + other.n_samples)
+
+    def __sub__(self, other: GramStats) -> GramStats:
+        """Statistics of the rows of ``self`` not in ``other`` (a CV fold's training part)."""
+        return GramStats(self.HtH - other.HtH, self.HtT - other.HtT,
+                         self.n_samples - other.n_samples)
+
+    def __iadd__(self, other: GramStats) -> GramStats:
+        self.HtH += other.HtH
+        self.HtT += other.HtT
+        self.n_samples += other.n_samples
+        return self
+
+
+def hidden_output(layer: HiddenLayer, X: np.ndarray, precision: str = "single") -> np.ndarray:
+    """``h(X)`` in the working precision of ``precision``."""
+    H = layer.transform(X)
+    return H if precision == "single" else H.astype(np.float64)
+
+
+def accumulate_gram(layer: HiddenLayer, X: np.ndarray, T: np.ndarray, *,
+                    precision: str = "single",
+                    block_rows: int = DEFAULT_BLOCK_ROWS) -> GramStats:
+    """``H'H`` and ``H'T`` of the rows ``X`` with targets ``T`` (``(n, k)``), in row blocks."""
+    T = np.asarray(T, dtype=np.float64)
+    if T.ndim == 1:
+        T = T[:, None]
+    stats = GramStats.zeros(layer.n_hidden, T.shape[1])
+    for rows in iter_row_blocks(X.shape[0], block_rows):
+        H = hidden_output(layer, X[rows], precision)
+        # A.T @ A in float32, then summed in float64: the block's rounding error
+        # stays at float32 level, the total does not grow with the row count.
+        stats.HtH += H.T @ H
+        stats.HtT += H.T @ T[rows].astype(H.dtype)
+        stats.n_samples += rows.stop - rows.start
+    return stats
+
+
+def _regularised(G: np.ndarray, C: float) -> np.ndarray:
+    A = G.copy()
+    A.flat[:: A.shape[0] + 1] += 1.0 / C
+    return A
+
+
+def solve_ridge(G: np.ndarray, B: np.ndarray, C: float) -> np.ndarray:
+    """Solve ``(I/C + G) x = B`` for a symmetric positive semi-definite ``G``.
+
+    Cholesky first; if ``I/C + G`` is numerically not positive definite (very
+    large C with a rank-deficient G) an eigendecomposition with the
+    eigenvalues clipped at zero gives the same minimum-norm-stable answer.
+    """
+    if not C > 0:
+        raise ValueError(f"C must be > 0; got {C}")
+    A = _regularised(G, C)
+    try:
+        factor = scipy.linalg.cho_factor(A, lower=False, overwrite_a=True, check_finite=False)
+        return scipy.linalg.cho_solve(factor, B, check_finite=False)
+    except np.linalg.LinAlgError:
+        return ridge_path(G, B, [C])[0]
+
+
+def ridge_path(G: np.ndarray, B: np.ndarray, Cs: Sequence[float]) -> np.ndarray:
+    """Solutions of ``(I/C + G) x = B`` for every C in ``Cs`` from one eigendecomposition.
+
+    Returns an array ``(len(Cs),) + B.shape``.  With ``G = V diag(w) V'``,
+    ``x(C) = V diag(1 / (w + 1/C)) V' B``.
+    """
+    Cs = np.asarray(Cs, dtype=np.float64)
+    if Cs.ndim != 1 or Cs.size == 0:
+        raise ValueError("Cs must be a non-empty 1-D list of positive values")
+    if not np.all(Cs > 0):
+        raise ValueError(f"every C must be > 0; got {Cs.tolist()}")
+    w, V = scipy.linalg.eigh(G, check_finite=False)
+    w = np.clip(w, 0.0, None)  # G is PSD; tiny negative eigenvalues are rounding
+    VtB = V.T @ B
+    out = np.empty((Cs.size,) + np.shape(B))
+    for i, C in enumerate(Cs):
+        scale = 1.0 / (w + 1.0 / C)
+        out[i] = V @ (scale.reshape((-1,) + (1,) * (VtB.ndim - 1)) * VtB)
+    return out

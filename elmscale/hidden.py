@@ -1,0 +1,192 @@
+"""Random hidden layers and kernels: the ELM feature mappings, defined once.
+
+Random hidden nodes (paper eqs. 25-28)
+--------------------------------------
+A layer is fully determined by ``(kind, n_features, n_hidden, seed)``: any
+process (a Dask or Ray worker) rebuilds the same weights from these four
+values.  Draws use ``numpy.random.Generator(PCG64(seed))``, in this order:
+
+* ``sigmoid`` ``1 / (1 + exp(-(a.x + b)))`` and ``sinusoid`` ``sin(a.x + b)``:
+  input weights ``a ~ U(-1, 1)`` drawn as an ``(n_hidden, n_features)`` array,
+  then biases ``b ~ U(0, 1)`` (the original ELM's draws).
+* ``multiquadric`` ``sqrt(|x - a|^2 + b^2)``: centres ``a ~ U(-1, 1)``, then
+  ``b ~ U(0, 1)``.
+* ``gaussian`` ``exp(-|x - a|^2 / b)``: centres ``a ~ U(-1, 1)``, then widths
+  ``b ~ n_features * U(0.5, 1.5)``; with inputs in [-1, 1] the mean squared
+  distance to a centre is ``2 n_features / 3``, so the nodes are neither flat nor
+  spikes.
+
+The weights are stored in float32.  Inputs are expected on the paper's scale
+([-1, 1], see ``elmscale.data.Scaler``).
+
+Kernels (eqs. 29-31)
+--------------------
+``gaussian`` ``exp(-|u - v|^2 / (2 sigma^2))``, ``laplacian``
+``exp(-|u - v| / sigma)``, ``polynomial`` ``(1 + u.v)^degree``.  Distances and dot
+products are accumulated in float64 from float32 inputs; blocks are returned in
+float32 or float64.
+
+Both kinds of mapping work on row blocks so that memory stays bounded
+(``iter_row_blocks``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _jit
+
+HIDDEN_KINDS = ("sigmoid", "sinusoid", "multiquadric", "gaussian")
+KERNELS = ("gaussian", "laplacian", "polynomial")
+
+#: Default number of rows per block: 65,536 rows x 1,000 float32 units = 256 MB.
+DEFAULT_BLOCK_ROWS = 65_536
+
+
+def iter_row_blocks(n_rows: int, block_rows: int) -> Iterator[slice]:
+    """Slices covering ``range(n_rows)`` in blocks of at most ``block_rows`` rows."""
+    block_rows = max(1, int(block_rows))
+    for start in range(0, n_rows, block_rows):
+        yield slice(start, min(start + block_rows, n_rows))
+
+
+def _as_float32_rows(X: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(X, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class HiddenLayer:
+    """A random hidden layer, rebuilt identically from its four defining values."""
+
+    kind: str
+    n_features: int
+    n_hidden: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in HIDDEN_KINDS:
+            raise ValueError(f"hidden kind must be one of {HIDDEN_KINDS}; got {self.kind!r}")
+        if int(self.n_features) < 1:
+            raise ValueError(f"n_features must be >= 1; got {self.n_features}")
+        if int(self.n_hidden) < 1:
+            raise ValueError(f"n_hidden must be >= 1; got {self.n_hidden}")
+        if not 0 <= int(self.seed) < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63); got {self.seed}")
+
+    # -- weights ---------------------------------------------------------
+    @functools.cached_property
+    def _weights(self) -> tuple[np.ndarray, np.ndarray]:
+        rng = np.random.Generator(np.random.PCG64(int(self.seed)))
+        a = rng.uniform(-1.0, 1.0, size=(self.n_hidden, self.n_features))
+        if self.kind == "gaussian":
+            b = self.n_features * rng.uniform(0.5, 1.5, size=self.n_hidden)
+        else:
+            b = rng.uniform(0.0, 1.0, size=self.n_hidden)
+        # (n_features, n_hidden) so that X @ weights is one GEMM.
+        weights = np.ascontiguousarray(a.T, dtype=np.float32)
+        return weights, b.astype(np.float32)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Input weights or centres, ``(n_features, n_hidden)`` float32."""
+        return self._weights[0]
+
+    @property
+    def biases(self) -> np.ndarray:
+        """Biases (additive nodes) or widths (RBF nodes), ``(n_hidden,)`` float32."""
+        return self._weights[1]
+
+    # -- mapping ---------------------------------------------------------
+    def _check_X(self, X: np.ndarray) -> np.ndarray:
+        X32 = _as_float32_rows(X)
+        if X32.ndim != 2 or X32.shape[1] != self.n_features:
+            raise ValueError(
+                f"X has {X32.shape[-1] if X32.ndim == 2 else X32.shape} features; "
+                f"this hidden layer expects {self.n_features}"
+            )
+        return X32
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """``H = h(X)``, ``(n_rows, n_hidden)`` float32.
+
+        Call it on row blocks (``iter_row_blocks``): it allocates the whole H.
+        Each row of H depends only on the same row of X.
+        """
+        X32 = self._check_X(X)
+        H = np.empty((X32.shape[0], self.n_hidden), dtype=np.float32)
+        _jit.hidden_block(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind], H)
+        return H
+
+    def scores(self, X: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        """``h(X) @ coef`` (float64) computed row by row without storing ``h(X)``."""
+        X32 = self._check_X(X)
+        coef2 = np.ascontiguousarray(coef, dtype=np.float64)
+        squeeze = coef2.ndim == 1
+        if squeeze:
+            coef2 = coef2[:, None]
+        out = np.empty((X32.shape[0], coef2.shape[1]), dtype=np.float64)
+        _jit.hidden_block_scores(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind],
+                                 coef2, out)
+        return out[:, 0] if squeeze else out
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "n_features": int(self.n_features),
+                "n_hidden": int(self.n_hidden), "seed": int(self.seed)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HiddenLayer:
+        return cls(kind=str(d["kind"]), n_features=int(d["n_features"]),
+                   n_hidden=int(d["n_hidden"]), seed=int(d["seed"]))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel function with its parameters (``sigma`` for gaussian / laplacian, ``degree`` for polynomial)."""
+
+    kind: str
+    sigma: float = 1.0
+    degree: int = 3
+
+    def __post_init__(self) -> None:
+        if self.kind not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}; got {self.kind!r}")
+        if not self.sigma > 0:
+            raise ValueError(f"sigma must be > 0; got {self.sigma}")
+        if int(self.degree) < 1 or int(self.degree) != self.degree:
+            raise ValueError(f"degree must be an integer >= 1; got {self.degree}")
+
+    def block(self, A: np.ndarray, B: np.ndarray, dtype=np.float64) -> np.ndarray:
+        """The kernel block ``K(A, B)``, ``(len(A), len(B))``.  Caller bounds the size."""
+        A32 = _as_float32_rows(A)
+        Bt = np.ascontiguousarray(_as_float32_rows(B).T)
+        out = np.empty((A32.shape[0], Bt.shape[1]), dtype=dtype)
+        _jit.kernel_block(A32, Bt, _jit.KERNEL_CODES[self.kind], float(self.sigma),
+                          int(self.degree), out)
+        return out
+
+    def block_matvec(self, A: np.ndarray, B: np.ndarray, coef: np.ndarray,
+                     block_rows: int = 4096) -> np.ndarray:
+        """``K(A, B) @ coef`` without storing the kernel block (fused, parallel)."""
+        A32 = _as_float32_rows(A)
+        Bt = np.ascontiguousarray(_as_float32_rows(B).T)
+        coef2 = np.ascontiguousarray(coef, dtype=np.float64)
+        squeeze = coef2.ndim == 1
+        if squeeze:
+            coef2 = coef2[:, None]
+        out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
+        code = _jit.KERNEL_CODES[self.kind]
+        for rows in iter_row_blocks(A32.shape[0], block_rows):
+            _jit.kernel_block_matvec(A32[rows], Bt, code, float(self.sigma),
+                                     int(self.degree), coef2, out[rows])
+        return out[:, 0] if squeeze else out
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "sigma": float(self.sigma), "degree": int(self.degree)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Kernel:
+        return cls(kind=str(d["kind"]), sigma=float(d["sigma"]), degree=int(d["degree"]))

@@ -1,0 +1,293 @@
+"""Model files that loading cannot execute.
+
+Format (``format_version`` 1)
+-----------------------------
+A model file is a ZIP archive with these members:
+
+``metadata.json``
+    UTF-8 JSON object::
+
+        {"format": "elmscale-model", "format_version": 1,
+         "library_version": "0.1.0", "created": "2026-11-29T20:00:00+00:00",
+         "model": <node>}
+
+    A *node* describes one estimator::
+
+        {"estimator": "ELMClassifier",          # one of SUPPORTED_ESTIMATORS
+         "params": {...},                       # get_params(deep=False), JSON values
+         "attributes": {"n_features_in_": 8},   # fitted scalars, strings, lists
+         "arrays": {"coef_": "arrays/0/coef_.npy", ...},
+         "layers": {"hidden_layer_": {"kind": "sigmoid", "n_features": 8,
+                                      "n_hidden": 500, "seed": 123,
+                                      "weights": "arrays/0/hidden_layer_.weights.npy",
+                                      "biases": "arrays/0/hidden_layer_.biases.npy"}},
+         "steps": [[name, <node>], ...]}        # Pipeline only
+
+``arrays/...npy``
+    NumPy ``.npy`` files of numeric or fixed-width string dtype, read with
+    ``allow_pickle=False`` (an object array cannot be loaded).
+
+``SHA256SUMS``
+    ``<sha256>  <member>`` for every other member; loading verifies each.
+
+Only the classes named in ``SUPPORTED_ESTIMATORS`` can be rebuilt, from JSON
+parameters and plain arrays: nothing in the file is imported or executed.  A
+truncated or modified file, an unknown estimator or a newer format version
+raises ``ModelFileError``.  Files are written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ._errors import ModelFileError
+from .hidden import HiddenLayer
+
+FORMAT_NAME = "elmscale-model"
+FORMAT_VERSION = 1
+
+
+def _registry() -> dict:
+    from sklearn.pipeline import Pipeline
+
+    from .data import Scaler
+    from .elm import ELMClassifier, ELMRegressor
+
+    return {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
+            "Scaler": Scaler, "Pipeline": Pipeline}
+
+
+SUPPORTED_ESTIMATORS = ("ELMClassifier", "ELMRegressor", "Scaler", "Pipeline")
+
+
+def _library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# -- writing -------------------------------------------------------------------
+
+
+def _json_value(value, where: str):
+    """``value`` as JSON, or an error saying which parameter cannot be stored."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, (list, tuple)) and all(
+            v is None or isinstance(v, (bool, str, int, float, np.number)) for v in value):
+        return [_json_value(v, where) for v in value]
+    raise TypeError(f"cannot save {where} = {value!r}: only numbers, strings, None and "
+                    "lists of them can be stored in a model file")
+
+
+def _plain_array(value: np.ndarray, where: str) -> np.ndarray:
+    if value.dtype == object:
+        try:
+            value = value.astype(str)
+        except (TypeError, ValueError) as exc:  # pragma: no cover - exotic objects
+            raise TypeError(f"cannot save {where}: object array of non-strings") from exc
+        if not all(isinstance(v, str) for v in value.ravel().tolist()):
+            raise TypeError(f"cannot save {where}: object array of non-strings")
+    if value.dtype.kind not in "biufcUSM":
+        raise TypeError(f"cannot save {where}: arrays of dtype {value.dtype} are not supported")
+    return value
+
+
+def _encode(est, prefix: str, arrays: dict) -> dict:
+    name = type(est).__name__
+    if name not in SUPPORTED_ESTIMATORS or not isinstance(est, _registry()[name]):
+        raise TypeError(f"cannot save a {name}; supported: {', '.join(SUPPORTED_ESTIMATORS)}")
+    node: dict = {"estimator": name}
+    if name == "Pipeline":
+        node["params"] = {"memory": None, "verbose": bool(est.verbose)}
+        node["steps"] = [[step_name, _encode(step, f"{prefix}{i}/", arrays)]
+                         for i, (step_name, step) in enumerate(est.steps)]
+        return node
+    params = est.get_params(deep=False)
+    if "random_state" in params and not (params["random_state"] is None
+                                         or isinstance(params["random_state"], (int, np.integer))):
+        params["random_state"] = None  # a RandomState object: the drawn seed is in the layer
+    node["params"] = {k: _json_value(v, f"{name}.{k}") for k, v in params.items()}
+    node["attributes"], node["arrays"], node["layers"] = {}, {}, {}
+    for attr, value in vars(est).items():
+        if attr in params:
+            continue
+        where = f"{name}.{attr}"
+        if isinstance(value, HiddenLayer):
+            layer = value.to_dict()
+            for part in ("weights", "biases"):
+                member = f"arrays/{prefix}{attr}.{part}.npy"
+                arrays[member] = getattr(value, part)
+                layer[part] = member
+            node["layers"][attr] = layer
+        elif isinstance(value, np.ndarray):
+            member = f"arrays/{prefix}{attr}.npy"
+            arrays[member] = _plain_array(value, where)
+            node["arrays"][attr] = member
+        else:
+            node["attributes"][attr] = _json_value(value, where)
+    return node
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def save(model, path) -> Path:
+    """Write ``model`` (a fitted elmscale estimator, ``Scaler`` or a ``Pipeline`` of them) to ``path``."""
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(model)
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    metadata = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "library_version": _library_version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": _encode(model, "0/", arrays),
+    }
+    members = {"metadata.json": json.dumps(metadata, indent=1, sort_keys=True).encode()}
+    members.update({member: _npy_bytes(a) for member, a in arrays.items()})
+    sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n"
+                   for member, data in members.items())
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
+            for member, data in members.items():
+                zf.writestr(member, data)
+            zf.writestr("SHA256SUMS", sums)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+# -- reading -------------------------------------------------------------------
+
+
+def _read_members(path: Path) -> dict[str, bytes]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return {info.filename: zf.read(info) for info in zf.infolist()}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile) as exc:
+        raise ModelFileError(
+            f"{path}: not a complete elmscale model file (truncated, damaged or not a "
+            f"model at all): {exc}") from exc
+
+
+def _verify(path: Path, members: dict[str, bytes]) -> dict:
+    if "SHA256SUMS" not in members or "metadata.json" not in members:
+        raise ModelFileError(f"{path}: not an elmscale model file (no metadata.json / SHA256SUMS)")
+    expected = {}
+    for line in members["SHA256SUMS"].decode("utf-8", "replace").splitlines():
+        digest, _, member = line.partition("  ")
+        expected[member] = digest
+    for member, data in members.items():
+        if member == "SHA256SUMS":
+            continue
+        if member not in expected:
+            raise ModelFileError(f"{path}: member {member!r} is not listed in SHA256SUMS "
+                                 "(the file was modified)")
+        if hashlib.sha256(data).hexdigest() != expected[member]:
+            raise ModelFileError(f"{path}: member {member!r} does not match its checksum "
+                                 "(the file was modified or damaged)")
+    missing = set(expected) - set(members)
+    if missing:
+        raise ModelFileError(f"{path}: members missing: {sorted(missing)}")
+    try:
+        metadata = json.loads(members["metadata.json"])
+    except ValueError as exc:
+        raise ModelFileError(f"{path}: metadata.json is not valid JSON: {exc}") from exc
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
+        raise ModelFileError(f"{path}: not an elmscale model file (format is "
+                             f"{metadata.get('format') if isinstance(metadata, dict) else None!r})")
+    version = metadata.get("format_version")
+    if not isinstance(version, int):
+        raise ModelFileError(f"{path}: format_version missing or not an integer")
+    if version > FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path}: written in model format version {version} (elmscale "
+            f"{metadata.get('library_version', '?')}); this elmscale ({_library_version()}) "
+            f"reads versions up to {FORMAT_VERSION}: upgrade elmscale to load it")
+    return metadata
+
+
+def _load_array(path: Path, members: dict[str, bytes], member: str) -> np.ndarray:
+    if member not in members:
+        raise ModelFileError(f"{path}: array member {member!r} is missing")
+    try:
+        return np.load(io.BytesIO(members[member]), allow_pickle=False)
+    except ValueError as exc:
+        raise ModelFileError(f"{path}: {member} is not a plain array: {exc}") from exc
+
+
+def _decode(node: dict, path: Path, members: dict[str, bytes]):
+    registry = _registry()
+    name = node.get("estimator")
+    if name not in registry:
+        raise ModelFileError(f"{path}: unknown estimator {name!r}; this elmscale reads "
+                             f"{', '.join(SUPPORTED_ESTIMATORS)}")
+    cls = registry[name]
+    if name == "Pipeline":
+        steps = [(str(step_name), _decode(sub, path, members)) for step_name, sub in node["steps"]]
+        return cls(steps)
+    params = node.get("params", {})
+    try:
+        est = cls(**params)
+    except TypeError as exc:
+        raise ModelFileError(f"{path}: parameters of {name} do not match this elmscale: {exc}") from exc
+    for attr, value in node.get("attributes", {}).items():
+        setattr(est, attr, value)
+    for attr, member in node.get("arrays", {}).items():
+        setattr(est, attr, _load_array(path, members, member))
+    for attr, spec in node.get("layers", {}).items():
+        layer = HiddenLayer.from_dict(spec)
+        weights = _load_array(path, members, spec["weights"])
+        biases = _load_array(path, members, spec["biases"])
+        if weights.shape != (layer.n_features, layer.n_hidden) or biases.shape != (layer.n_hidden,):
+            raise ModelFileError(f"{path}: {attr} arrays do not match its shape")
+        # The saved weights win over a rebuild from the seed, so that a model
+        # scores the same even if the random generator's stream ever changes.
+        layer.__dict__["_weights"] = (weights.astype(np.float32), biases.astype(np.float32))
+        setattr(est, attr, layer)
+    return est
+
+
+def load(path):
+    """Load a model written by ``save``; raises ``ModelFileError`` for a bad file."""
+    path = Path(path)
+    members = _read_members(path)
+    metadata = _verify(path, members)
+    try:
+        return _decode(metadata["model"], path, members)
+    except ModelFileError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelFileError(f"{path}: model description is malformed: {exc!r}") from exc
+
+
+def read_metadata(path) -> dict:
+    """The verified ``metadata.json`` of a model file (for ``elmscale info``)."""
+    path = Path(path)
+    return _verify(path, _read_members(path))
