@@ -157,14 +157,21 @@ def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
 
 @njit(cache=True, parallel=True)
 def hidden_block(X, W, b, kind, out):
-    """``out = h(X)``: X (n, d) float32, W (d, m) float32, b (m,) float32, out (n, m) float32."""
+    """``out = h(X)``: X (n, d) float32, W (d, m) float32, b (m,) float32.
+
+    The nodes are evaluated in float32; ``out`` (n, m) may be float32 or
+    float64 (the same values, widened: their products are then exact in float64).
+    """
     n = X.shape[0]
     m = W.shape[1]
     for i in prange(n):
+        row = np.empty(m, np.float32)
         buf = np.empty(m, np.float64)
         kbuf32 = np.empty(m, np.int32)
         kbuf64 = np.empty(m, np.int64)
-        _hidden_row(X[i], W, b, kind, out[i], buf, kbuf32, kbuf64)
+        _hidden_row(X[i], W, b, kind, row, buf, kbuf32, kbuf64)
+        for j in range(m):
+            out[i, j] = row[j]
 
 
 @njit(cache=True, parallel=True)

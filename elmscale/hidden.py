@@ -43,8 +43,8 @@ from . import _jit
 HIDDEN_KINDS = ("sigmoid", "sinusoid", "multiquadric", "gaussian")
 KERNELS = ("gaussian", "laplacian", "polynomial")
 
-#: Default number of rows per block: 65,536 rows x 1,000 float32 units = 256 MB.
-DEFAULT_BLOCK_ROWS = 65_536
+#: Default number of rows per block: 16,384 rows x 1,000 float64 units = 128 MB.
+DEFAULT_BLOCK_ROWS = 16_384
 
 
 def iter_row_blocks(n_rows: int, block_rows: int) -> Iterator[slice]:
@@ -110,14 +110,15 @@ class HiddenLayer:
             )
         return X32
 
-    def transform(self, X: np.ndarray) -> np.ndarray:
-        """``H = h(X)``, ``(n_rows, n_hidden)`` float32.
+    def transform(self, X: np.ndarray, dtype=np.float32) -> np.ndarray:
+        """``H = h(X)``, ``(n_rows, n_hidden)``, nodes evaluated in float32.
 
-        Call it on row blocks (``iter_row_blocks``): it allocates the whole H.
-        Each row of H depends only on the same row of X.
+        ``dtype=np.float64`` stores the same float32 values widened.  Call it on
+        row blocks (``iter_row_blocks``): it allocates the whole H.  Each row of
+        H depends only on the same row of X.
         """
         X32 = self._check_X(X)
-        H = np.empty((X32.shape[0], self.n_hidden), dtype=np.float32)
+        H = np.empty((X32.shape[0], self.n_hidden), dtype=dtype)
         _jit.hidden_block(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind], H)
         return H
 
