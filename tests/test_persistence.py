@@ -1,0 +1,162 @@
+"""Model files: round trips, no pickle, and clear errors for bad files."""
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+from _problems import nonlinear_problem
+from sklearn.pipeline import make_pipeline
+
+import elmscale
+from elmscale import ELMClassifier, ELMRegressor, ModelFileError
+from elmscale.data import Scaler
+from elmscale.persistence import FORMAT_VERSION
+
+MODELS = [
+    ELMClassifier(n_hidden=40, random_state=0),
+    ELMClassifier(hidden="gaussian", n_hidden=30, random_state=1),
+    ELMClassifier(kernel="laplacian", sigma=0.7),
+    ELMRegressor(n_hidden=30, random_state=2),
+    ELMRegressor(kernel="polynomial", degree=2),
+]
+
+
+def _fitted(model):
+    X, y = nonlinear_problem(150, d=4, n_classes=3, seed=0)
+    if isinstance(model, ELMRegressor):
+        y = X[:, 0] * 2 - X[:, 1]
+    else:
+        y = np.array(["low", "mid", "high"])[y]
+    return model.fit(X, y), X
+
+
+@pytest.mark.parametrize("model", MODELS, ids=repr)
+def test_save_load_gives_identical_predictions(model, tmp_path):
+    model, X = _fitted(model)
+    path = tmp_path / "model.elm"
+    model.save(path)
+    loaded = elmscale.load(path)
+    assert type(loaded) is type(model)
+    assert loaded.get_params() == model.get_params()
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    if hasattr(model, "classes_"):
+        np.testing.assert_array_equal(loaded.classes_, model.classes_)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.elm"]
+
+
+def test_pipeline_with_scaler_round_trips(tmp_path):
+    X, y = nonlinear_problem(200, d=3, seed=1)
+    X = X * 50 + 7
+    pipe = make_pipeline(Scaler(), ELMClassifier(n_hidden=50, random_state=0)).fit(X, y)
+    elmscale.save(pipe, tmp_path / "pipe.elm")
+    loaded = elmscale.load(tmp_path / "pipe.elm")
+    np.testing.assert_array_equal(loaded.predict(X), pipe.predict(X))
+    np.testing.assert_array_equal(loaded[0].data_min_, pipe[0].data_min_)
+
+
+def test_files_hold_json_and_npy_only(tmp_path):
+    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
+    model.save(tmp_path / "m.elm")
+    with zipfile.ZipFile(tmp_path / "m.elm") as zf:
+        names = zf.namelist()
+        meta = json.loads(zf.read("metadata.json"))
+        for name in names:
+            data = zf.read(name)
+            if name.endswith(".npy"):
+                # loads with pickle refused: no object arrays anywhere
+                np.load(io.BytesIO(data), allow_pickle=False)
+            else:
+                assert name in ("metadata.json", "SHA256SUMS")
+            assert b"\x80\x04\x95" not in data and b"\x80\x05\x95" not in data  # pickle frames
+    assert meta["format"] == "elmscale-model" and meta["format_version"] == FORMAT_VERSION
+    assert meta["library_version"] == elmscale.__version__
+    assert meta["model"]["estimator"] == "ELMClassifier"
+    assert meta["model"]["params"]["n_hidden"] == 20
+    assert meta["model"]["layers"]["hidden_layer_"]["kind"] == "sigmoid"
+
+
+def _rewrite(src, dst, edit):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, edit(info.filename, zin.read(info)))
+
+
+def test_tampered_file_is_refused(tmp_path):
+    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
+    model.save(tmp_path / "m.elm")
+
+    def flip_coef(name, data):
+        if name.endswith("coef_.npy"):
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])
+        return data
+
+    _rewrite(tmp_path / "m.elm", tmp_path / "bad.elm", flip_coef)
+    with pytest.raises(ModelFileError, match=r"bad\.elm.*coef_.*checksum"):
+        elmscale.load(tmp_path / "bad.elm")
+
+
+def test_truncated_file_is_refused(tmp_path):
+    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
+    model.save(tmp_path / "m.elm")
+    data = (tmp_path / "m.elm").read_bytes()
+    (tmp_path / "cut.elm").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelFileError, match=r"cut\.elm.*truncated"):
+        elmscale.load(tmp_path / "cut.elm")
+    (tmp_path / "text.elm").write_text("not a model")
+    with pytest.raises(ModelFileError, match="text.elm"):
+        elmscale.load(tmp_path / "text.elm")
+
+
+def test_newer_format_is_refused_with_advice(tmp_path):
+    import hashlib
+
+    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
+    model.save(tmp_path / "m.elm")
+    with zipfile.ZipFile(tmp_path / "m.elm") as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    meta = json.loads(members["metadata.json"])
+    meta["format_version"] = FORMAT_VERSION + 1
+    members["metadata.json"] = json.dumps(meta).encode()
+    members["SHA256SUMS"] = "".join(
+        f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items()
+        if n != "SHA256SUMS").encode()
+    with zipfile.ZipFile(tmp_path / "new.elm", "w") as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    with pytest.raises(ModelFileError, match=r"format version 2.*upgrade elmscale"):
+        elmscale.load(tmp_path / "new.elm")
+
+
+def test_object_arrays_in_a_file_are_never_unpickled(tmp_path):
+    import hashlib
+
+    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
+    model.save(tmp_path / "m.elm")
+    with zipfile.ZipFile(tmp_path / "m.elm") as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    name = next(n for n in members if n.endswith("classes_.npy"))
+    members[name] = buf.getvalue()
+    members["SHA256SUMS"] = "".join(
+        f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items()
+        if n != "SHA256SUMS").encode()
+    with zipfile.ZipFile(tmp_path / "obj.elm", "w") as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    with pytest.raises(ModelFileError, match="not a plain array"):
+        elmscale.load(tmp_path / "obj.elm")
+
+
+def test_unfitted_or_foreign_models_are_not_saved(tmp_path):
+    from sklearn.exceptions import NotFittedError
+    from sklearn.linear_model import LogisticRegression
+
+    with pytest.raises(NotFittedError):
+        ELMClassifier().save(tmp_path / "m.elm")
+    X, y = nonlinear_problem(50, seed=2)
+    with pytest.raises(TypeError, match="cannot save a LogisticRegression"):
+        elmscale.save(LogisticRegression().fit(X, y), tmp_path / "m.elm")
+    assert list(tmp_path.iterdir()) == []
