@@ -1,0 +1,391 @@
+"""The ``elmscale`` command line.
+
+Sub-commands: ``demo`` (the quick start: generate data, train, evaluate, save,
+reload and score), ``convert``, ``train``, ``predict`` and ``info``.
+
+Exit codes: 0 success; 1 runtime error (bad data in a file, a bad model file);
+2 usage error (unknown option, invalid parameter value, missing input file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+
+ESTIMATORS = ("ELMClassifier", "ELMRegressor")
+
+
+class UsageError(Exception):
+    """A command-line mistake: reported with exit code 2."""
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def _parse_value(text: str):
+    """``--param`` values: JSON numbers / true / false / null, else the string."""
+    lowered = text.strip().lower()
+    if lowered in ("none", "null"):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _parse_params(items: list[str]) -> dict:
+    params = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param expects KEY=VALUE; got {item!r}")
+        params[key.strip()] = _parse_value(value)
+    return params
+
+
+def _label_spec(text: str | None):
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _require_input(path: str, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{what} {path}: no such file or directory")
+    return p
+
+
+def _load(path: str, label, what: str, **kw):
+    from .data import load
+
+    _require_input(path, what)
+    return load(path, label=label, **kw)
+
+
+def _make_estimator(name: str, params: dict, scale: bool):
+    from sklearn.pipeline import make_pipeline
+
+    from . import ELMClassifier, ELMRegressor
+    from .data import Scaler
+
+    classes = {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor}
+    if name not in classes:
+        raise UsageError(f"--estimator must be one of {', '.join(ESTIMATORS)}; got {name!r}")
+    est = classes[name]()
+    valid = est.get_params(deep=False)
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise UsageError(f"unknown parameter(s) {unknown} for {name}; valid: {sorted(valid)}")
+    est.set_params(**params)
+    est._validate_params()  # parameter errors are usage errors: report them before reading data
+    return make_pipeline(Scaler(), est) if scale else est
+
+
+def _write_table_atomically(columns: dict, path: Path) -> None:
+    """Write ``columns`` to ``path`` (.csv or .parquet) via a temporary name."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    table = pa.table(columns)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".parquet", ".pq"):
+        raise UsageError(f"output {path}: expected a .csv or .parquet file name")
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        if suffix == ".csv":
+            pacsv.write_csv(table, tmp)
+        else:
+            pq.write_table(table, tmp, compression="zstd", use_dictionary=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _final_estimator(model):
+    return model[-1] if hasattr(model, "steps") else model
+
+
+def _evaluate(model, X, y) -> dict:
+    from sklearn.metrics import accuracy_score, r2_score
+
+    pred = model.predict(X)
+    if hasattr(_final_estimator(model), "classes_"):
+        return {"accuracy": float(accuracy_score(y, pred))}
+    return {"r2": float(r2_score(y, pred))}
+
+
+def _fmt_metrics(metrics: dict) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+# -- sub-commands ----------------------------------------------------------------
+
+
+def cmd_convert(args) -> int:
+    from .data import write_parquet
+
+    kw = {}
+    if args.n_features is not None:
+        kw["n_features"] = args.n_features
+    if args.missing is not None:
+        kw["missing"] = args.missing
+    ds = _load(args.input, _label_spec(args.label), "input", format=args.format, **kw)
+    out = Path(args.output)
+    write_parquet(ds, out, row_group_size=args.row_group_size)
+    dropped = f", {ds.n_dropped} rows with missing values dropped" if ds.n_dropped else ""
+    print(f"wrote {out}: {ds.n_samples} rows x {ds.n_features} features{dropped}")
+    return EXIT_OK
+
+
+def cmd_train(args) -> int:
+    from . import save
+
+    params = _parse_params(args.param)
+    model = _make_estimator(args.estimator, params, scale=not args.no_scale)
+    train = _load(args.data, _label_spec(args.label), "training data")
+    start = time.perf_counter()
+    try:
+        model.fit(train.X, train.y)
+    except ValueError as exc:
+        raise RuntimeError(f"{args.data}: {exc}") from exc
+    seconds = time.perf_counter() - start
+    report = {"fit_seconds": round(seconds, 4), "train": _evaluate(model, train.X, train.y)}
+    print(f"trained {args.estimator} on {train.n_samples} rows x {train.n_features} features "
+          f"in {seconds:.2f} s; training {_fmt_metrics(report['train'])}")
+    if args.test:
+        test = _load(args.test, _label_spec(args.label), "test data",
+                     **({"n_features": train.n_features} if _is_libsvm(args.test) else {}))
+        report["test"] = _evaluate(model, test.X, test.y)
+        print(f"test ({test.n_samples} rows): {_fmt_metrics(report['test'])}")
+    save(model, args.model)
+    print(f"saved {args.model}")
+    if args.metrics:
+        Path(args.metrics).write_text(json.dumps(report, indent=2) + "\n")
+    return EXIT_OK
+
+
+def _is_libsvm(path: str) -> bool:
+    from .data import detect_format
+
+    return Path(path).exists() and detect_format(path) == "libsvm"
+
+
+def cmd_predict(args) -> int:
+    from . import load
+
+    _require_input(args.model, "model")
+    model = load(args.model)
+    n_features = getattr(_final_estimator(model), "n_features_in_", None)
+    kw = {"n_features": n_features} if _is_libsvm(args.data) else {}
+    data = _load(args.data, _label_spec(args.label), "data", **kw)
+    try:
+        pred = model.predict(data.X)
+        columns = {"prediction": pred}
+        if args.decision:
+            est = _final_estimator(model)
+            if not hasattr(est, "decision_function"):
+                raise UsageError("--decision applies to classifiers only")
+            scores = np.asarray(model.decision_function(data.X))
+            if scores.ndim == 1:
+                columns["decision"] = scores
+            else:
+                for j, cls in enumerate(est.classes_):
+                    columns[f"decision_{cls}"] = scores[:, j]
+    except ValueError as exc:
+        raise RuntimeError(f"{args.data}: {exc}") from exc
+    _write_table_atomically(columns, Path(args.output))
+    print(f"wrote {args.output}: {len(pred)} predictions")
+    return EXIT_OK
+
+
+def cmd_info(args) -> int:
+    from threadpoolctl import threadpool_info
+
+    from . import __version__
+    from ._threads import available_cores
+
+    lines = [f"elmscale {__version__}", f"python {platform.python_version()} "
+             f"({platform.machine()}, {available_cores()} cores available)"]
+    for name in ("numpy", "scipy", "numba", "pyarrow", "sklearn", "dask", "distributed", "ray"):
+        try:
+            module = __import__(name)
+            lines.append(f"{name} {getattr(module, '__version__', '?')}")
+        except Exception as exc:  # noqa: BLE001 - report what is broken, do not fail
+            lines.append(f"{name} unavailable ({exc.__class__.__name__})")
+    import numba
+
+    lines.append(f"numba threading layer: {numba.config.THREADING_LAYER}, "
+                 f"threads {numba.get_num_threads()}")
+    for pool in threadpool_info():
+        lines.append(f"thread pool {pool['internal_api']} ({pool.get('architecture') or '-'}): "
+                     f"{pool['num_threads']} threads, {Path(pool['filepath']).name}")
+    if args.model:
+        from .persistence import read_metadata
+
+        _require_input(args.model, "model")
+        meta = read_metadata(args.model)
+        model = meta["model"]
+        lines.append(f"model {args.model}: {model['estimator']} (format "
+                     f"{meta['format_version']}, elmscale {meta['library_version']}, "
+                     f"created {meta['created']})")
+        if model["estimator"] == "Pipeline":
+            lines.append("  steps: " + ", ".join(f"{n} ({s['estimator']})" for n, s in model["steps"]))
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    """The quick start: data generated here, a scaled ELM, evaluation and a saved model."""
+    from sklearn.pipeline import make_pipeline
+
+    from . import ELMClassifier, load, save
+    from .data import Scaler, generate_classification, load_parquet, write_parquet
+
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    train_path = data_dir / f"quickstart-train-{args.rows}.parquet"
+    test_path = data_dir / f"quickstart-test-{args.rows}.parquet"
+    if not (train_path.exists() and test_path.exists()):
+        total = generate_classification(args.rows + args.rows // 2, n_features=8, random_state=0)
+        cut = args.rows
+        write_parquet(total.X[:cut], train_path, y=total.y[:cut], feature_names=total.feature_names)
+        write_parquet(total.X[cut:], test_path, y=total.y[cut:], feature_names=total.feature_names)
+        print(f"generated {train_path} and {test_path}")
+    train = load_parquet(train_path, label="label")
+    test = load_parquet(test_path, label="label")
+    model = make_pipeline(Scaler(), ELMClassifier(hidden="sigmoid", n_hidden=args.n_hidden,
+                                                  C=args.C, random_state=0))
+    start = time.perf_counter()
+    model.fit(train.X, train.y)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    test_acc = float(np.mean(model.predict(test.X) == test.y))
+    predict_s = time.perf_counter() - start
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_path = out_dir / "model.elm"
+    save(model, model_path)
+    reloaded = load(model_path)
+    same = bool(np.array_equal(reloaded.predict(test.X), model.predict(test.X)))
+    metrics = {"train_rows": train.n_samples, "test_rows": test.n_samples,
+               "n_hidden": args.n_hidden, "C": args.C, "fit_seconds": round(fit_s, 3),
+               "predict_seconds": round(predict_s, 3),
+               "train_accuracy": float(np.mean(model.predict(train.X) == train.y)),
+               "test_accuracy": test_acc, "reloaded_model_predicts_the_same": same}
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(f"ELMClassifier(sigmoid, {args.n_hidden} nodes, C={args.C:g}) on {train.n_samples} rows: "
+          f"fit {fit_s:.2f} s, test accuracy {test_acc:.4f} on {test.n_samples} rows "
+          f"(predict {predict_s:.2f} s)")
+    print(f"saved {model_path}; reloaded model predicts the same: {same}; "
+          f"metrics in {out_dir / 'metrics.json'}")
+    return EXIT_OK if same else EXIT_RUNTIME
+
+
+# -- parser ----------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 too; keep one message style
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="elmscale", description="Extreme Learning Machines at scale.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"elmscale {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("demo", help="quick start: generate data, train, evaluate, save a model")
+    p.add_argument("--rows", type=int, default=200_000, help="training rows (default 200000)")
+    p.add_argument("--n-hidden", type=int, default=1000)
+    p.add_argument("--C", type=float, default=100.0)
+    p.add_argument("--data-dir", default="data/generated")
+    p.add_argument("--output-dir", default="runs/quickstart")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("convert", help="convert LIBSVM / CSV / ARFF to Parquet")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "csv", "arff", "parquet"])
+    p.add_argument("--label", help="label column: name, position, 'first' or 'last'")
+    p.add_argument("--missing", choices=["error", "drop"], help="missing values (CSV)")
+    p.add_argument("--n-features", type=int, help="feature count (LIBSVM test files)")
+    p.add_argument("--row-group-size", type=int, default=262_144)
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("train", help="train a model and save it")
+    p.add_argument("data", help="training data (Parquet, CSV, LIBSVM, ARFF)")
+    p.add_argument("model", help="output model file")
+    p.add_argument("--estimator", default="ELMClassifier", choices=ESTIMATORS)
+    p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
+                   help="estimator parameter, e.g. -p C=10 -p kernel=gaussian (repeatable)")
+    p.add_argument("--label", help="label column: name, position, 'first' or 'last'")
+    p.add_argument("--test", help="test data to evaluate on")
+    p.add_argument("--no-scale", action="store_true",
+                   help="do not scale features to [-1, 1] (the paper's protocol scales)")
+    p.add_argument("--metrics", help="write training / test metrics as JSON here")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("predict", help="score a data file with a saved model")
+    p.add_argument("model")
+    p.add_argument("data")
+    p.add_argument("output", help="output .csv or .parquet")
+    p.add_argument("--label", help="label column to leave out of the features")
+    p.add_argument("--decision", action="store_true", help="also write decision values")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("info", help="versions, thread pools, and a model file's metadata")
+    p.add_argument("model", nargs="?")
+    p.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ._errors import DataError, ModelFileError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except UsageError as exc:
+        print(f"elmscale: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0)
+    except (DataError, ModelFileError, RuntimeError, OSError) as exc:
+        print(f"elmscale: error: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except ValueError as exc:  # invalid parameter values (scikit-learn's validation)
+        print(f"elmscale: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
