@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import inspect
 import math
 import os
 import re
@@ -126,7 +127,10 @@ class Dataset:
 
     def __post_init__(self) -> None:
         if self.X.ndim != 2:
-            raise DataError(f"{self.source}: X has {self.X.ndim} dimension(s); expected a 2-D array")
+            raise DataError(
+                f"{self.source}: X has {self.X.ndim} dimension(s); "
+                "expected a 2-D array"
+            )
         if self.y.ndim != 1 or self.y.shape[0] != self.X.shape[0]:
             raise DataError(
                 f"{self.source}: y has shape {self.y.shape} but X has {self.X.shape[0]} rows; "
@@ -319,7 +323,10 @@ def _find_bad_libsvm_line(path: Path, zero_based: bool | str) -> str | None:
                 except ValueError:
                     return f"line {lineno}: token {tok!r}: index {idx!r} is not an integer"
                 if not _is_number(val):
-                    return f"line {lineno}: token {tok!r}: value {val!r} of feature {idx} is not a number"
+                    return (
+                        f"line {lineno}: token {tok!r}: value {val!r} of feature {idx} "
+                        "is not a number"
+                    )
                 if index < min_index:
                     return f"line {lineno}: token {tok!r}: index {index} is below {min_index}"
                 if index <= last:
@@ -351,7 +358,10 @@ def load_libsvm(
     p = _require_file(path)
     src = os.fspath(path)
     if not _head_lines(p, 1):
-        raise DataError(f"{src}: file is empty; expected LIBSVM lines '<label> <index>:<value> ...'")
+        raise DataError(
+            f"{src}: file is empty; "
+            "expected LIBSVM lines '<label> <index>:<value> ...'"
+        )
     if n_features is not None and (not isinstance(n_features, (int, np.integer)) or n_features < 1):
         raise DataError(f"{src}: parameter n_features={n_features!r}; expected a positive integer")
     try:
@@ -457,8 +467,10 @@ def load_csv(
     label : the label column: "last", "first" (among the columns left after
         ``drop_columns``), a column name, or a 0-based position in the file.  It may hold
         strings, kept as str.
-    header : "auto" detects a header line (see :func:`_detect_header`); True: the first line
-        is a header; False or None: no header, columns are named "col0", "col1", ...
+    header : "auto": the first line is a header if one of its fields is not a number while
+        that column holds numbers below, or if it is exactly "0..n-1" or "1..n" (a header
+        written by pandas, as in ``codrna.csv``); True: it is a header; False or None: there
+        is none and the columns are named "col0", "col1", ... by position.
     sep : separator; None sniffs it (comma, comma + spaces, tab, semicolon, else runs of
         whitespace); " " or "whitespace" means runs of whitespace.
     missing : "error" raises on missing values, naming the columns; "drop" drops those rows
@@ -504,7 +516,10 @@ def load_csv(
     ypos = _resolve_label(label, names, available, src)
     fpos = [j for j in available if j != ypos]
     if not fpos:
-        raise DataError(f"{src}: only the label {_describe(names[ypos], ypos)} is left; expected feature columns")
+        raise DataError(
+            f"{src}: only the label {_describe(names[ypos], ypos)} is left; "
+            "expected feature columns"
+        )
 
     columns = []
     for j in fpos:
@@ -552,21 +567,31 @@ def load_arff(
     src = os.fspath(path)
     _check_missing_policy(missing, src)
     if not _head_lines(p, 1):
-        raise DataError(f"{src}: file is empty; expected an ARFF file (@relation, @attribute, @data)")
+        raise DataError(
+            f"{src}: file is empty; "
+            "expected an ARFF file (@relation, @attribute, @data)"
+        )
     try:
         data, meta = arff.loadarff(str(p))
     except (arff.ArffError, ValueError, NotImplementedError, UnicodeDecodeError) as exc:
-        raise DataError(f"{src}: not a readable ARFF file ({exc}); expected an ARFF file with numeric attributes") from exc
+        raise DataError(
+            f"{src}: not a readable ARFF file ({exc}); "
+            "expected an ARFF file with numeric attributes"
+        ) from exc
     names = list(meta.names())
     types = list(meta.types())
     ypos = _resolve_label(label, names, list(range(len(names))), src)
     fpos = [j for j in range(len(names)) if j != ypos]
     if not fpos:
-        raise DataError(f"{src}: only the label {_describe(names[ypos], ypos)}; expected feature attributes")
+        raise DataError(
+            f"{src}: only the label {_describe(names[ypos], ypos)}; "
+            "expected feature attributes"
+        )
     for j in fpos:
         if types[j] != "numeric":
             raise DataError(
-                f"{src}: attribute {_describe(names[j], j)} is {types[j]}; expected numeric features"
+                f"{src}: attribute {_describe(names[j], j)} is {types[j]}; "
+                "expected numeric features"
             )
     columns = [np.asarray(data[names[j]], dtype=np.float64) for j in fpos]
     raw = data[names[ypos]]
@@ -590,7 +615,10 @@ def _parquet_files(path: PathLike) -> list[Path]:
     p = Path(path)
     src = os.fspath(path)
     if not p.exists():
-        raise DataError(f"{src}: no such file or directory; expected a Parquet file or a directory of them")
+        raise DataError(
+            f"{src}: no such file or directory; "
+            "expected a Parquet file or a directory of them"
+        )
     if p.is_file():
         return [p]
     files = sorted(
@@ -598,12 +626,18 @@ def _parquet_files(path: PathLike) -> list[Path]:
         if f.is_file() and f.suffix in _PARQUET_SUFFIXES and not f.name.startswith((".", "_"))
     )
     if not files:
-        raise DataError(f"{src}: directory holds no *.parquet or *.pq files; expected Parquet files")
+        raise DataError(
+            f"{src}: directory holds no *.parquet or *.pq files; "
+            "expected Parquet files"
+        )
     return files
 
 
 def _parquet_error(file: Path, exc: Exception) -> DataError:
-    return DataError(f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a Parquet file")
+    return DataError(
+        f"{os.fspath(file)}: not a readable Parquet file ({exc}); "
+        "expected a Parquet file"
+    )
 
 
 def _is_numeric_type(t: pa.DataType) -> bool:
@@ -657,25 +691,35 @@ def load_parquet(
             if n not in names:
                 raise DataError(f"{src}: feature column '{n}' not found; expected one of {names}")
             if n == yname:
-                raise DataError(f"{src}: column '{n}' is both a feature and the label; expected distinct columns")
+                raise DataError(
+                    f"{src}: column '{n}' is both a feature and the label; "
+                    "expected distinct columns"
+                )
     if not fnames:
-        raise DataError(f"{src}: no numeric feature column besides the label '{yname}'; expected numeric features")
+        raise DataError(
+            f"{src}: no numeric feature column besides the label '{yname}'; "
+            "expected numeric features"
+        )
     for n in fnames:
         t = schema.field(n).type
         if not _is_numeric_type(t):
             raise DataError(
-                f"{src}: {_describe(n, names.index(n))} has type {t}; expected a numeric feature column"
+                f"{src}: {_describe(n, names.index(n))} has type {t}; "
+                "expected a numeric feature column"
             )
+    wanted = [*fnames, yname]
     tables = []
     for f in files:
         try:
-            tables.append(pq.read_table(f, columns=[*fnames, yname]))
-        except (pa.ArrowException, OSError) as exc:
-            if isinstance(exc, KeyError) or "No match for FieldRef" in str(exc):
+            file_names = pq.read_schema(f).names if f != files[0] else names
+            lacking = [c for c in wanted if c not in file_names]
+            if lacking:
                 raise DataError(
-                    f"{os.fspath(f)}: lacks some of the columns {[*fnames, yname]}; "
+                    f"{os.fspath(f)}: lacks the column(s) {lacking}; "
                     "expected every file of the directory to have the same columns"
-                ) from exc
+                )
+            tables.append(pq.read_table(f, columns=wanted))
+        except (pa.ArrowException, OSError) as exc:
             raise _parquet_error(f, exc) from exc
     try:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
@@ -727,7 +771,8 @@ def _label_array(y: np.ndarray, src: str) -> pa.Array:
         values = y.tolist()
         if all(isinstance(v, str) for v in values):
             return pa.array(values, type=pa.string())
-        if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values):
+        numbers = (int, float, np.integer, np.floating)
+        if all(isinstance(v, numbers) and not isinstance(v, bool) for v in values):
             return pa.array(np.asarray(values, dtype=np.float64))
     raise DataError(
         f"{src}: parameter y has values of mixed or unsupported types (dtype {y.dtype}); "
@@ -779,9 +824,15 @@ def write_parquet(
     if X.ndim != 2:
         raise DataError(f"{src}: parameter X has {X.ndim} dimension(s); expected a 2-D array")
     n, d = X.shape
-    names = [f"f{j + 1}" for j in range(d)] if feature_names is None else [str(s) for s in feature_names]
+    if feature_names is None:
+        names = [f"f{j + 1}" for j in range(d)]
+    else:
+        names = [str(s) for s in feature_names]
     if len(names) != d:
-        raise DataError(f"{src}: parameter feature_names has {len(names)} names for {d} columns; expected one per column")
+        raise DataError(
+            f"{src}: parameter feature_names has {len(names)} names for {d} columns; "
+            "expected one per column"
+        )
     if len(set(names)) != d:
         raise DataError(f"{src}: parameter feature_names has duplicates; expected unique names")
     fields = [pa.field(nm, pa.float32()) for nm in names]
@@ -790,14 +841,21 @@ def write_parquet(
         y_np = np.asarray(y)
         if y_np.ndim != 1 or y_np.shape[0] != n:
             raise DataError(
-                f"{src}: parameter y has shape {y_np.shape} but X has {n} rows; expected one label per row"
+                f"{src}: parameter y has shape {y_np.shape} but X has {n} rows; "
+                "expected one label per row"
             )
         if label_name in names:
-            raise DataError(f"{src}: parameter label_name '{label_name}' is also a feature name; expected a distinct name")
+            raise DataError(
+                f"{src}: parameter label_name '{label_name}' is also a feature name; "
+                "expected a distinct name"
+            )
         y_arr = _label_array(y_np, src)
         fields.append(pa.field(label_name, y_arr.type))
     if int(row_group_size) < 1:
-        raise DataError(f"{src}: parameter row_group_size={row_group_size}; expected a positive integer")
+        raise DataError(
+            f"{src}: parameter row_group_size={row_group_size}; "
+            "expected a positive integer"
+        )
     schema = pa.schema(fields)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
@@ -877,19 +935,29 @@ def load(
     """
     fmt = detect_format(path) if format == "auto" else format
     src = os.fspath(path)
-    if fmt == "libsvm":
-        if label is not None:
-            raise DataError(f"{src}: parameter label={label!r} does not apply to LIBSVM files; expected None")
-        return load_libsvm(path, **kw)
-    loaders = {"csv": load_csv, "arff": load_arff, "parquet": load_parquet}
+    loaders: dict[str, Any] = {
+        "libsvm": load_libsvm, "csv": load_csv, "arff": load_arff, "parquet": load_parquet
+    }
     if fmt not in loaders:
-        raise DataError(f"{src}: parameter format={format!r}; expected 'auto', 'libsvm', 'csv', 'arff' or 'parquet'")
+        raise DataError(
+            f"{src}: parameter format={format!r}; "
+            "expected 'auto', 'libsvm', 'csv', 'arff' or 'parquet'"
+        )
     if label is not None:
+        if fmt == "libsvm":
+            raise DataError(
+                f"{src}: parameter label={label!r} does not apply to LIBSVM files; "
+                "expected None"
+            )
         kw["label"] = label
-    try:
-        return loaders[fmt](path, **kw)
-    except TypeError as exc:
-        raise DataError(f"{src}: {exc}; expected keywords of load_{fmt}") from exc
+    accepted = set(inspect.signature(loaders[fmt]).parameters) - {"path"}
+    unknown = sorted(set(kw) - accepted)
+    if unknown:
+        raise DataError(
+            f"{src}: parameter(s) {unknown} do not apply to {fmt} files; "
+            f"expected some of {sorted(accepted)}"
+        )
+    return loaders[fmt](path, **kw)
 
 
 # --------------------------------------------------------------------------- checks
@@ -914,8 +982,11 @@ def check_finite(
         bad_cols = np.unique(cols)
     else:
         A = np.asarray(X)
-        if A.dtype.kind not in "fc" or np.isfinite(A.sum(axis=0)).all():
+        if A.dtype.kind not in "fc":
             return
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(A.sum(axis=0)).all():
+                return
         finite = np.isfinite(A)
         bad_cols = np.flatnonzero(~finite.all(axis=0))
         if bad_cols.size == 0:
@@ -948,7 +1019,10 @@ def encode_labels(y: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, np.ndarray
     try:
         classes, index = np.unique(arr, return_inverse=True)
     except TypeError as exc:
-        raise DataError(f"labels: parameter y mixes types ({exc}); expected labels of one kind") from exc
+        raise DataError(
+            f"labels: parameter y mixes types ({exc}); "
+            "expected labels of one kind"
+        ) from exc
     return classes, index.astype(np.int64).ravel()
 
 
@@ -1003,7 +1077,10 @@ class Scaler(MinMaxScaler):
         """A fitted scaler from per-column minima and maxima (as ``fit`` would compute)."""
         lo_hi = np.asarray(feature_range, dtype=np.float64)
         if lo_hi.shape != (2,) or not lo_hi[0] < lo_hi[1]:
-            raise DataError(f"scaler: parameter feature_range={feature_range!r}; expected (low, high) with low < high")
+            raise DataError(
+                f"scaler: parameter feature_range={feature_range!r}; "
+                "expected (low, high) with low < high"
+            )
         dmin = np.asarray(data_min, dtype=np.float64)
         dmax = np.asarray(data_max, dtype=np.float64)
         if dmin.ndim != 1 or dmin.shape != dmax.shape:
@@ -1012,10 +1089,16 @@ class Scaler(MinMaxScaler):
                 "expected two 1-D arrays of the same length"
             )
         if not (np.isfinite(dmin).all() and np.isfinite(dmax).all()):
-            raise DataError("scaler: parameters data_min / data_max hold non-finite values; expected finite numbers")
+            raise DataError(
+                "scaler: parameters data_min / data_max hold non-finite values; "
+                "expected finite numbers"
+            )
         below = np.flatnonzero(dmax < dmin)
         if below.size:
-            raise DataError(f"scaler: data_max < data_min in column {int(below[0])}; expected data_max >= data_min")
+            raise DataError(
+                f"scaler: data_max < data_min in column {int(below[0])}; "
+                "expected data_max >= data_min"
+            )
         scaler = cls(feature_range=feature_range, clip=clip)
         data_range = dmax - dmin
         safe = np.where(data_range < 10 * np.finfo(np.float64).eps, 1.0, data_range)
@@ -1064,7 +1147,9 @@ def _scores(problem: _Problem, X: np.ndarray) -> np.ndarray:
     return np.sin(args).sum(axis=2) - problem.means
 
 
-def _generate_chunk(problem: _Problem, random_state: int, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+def _generate_chunk(
+    problem: _Problem, random_state: int, chunk: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows [chunk * _GEN_CHUNK, (chunk + 1) * _GEN_CHUNK) of the stream for random_state."""
     n_classes, _, n_features = problem.weights.shape
     rng = np.random.default_rng([random_state, chunk])
@@ -1086,11 +1171,20 @@ def _generate_chunk(problem: _Problem, random_state: int, chunk: int) -> tuple[n
     return X, y
 
 
-def _check_generator_args(n_samples: int, n_features: int, n_classes: int, random_state: int) -> None:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_generator_args(
+    n_samples: int, n_features: int, n_classes: int, random_state: int
+) -> None:
     for name, value, low in (("n_samples", n_samples, 1), ("n_features", n_features, 1),
                              ("n_classes", n_classes, 2), ("random_state", random_state, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise DataError(f"generate_classification: parameter {name}={value!r}; expected an integer >= {low}")
+        if not _is_int(value) or value < low:
+            raise DataError(
+                f"generate_classification: parameter {name}={value!r}; "
+                f"expected an integer >= {low}"
+            )
 
 
 def iter_classification_blocks(
@@ -1108,8 +1202,11 @@ def iter_classification_blocks(
     set can be written block by block without holding it in memory.
     """
     _check_generator_args(n_samples, n_features, n_classes, random_state)
-    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or block_rows < 1:
-        raise DataError(f"iter_classification_blocks: parameter block_rows={block_rows!r}; expected an integer >= 1")
+    if not _is_int(block_rows) or block_rows < 1:
+        raise DataError(
+            f"iter_classification_blocks: parameter block_rows={block_rows!r}; "
+            "expected an integer >= 1"
+        )
     problem = _problem(int(n_features), int(n_classes))
     cached_index, cached = -1, (np.empty((0, n_features)), np.empty(0, np.int64))
     for start in range(0, n_samples, block_rows):
