@@ -189,6 +189,24 @@ def cmd_train(args) -> int:
     return EXIT_OK
 
 
+def _scoring_label(path: str, label: str | None):
+    """The label column to leave out when scoring: as given; else Parquet's "label"
+    column if there is one; else none (every column is a feature).  LIBSVM: None."""
+    if label is not None:
+        return _label_spec(label)
+    from .data import detect_format
+
+    _require_input(path, "data")
+    fmt = detect_format(path)
+    if fmt == "libsvm":
+        return None
+    if fmt == "parquet":
+        import pyarrow.dataset as pads
+
+        return "label" if "label" in pads.dataset(path, format="parquet").schema.names else False
+    return False
+
+
 def _is_libsvm(path: str) -> bool:
     from .data import detect_format
 
@@ -201,8 +219,8 @@ def cmd_predict(args) -> int:
     _require_input(args.model, "model")
     model = load(args.model)
     n_features = getattr(_final_estimator(model), "n_features_in_", None)
-    kw = {"n_features": n_features} if _is_libsvm(args.data) else {}
-    data = _load(args.data, _label_spec(args.label), "data", **kw)
+    data = _load(args.data, _scoring_label(args.data, args.label), "data",
+                 **({"n_features": n_features} if _is_libsvm(args.data) else {}))
     try:
         pred = model.predict(data.X)
         columns = {"prediction": pred}
@@ -357,7 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("data")
     p.add_argument("output", help="output .csv or .parquet")
-    p.add_argument("--label", help="label column to leave out of the features")
+    p.add_argument("--label", help="label column to leave out of the features (default: none "
+                   "for CSV; the column 'label' if present for Parquet)")
     p.add_argument("--decision", action="store_true", help="also write decision values")
     p.set_defaults(func=cmd_predict)
 

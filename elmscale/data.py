@@ -109,8 +109,9 @@ class Dataset:
     ----------
     X : ndarray of shape (n_samples, n_features), float64, or scipy.sparse.csr_matrix
         The features.  Only :func:`load_libsvm` with ``dense=False`` gives a sparse matrix.
-    y : ndarray of shape (n_samples,)
-        The labels as read: numbers as float64 or int64, strings as an object array of str.
+    y : ndarray of shape (n_samples,) or None
+        The labels as read: numbers as float64 or int64, strings as an object array of str;
+        None when the file was read without a label column (``label=False``).
     feature_names : list of str
         One name per column of ``X``.
     source : str
@@ -120,7 +121,7 @@ class Dataset:
     """
 
     X: np.ndarray | sp.csr_matrix = field(repr=False)
-    y: np.ndarray = field(repr=False)
+    y: np.ndarray | None = field(repr=False)
     feature_names: list[str] = field(repr=False)
     source: str
     n_dropped: int = 0
@@ -131,7 +132,7 @@ class Dataset:
                 f"{self.source}: X has {self.X.ndim} dimension(s); "
                 "expected a 2-D array"
             )
-        if self.y.ndim != 1 or self.y.shape[0] != self.X.shape[0]:
+        if self.y is not None and (self.y.ndim != 1 or self.y.shape[0] != self.X.shape[0]):
             raise DataError(
                 f"{self.source}: y has shape {self.y.shape} but X has {self.X.shape[0]} rows; "
                 "expected one label per row"
@@ -231,8 +232,13 @@ def _resolve_column(
 
 def _resolve_label(
     label: LabelSpec, names: Sequence[str], available: Sequence[int], source: str
-) -> int:
-    """Column position of the label: 'first'/'last' among ``available``, else name/position."""
+) -> int | None:
+    """Column position of the label: 'first'/'last' among ``available``, else name/position.
+
+    ``False`` means the file has no label column (for scoring): None is returned.
+    """
+    if label is False:
+        return None
     if label == "last":
         return available[-1]
     if label == "first":
@@ -251,14 +257,14 @@ def _assemble(
     source: str,
     columns: list[np.ndarray],
     names: list[str],
-    y: np.ndarray,
+    y: np.ndarray | None,
     y_missing: np.ndarray,
     label_desc: str,
     missing: MissingPolicy,
     na_note: str,
 ) -> Dataset:
     """Stack float64 feature columns, reject infinities, handle missing values."""
-    n = y.shape[0]
+    n = y_missing.shape[0]
     X = np.empty((n, len(columns)), dtype=np.float64)
     for j, col in enumerate(columns):
         X[:, j] = col
@@ -291,7 +297,7 @@ def _assemble(
     if n_missing:
         keep = ~row_missing
         X = X[keep]
-        y = y[keep]
+        y = None if y is None else y[keep]
     if X.shape[0] == 0:
         raise DataError(f"{source}: no data rows left; expected at least one complete row")
     return Dataset(X=X, y=y, feature_names=list(names), source=source, n_dropped=n_missing)
@@ -466,7 +472,7 @@ def load_csv(
     path : path of the file.
     label : the label column: "last", "first" (among the columns left after
         ``drop_columns``), a column name, or a 0-based position in the file.  It may hold
-        strings, kept as str.
+        strings, kept as str.  False: no label column (every column is a feature; y is None).
     header : "auto": the first line is a header if one of its fields is not a number while
         that column holds numbers below, or if it is exactly "0..n-1" or "1..n" (a header
         written by pandas, as in ``codrna.csv``); True: it is a header; False or None: there
@@ -520,22 +526,15 @@ def load_csv(
             f"{src}: only the label {_describe(names[ypos], ypos)} is left; "
             "expected feature columns"
         )
+    if ypos is None:
+        return _assemble(
+            source=src, columns=[_numeric_column(df, j, names, src) for j in fpos],
+            names=[names[j] for j in fpos], y=None, y_missing=np.zeros(df.shape[0], bool),
+            label_desc="(none)", missing=missing,
+            na_note=f" (written as one of {tuple(na)!r})" if na else "",
+        )
 
-    columns = []
-    for j in fpos:
-        col = df.iloc[:, j]
-        if not pd.api.types.is_numeric_dtype(col):
-            conv = pd.to_numeric(col, errors="coerce")
-            bad = np.flatnonzero(conv.isna().to_numpy() & col.notna().to_numpy())
-            if bad.size:
-                r = int(bad[0])
-                raise DataError(
-                    f"{src}: {_describe(names[j], j)} is not numeric (found {col.iloc[r]!r} "
-                    f"in row {r + 1}); expected numbers (pass drop_columns=[{names[j]!r}] "
-                    "to ignore it, or use it as the label)"
-                )
-            col = conv
-        columns.append(col.to_numpy(dtype=np.float64, na_value=np.nan))
+    columns = [_numeric_column(df, j, names, src) for j in fpos]
 
     ycol = df.iloc[:, ypos]
     y_missing = ycol.isna().to_numpy()
@@ -549,6 +548,23 @@ def load_csv(
         y_missing=y_missing, label_desc=_describe(names[ypos], ypos), missing=missing,
         na_note=na_note,
     )
+
+
+def _numeric_column(df: pd.DataFrame, j: int, names: Sequence[str], src: str) -> np.ndarray:
+    """Column ``j`` of ``df`` as float64 (NaN for missing), or a DataError naming it."""
+    col = df.iloc[:, j]
+    if not pd.api.types.is_numeric_dtype(col):
+        conv = pd.to_numeric(col, errors="coerce")
+        bad = np.flatnonzero(conv.isna().to_numpy() & col.notna().to_numpy())
+        if bad.size:
+            r = int(bad[0])
+            raise DataError(
+                f"{src}: {_describe(names[j], j)} is not numeric (found {col.iloc[r]!r} "
+                f"in row {r + 1}); expected numbers (pass drop_columns=[{names[j]!r}] "
+                "to ignore it, or use it as the label)"
+            )
+        col = conv
+    return col.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 # --------------------------------------------------------------------------- ARFF
@@ -656,7 +672,7 @@ def load_parquet(
     ----------
     path : a file or a directory.
     label : the label column: a name, a position, "first" or "last"; None (default) takes the
-        column "label" if there is one, else the last column.
+        column "label" if there is one, else the last column; False: no label column.
     features : None: every other numeric column; a list of names; or a glob pattern such as
         "f*" matched against the column names (in file order).
     missing : nulls / NaN: "error" or "drop", as in :func:`load_csv`.
@@ -674,7 +690,7 @@ def load_parquet(
     if label is None:
         label = "label" if "label" in names else "last"
     ypos = _resolve_label(label, names, list(range(len(names))), src)
-    yname = names[ypos]
+    yname = None if ypos is None else names[ypos]
     others = [n for n in names if n != yname]
     if features is None:
         fnames = [n for n in others if _is_numeric_type(schema.field(n).type)]
@@ -707,7 +723,7 @@ def load_parquet(
                 f"{src}: {_describe(n, names.index(n))} has type {t}; "
                 "expected a numeric feature column"
             )
-    wanted = [*fnames, yname]
+    wanted = [*fnames] if yname is None else [*fnames, yname]
     tables = []
     for f in files:
         try:
@@ -728,6 +744,14 @@ def load_parquet(
     columns = [
         pc.cast(table.column(n), pa.float64()).to_numpy(zero_copy_only=False) for n in fnames
     ]
+    if table.num_rows == 0:
+        raise DataError(f"{src}: no rows; expected at least one row")
+    if yname is None:
+        return _assemble(
+            source=src, columns=columns, names=fnames, y=None,
+            y_missing=np.zeros(table.num_rows, bool), label_desc="(none)", missing=missing,
+            na_note=" (null or NaN)",
+        )
     ycol = table.column(yname)
     y_missing = ycol.is_null().to_numpy(zero_copy_only=False)
     if pa.types.is_dictionary(ycol.type):

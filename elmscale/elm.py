@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from ._threads import thread_budget
-from .gram import PRECISIONS, accumulate_gram, ridge_path, solve_ridge
+from .gram import PRECISIONS, accumulate_gram, choose_precision, ridge_path, solve_ridge
 from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
 
 # Kernel scoring: rows per block so that a block of K stays near 32 MB.
@@ -42,14 +42,14 @@ class _BaseELM(BaseEstimator):
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
         "degree": [Interval(numbers.Integral, 1, None, closed="left")],
-        "precision": [StrOptions(set(PRECISIONS))],
+        "precision": [StrOptions({"auto", *PRECISIONS})],
         "block_rows": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
         "random_state": ["random_state"],
     }
 
     def __init__(self, *, hidden="sigmoid", n_hidden=500, kernel=None, C=1.0, sigma=1.0,
-                 degree=3, precision="double", block_rows=16384, n_threads=None,
+                 degree=3, precision="auto", block_rows=16384, n_threads=None,
                  random_state=None):
         self.hidden = hidden
         self.n_hidden = n_hidden
@@ -83,11 +83,19 @@ class _BaseELM(BaseEstimator):
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
 
-    def _gram(self, X, T):
+    def _resolve_precision(self, layer: HiddenLayer, X, C_max: float) -> str:
+        if self.precision != "auto":
+            return self.precision
+        sample = layer.transform(X[: min(len(X), 4096)])
+        mean_square = float(np.mean(np.square(sample, dtype=np.float64)))
+        return choose_precision(mean_square * X.shape[0], C_max)
+
+    def _gram(self, X, T, C_max: float):
         """The matrix G and right-hand side B of ``(I/C + G) x = B``."""
         if self.kernel is None:
             layer = self._new_layer(X.shape[1])
-            stats = accumulate_gram(layer, X, T, precision=self.precision,
+            self.precision_ = self._resolve_precision(layer, X, C_max)
+            stats = accumulate_gram(layer, X, T, precision=self.precision_,
                                     block_rows=self.block_rows)
             return layer, stats.HtH, stats.HtT
         X_fit = np.ascontiguousarray(X, dtype=np.float32)
@@ -95,14 +103,12 @@ class _BaseELM(BaseEstimator):
         return X_fit, omega, T
 
     def _warn_if_single_precision_is_too_coarse(self, G, C_max: float) -> None:
-        # float32 products leave rounding of ~1e-7 |H'H| (not PSD); once 1/C is
-        # within ~100x of it the solution is dominated by rounding.
         if self.kernel is None and self.precision == "single":
-            scale = float(np.trace(G)) / G.shape[0]
-            if 1.0 / C_max < 1e-5 * scale:
+            mean_diagonal = float(np.trace(G)) / G.shape[0]
+            if choose_precision(mean_diagonal, C_max) == "double":
                 warnings.warn(
                     f"precision='single' is too coarse for C={C_max:g} here (1/C is within "
-                    f"100x of float32 rounding of H'H); use precision='double'",
+                    f"reach of float32 rounding of H'H); use precision='double' or 'auto'",
                     UserWarning, stacklevel=3)
 
     def _set_solution(self, basis, coef):
@@ -119,7 +125,7 @@ class _BaseELM(BaseEstimator):
         X, y = self._validate_X_y(X, y)
         T = self._encode_targets(y)
         with thread_budget(self.n_threads):
-            basis, G, B = self._gram(X, T)
+            basis, G, B = self._gram(X, T, float(self.C))
             self._warn_if_single_precision_is_too_coarse(G, float(self.C))
             self._set_solution(basis, solve_ridge(G, B, float(self.C)))
         return self
@@ -139,7 +145,7 @@ class _BaseELM(BaseEstimator):
         X, y = self._validate_X_y(X, y)
         T = self._encode_targets(y)
         with thread_budget(self.n_threads):
-            basis, G, B = self._gram(X, T)
+            basis, G, B = self._gram(X, T, max(Cs))
             self._warn_if_single_precision_is_too_coarse(G, max(Cs))
             solutions = ridge_path(G, B, Cs)
         fitted = []
@@ -207,10 +213,11 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         Width of the gaussian and laplacian kernels (> 0).
     degree : int, default=3
         Degree m of the polynomial kernel.
-    precision : {"double", "single"}, default="double"
+    precision : {"auto", "double", "single"}, default="auto"
         Precision of the products forming H'H (nodes are float32 either way).
         "double" is exact at any C; "single" is about 2x faster to fit but only
-        accurate for moderate C (see ``elmscale.gram``).
+        accurate while 1/C is large against float32 rounding of H'H (see
+        ``elmscale.gram``); "auto" picks single where it is safe, else double.
     block_rows : int, default=16384
         Rows per block when building H, bounding memory.
     n_threads : int or None, default=None
@@ -229,6 +236,8 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         Training rows (kernels only).
     dual_coef_ : ndarray of shape (n_samples,) or (n_samples, n_classes)
         Dual weights alpha (kernels only).
+    precision_ : {"single", "double"}
+        Precision used for H'H (random nodes only).
     n_features_in_ : int
     """
 

@@ -110,15 +110,21 @@ class HiddenLayer:
             )
         return X32
 
-    def transform(self, X: np.ndarray, dtype=np.float32) -> np.ndarray:
+    def transform(self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None) -> np.ndarray:
         """``H = h(X)``, ``(n_rows, n_hidden)``, nodes evaluated in float32.
 
-        ``dtype=np.float64`` stores the same float32 values widened.  Call it on
-        row blocks (``iter_row_blocks``): it allocates the whole H.  Each row of
-        H depends only on the same row of X.
+        ``dtype=np.float64`` stores the same float32 values widened; ``out`` (a
+        C-contiguous buffer of the right shape) is filled instead of allocating.
+        Call it on row blocks (``iter_row_blocks``).  Each row of H depends only
+        on the same row of X.
         """
         X32 = self._check_X(X)
-        H = np.empty((X32.shape[0], self.n_hidden), dtype=dtype)
+        if out is None:
+            H = np.empty((X32.shape[0], self.n_hidden), dtype=dtype)
+        else:
+            if out.shape != (X32.shape[0], self.n_hidden) or not out.flags.c_contiguous:
+                raise ValueError(f"out must be C-contiguous of shape {(X32.shape[0], self.n_hidden)}")
+            H = out
         _jit.hidden_block(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind], H)
         return H
 

@@ -587,3 +587,17 @@ def test_sparse_features_written_dense(tmp_path):
     back = load_parquet(write_parquet(ds, tmp_path / "s.parquet"))
     np.testing.assert_array_equal(back.X, X.toarray())
     assert back.y.dtype == np.float64 and list(back.y) == [1.0, -1.0, 1.0]
+
+
+def test_label_false_reads_every_column_as_a_feature(tmp_path):
+    from elmscale.data import load_csv, load_parquet, write_parquet
+
+    csv = tmp_path / "features.csv"
+    csv.write_text("a,b,c\n1,2,3\n4,5,6\n")
+    ds = load_csv(csv, label=False)
+    assert ds.y is None and ds.feature_names == ["a", "b", "c"]
+    np.testing.assert_array_equal(ds.X, [[1, 2, 3], [4, 5, 6]])
+    pq_path = tmp_path / "features.parquet"
+    write_parquet(ds.X, pq_path, feature_names=ds.feature_names)
+    back = load_parquet(pq_path, label=False)
+    assert back.y is None and back.X.shape == (2, 3)
