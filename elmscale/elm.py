@@ -38,6 +38,7 @@ class _BaseELM(BaseEstimator):
     _parameter_constraints: dict = {
         "hidden": [StrOptions(set(HIDDEN_KINDS))],
         "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
         "kernel": [StrOptions(set(KERNELS)), None],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -48,11 +49,12 @@ class _BaseELM(BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, *, hidden="sigmoid", n_hidden=500, kernel=None, C=1.0, sigma=1.0,
-                 degree=3, precision="auto", block_rows=16384, n_threads=None,
+    def __init__(self, *, hidden="sigmoid", n_hidden=500, weight_scale=1.0, kernel=None, C=1.0,
+                 sigma=1.0, degree=3, precision="auto", block_rows=16384, n_threads=None,
                  random_state=None):
         self.hidden = hidden
         self.n_hidden = n_hidden
+        self.weight_scale = weight_scale
         self.kernel = kernel
         self.C = C
         self.sigma = sigma
@@ -78,7 +80,8 @@ class _BaseELM(BaseEstimator):
     def _new_layer(self, n_features: int) -> HiddenLayer:
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2**31 - 1))
-        return HiddenLayer(self.hidden, n_features, int(self.n_hidden), seed)
+        return HiddenLayer(self.hidden, n_features, int(self.n_hidden), seed,
+                           weight_scale=float(self.weight_scale))
 
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
@@ -205,6 +208,9 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         Random hidden node type (eqs. 25-28); used when ``kernel`` is None.
     n_hidden : int, default=500
         Number of random hidden nodes L.
+    weight_scale : float, default=1.0
+        Input weights of sigmoid / sinusoid nodes are drawn from
+        U(-weight_scale, weight_scale) (1: the original ELM); larger is less linear.
     kernel : {"gaussian", "laplacian", "polynomial"} or None, default=None
         Use this kernel (eqs. 29-31, dual solution) instead of random nodes.
     C : float, default=1.0

@@ -110,3 +110,15 @@ def test_vectorised_exp_is_as_accurate_as_libm():
     tiny = np.array([[-750.0, -1e300]])
     _jit.exp_inplace_f64(tiny)
     assert np.all(tiny == 0.0)
+
+
+def test_weight_scale_widens_additive_weights_only():
+    base = HiddenLayer("sigmoid", 6, 50, seed=3)
+    wide = HiddenLayer("sigmoid", 6, 50, seed=3, weight_scale=4.0)
+    np.testing.assert_allclose(wide.weights, 4.0 * base.weights, rtol=1e-6)
+    np.testing.assert_array_equal(wide.biases, base.biases)
+    assert HiddenLayer.from_dict(wide.to_dict()) == wide
+    rbf = HiddenLayer("gaussian", 6, 50, seed=3, weight_scale=4.0)
+    np.testing.assert_array_equal(rbf.weights, HiddenLayer("gaussian", 6, 50, seed=3).weights)
+    with pytest.raises(ValueError, match="weight_scale"):
+        HiddenLayer("sigmoid", 6, 50, seed=3, weight_scale=0.0)
