@@ -1,5 +1,6 @@
 """Model files: round trips, no pickle, and clear errors for bad files."""
 
+import hashlib
 import io
 import json
 import zipfile
@@ -109,43 +110,43 @@ def test_truncated_file_is_refused(tmp_path):
         elmscale.load(tmp_path / "text.elm")
 
 
-def test_newer_format_is_refused_with_advice(tmp_path):
-    import hashlib
+def _members(path):
+    with zipfile.ZipFile(path) as zf:
+        return {n: zf.read(n) for n in zf.namelist()}
 
-    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
-    model.save(tmp_path / "m.elm")
-    with zipfile.ZipFile(tmp_path / "m.elm") as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
-    meta = json.loads(members["metadata.json"])
-    meta["format_version"] = FORMAT_VERSION + 1
-    members["metadata.json"] = json.dumps(meta).encode()
+
+def _write_with_checksums(members, path):
+    """A model file whose checksums are right: only the content check can refuse it."""
+    members = dict(members)
     members["SHA256SUMS"] = "".join(
         f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items()
         if n != "SHA256SUMS").encode()
-    with zipfile.ZipFile(tmp_path / "new.elm", "w") as zf:
+    with zipfile.ZipFile(path, "w") as zf:
         for n, d in members.items():
             zf.writestr(n, d)
+
+
+def test_newer_format_is_refused_with_advice(tmp_path):
+    model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
+    model.save(tmp_path / "m.elm")
+    members = _members(tmp_path / "m.elm")
+    meta = json.loads(members["metadata.json"])
+    meta["format_version"] = FORMAT_VERSION + 1
+    members["metadata.json"] = json.dumps(meta).encode()
+    _write_with_checksums(members, tmp_path / "new.elm")
     with pytest.raises(ModelFileError, match=r"format version 2.*upgrade elmscale"):
         elmscale.load(tmp_path / "new.elm")
 
 
 def test_object_arrays_in_a_file_are_never_unpickled(tmp_path):
-    import hashlib
-
     model, _ = _fitted(ELMClassifier(n_hidden=20, random_state=0))
     model.save(tmp_path / "m.elm")
-    with zipfile.ZipFile(tmp_path / "m.elm") as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
+    members = _members(tmp_path / "m.elm")
     buf = io.BytesIO()
     np.save(buf, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
     name = next(n for n in members if n.endswith("classes_.npy"))
     members[name] = buf.getvalue()
-    members["SHA256SUMS"] = "".join(
-        f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items()
-        if n != "SHA256SUMS").encode()
-    with zipfile.ZipFile(tmp_path / "obj.elm", "w") as zf:
-        for n, d in members.items():
-            zf.writestr(n, d)
+    _write_with_checksums(members, tmp_path / "obj.elm")
     with pytest.raises(ModelFileError, match="not a plain array"):
         elmscale.load(tmp_path / "obj.elm")
 
