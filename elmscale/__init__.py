@@ -22,6 +22,7 @@ from ._errors import DataError, ModelFileError
 from .elm import ELMClassifier, ELMRegressor
 from .hidden import HiddenLayer, Kernel
 from .persistence import load, save
+from .sparse_elm import SparseELMClassifier
 
 __all__ = [
     "DataError",
@@ -30,6 +31,7 @@ __all__ = [
     "HiddenLayer",
     "Kernel",
     "ModelFileError",
+    "SparseELMClassifier",
     "__version__",
     "load",
     "save",

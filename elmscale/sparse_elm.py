@@ -1,0 +1,219 @@
+"""The sparse ELM classifier (paper Sections IV-V): a dual QP without bias, one-vs-one.
+
+Each one-vs-one pair is an independent pure function of (rows, labels,
+parameters), ``fit_binary``, so that pairs can later run as Ray tasks.  The
+model keeps only the support vectors: ``decision_function`` costs
+O(n_rows x n_SV x n_features).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+
+from . import _jit
+from ._threads import thread_budget
+from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
+from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
+
+
+def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
+               shrinking, max_iter, seed=0, alpha0=None) -> dict:
+    """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
+
+    Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
+    ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
+    """
+    if layer is None:
+        alpha, n_iter, converged = solve_kernel_dual(
+            X, t, kind_code=_jit.KERNEL_CODES[kernel.kind], sigma=kernel.sigma,
+            degree=kernel.degree, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
+            max_iter=max_iter, alpha0=alpha0)
+        sv = np.flatnonzero(alpha > 0)
+        w = alpha[sv] * t[sv]
+        f = kernel.block_matvec(X, X[sv], w) if sv.size else np.zeros(len(t))
+        beta = None
+    else:
+        H = layer.transform(X)
+        alpha, beta, n_iter, converged = solve_explicit_dual(
+            H, t, C=C, tol=tol, shrinking=shrinking, max_iter=max_iter, alpha0=alpha0,
+            random_state=seed)
+        f = H.astype(np.float64) @ beta
+    g = t * f - 1.0
+    objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
+    return {"alpha": alpha, "beta": beta, "n_iter": n_iter, "converged": converged,
+            "objective": objective, "kkt_violation": kkt_violation(alpha, g, C)}
+
+
+class SparseELMClassifier(ClassifierMixin, BaseEstimator):
+    """Sparse ELM (Bai et al. 2014): hinge loss, no bias, ``0 <= a_i <= C``; one-vs-one.
+
+    Parameters
+    ----------
+    kernel : {"gaussian", "laplacian", "polynomial"}, default="gaussian"
+        Kernel (eqs. 29-31); ignored when ``hidden`` is set.
+    hidden : {"sigmoid", "sinusoid", "multiquadric", "gaussian"} or None, default=None
+        Random hidden nodes instead of a kernel (Omega = HH', eq. 24); solved by
+        dual coordinate descent on the primal vector (no kernel columns).
+    n_hidden, weight_scale : random-node layer size and input-weight scale.
+    C : float, default=1.0
+        Upper bound of the dual variables (> 0).
+    sigma, degree : kernel parameters.
+    tol : float, default=1e-3
+        KKT tolerance, checked on exit with an exact float64 gradient.
+    cache_size : float, default=200
+        Kernel-column cache in MB (float32 columns).
+    shrinking : bool, default=True
+    max_iter : int, default=-1
+        Steps (kernels) or passes (random nodes) per binary problem; -1: no limit.
+        A ``ConvergenceWarning`` is raised when it stops the solver.
+    n_threads, random_state : as in ``ELMClassifier``.
+
+    Attributes
+    ----------
+    classes_, n_features_in_
+    support_ : indices of the training rows that are support vectors (any pair)
+    support_vectors_ : those rows (float32)
+    dual_coef_ : (n_pairs, n_SV) a_i t_i of each pair over ``support_vectors_``
+    coef_ : (n_hidden, n_pairs) primal vectors beta (random nodes only)
+    hidden_layer_ : the random layer (random nodes only)
+    n_support_ : support vectors per class
+    n_iter_, objective_, kkt_violation_ : per pair
+    pairs_ : (n_pairs, 2) class indices of each pair; +1 is the first class
+    """
+
+    _parameter_constraints: dict = {
+        "kernel": [StrOptions(set(KERNELS))],
+        "hidden": [StrOptions(set(HIDDEN_KINDS)), None],
+        "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "degree": [Interval(numbers.Integral, 1, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="neither")],
+        "cache_size": [Interval(numbers.Real, 0, None, closed="neither")],
+        "shrinking": ["boolean"],
+        "max_iter": [Interval(numbers.Integral, -1, None, closed="left")],
+        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(self, *, kernel="gaussian", hidden=None, n_hidden=200, weight_scale=1.0, C=1.0,
+                 sigma=1.0, degree=3, tol=1e-3, cache_size=200.0, shrinking=True, max_iter=-1,
+                 n_threads=None, random_state=None):
+        self.kernel = kernel
+        self.hidden = hidden
+        self.n_hidden = n_hidden
+        self.weight_scale = weight_scale
+        self.C = C
+        self.sigma = sigma
+        self.degree = degree
+        self.tol = tol
+        self.cache_size = cache_size
+        self.shrinking = shrinking
+        self.max_iter = max_iter
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    def _kernel_obj(self) -> Kernel:
+        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        if self.n_threads == 0:
+            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        n_classes = len(self.classes_)
+        if n_classes < 2:
+            raise ValueError(f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
+                             f"({self.classes_[0]!r})")
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        rng = check_random_state(self.random_state)
+        seed = int(rng.randint(0, 2**31 - 1))
+        layer = None
+        if self.hidden is not None:
+            layer = HiddenLayer(self.hidden, X.shape[1], int(self.n_hidden), seed,
+                                weight_scale=float(self.weight_scale))
+        kernel = None if layer is not None else self._kernel_obj()
+        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+        results, rows_of = [], []
+        with thread_budget(self.n_threads):
+            for a, b in pairs:
+                rows = np.flatnonzero((y_idx == a) | (y_idx == b))
+                t = np.where(y_idx[rows] == a, 1.0, -1.0)
+                results.append(fit_binary(
+                    X32[rows], t, kernel=kernel, layer=layer, C=float(self.C), tol=float(self.tol),
+                    cache_size=float(self.cache_size), shrinking=bool(self.shrinking),
+                    max_iter=int(self.max_iter), seed=seed))
+                rows_of.append((rows, t))
+        self._assemble(X32, y_idx, pairs, results, rows_of, layer)
+        if not all(r["converged"] for r in results):
+            warnings.warn(f"SparseELMClassifier stopped at max_iter={self.max_iter} before "
+                          f"reaching tol={self.tol:g} (largest KKT violation "
+                          f"{self.kkt_violation_.max():.3g}); increase max_iter",
+                          ConvergenceWarning, stacklevel=2)
+        return self
+
+    def _assemble(self, X32, y_idx, pairs, results, rows_of, layer):
+        support_mask = np.zeros(X32.shape[0], bool)
+        for (rows, _), r in zip(rows_of, results):
+            support_mask[rows[r["alpha"] > 0]] = True
+        self.support_ = np.flatnonzero(support_mask)
+        self.support_vectors_ = X32[self.support_]
+        position = np.full(X32.shape[0], -1)
+        position[self.support_] = np.arange(self.support_.size)
+        self.dual_coef_ = np.zeros((len(pairs), self.support_.size))
+        for p, ((rows, t), r) in enumerate(zip(rows_of, results)):
+            sv = r["alpha"] > 0
+            self.dual_coef_[p, position[rows[sv]]] = r["alpha"][sv] * t[sv]
+        self.n_support_ = np.bincount(y_idx[self.support_], minlength=len(self.classes_))
+        self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        self.n_iter_ = np.array([r["n_iter"] for r in results])
+        self.objective_ = np.array([r["objective"] for r in results])
+        self.kkt_violation_ = np.array([r["kkt_violation"] for r in results])
+        if layer is not None:
+            self.hidden_layer_ = layer
+            self.coef_ = np.column_stack([r["beta"] for r in results])
+
+    def _pair_scores(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        out = np.empty((X.shape[0], len(self.pairs_)))
+        with thread_budget(self.n_threads):
+            if self.hidden is not None:
+                for rows in iter_row_blocks(X.shape[0], 16384):
+                    out[rows] = self.hidden_layer_.scores(X[rows], self.coef_)
+            elif self.support_.size:
+                out[:] = self._kernel_obj().block_matvec(X, self.support_vectors_,
+                                                          self.dual_coef_.T)
+            else:
+                out[:] = 0.0
+        return out
+
+    def decision_function(self, X) -> np.ndarray:
+        """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes).
+
+        Multiclass values are scikit-learn's one-vs-rest view of the one-vs-one
+        votes (SVC's ``decision_function_shape="ovr"``): votes plus a confidence
+        below 1/3, so that ``argmax`` is the voted class.
+        """
+        scores = self._pair_scores(X)
+        if len(self.classes_) == 2:
+            return -scores[:, 0]  # pair +1 is classes_[0]
+        return _ovr_decision_function(scores < 0, -scores, len(self.classes_))
+
+    def predict(self, X) -> np.ndarray:
+        """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes_[(scores > 0).astype(np.intp)]
+        return self.classes_[np.argmax(scores, axis=1)]

@@ -1,0 +1,154 @@
+"""Sparse ELM: the dual solvers against a general QP solver, and the estimator's contract."""
+
+import numpy as np
+import pytest
+import scipy.optimize
+from _problems import nonlinear_problem
+from scipy.spatial.distance import cdist
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from elmscale import SparseELMClassifier
+from elmscale.hidden import HiddenLayer
+from elmscale.solver import dual_objective, kkt_violation, solve_explicit_dual, solve_kernel_dual
+
+
+# The polynomial kernel is left out of the contract checks for now: on their
+# unscaled data (check_fit_idempotent draws features around 100) its Q entries
+# reach 1e8 and single-variable steps need millions of iterations.  Issue 3's
+# two-variable / second-order steps are meant to fix that; its exactness is
+# checked below on scaled data.
+@parametrize_with_checks([
+    SparseELMClassifier(),
+    SparseELMClassifier(hidden="sigmoid", n_hidden=50),
+])
+def test_sklearn_contract(estimator, check):
+    check(estimator)
+
+
+def _reference_qp(Q, C):
+    n = Q.shape[0]
+    res = scipy.optimize.minimize(lambda a: 0.5 * a @ Q @ a - a.sum(), np.zeros(n),
+                                  jac=lambda a: Q @ a - 1.0, bounds=[(0.0, C)] * n,
+                                  method="L-BFGS-B",
+                                  options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 100_000})
+    return res.fun
+
+
+def _gaussian_problem(seed, n=80):
+    X, y = nonlinear_problem(n, d=3, seed=seed)
+    X = X.astype(np.float32).astype(np.float64)
+    t = np.where(y == 1, 1.0, -1.0)
+    Q = np.exp(-cdist(X, X, "sqeuclidean") / (2 * 0.5**2)) * np.outer(t, t)
+    return X, t, Q
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0, 10.0, 1000.0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("shrinking", [True, False])
+def test_kernel_solver_reaches_the_qp_optimum(C, seed, shrinking):
+    X, t, Q = _gaussian_problem(seed)
+    alpha, n_iter, converged = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=C,
+                                                 shrinking=shrinking, cache_size=0.001)
+    assert converged and n_iter > 0
+    assert np.all((alpha >= 0) & (alpha <= C))
+    ref = _reference_qp(Q, C)
+    assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
+    assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3  # exact float64 check
+
+
+def test_polynomial_kernel_with_varying_diagonal():
+    X, y = nonlinear_problem(70, d=3, seed=5)
+    X = X.astype(np.float32).astype(np.float64)
+    t = np.where(y == 1, 1.0, -1.0)
+    Q = (1 + X @ X.T) ** 3 * np.outer(t, t)
+    alpha, _, converged = solve_kernel_dual(X, t, kind_code=2, sigma=1.0, degree=3, C=5.0)
+    assert converged
+    ref = _reference_qp(Q, 5.0)
+    assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
+    assert kkt_violation(alpha, Q @ alpha - 1.0, 5.0) <= 1e-3
+
+
+@pytest.mark.parametrize("C", [0.5, 50.0])
+def test_explicit_solver_reaches_the_qp_optimum(C):
+    X, y = nonlinear_problem(120, d=3, seed=6)
+    t = np.where(y == 1, 1.0, -1.0)
+    H = HiddenLayer("sigmoid", 3, 30, seed=1).transform(X)
+    alpha, beta, _, converged = solve_explicit_dual(H, t, C=C)
+    assert converged
+    Ht = H.astype(np.float64) * t[:, None]
+    Q = Ht @ Ht.T
+    np.testing.assert_allclose(beta, Ht.T @ alpha, rtol=1e-8, atol=1e-10)
+    ref = _reference_qp(Q, C)
+    assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
+    assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
+
+
+def test_warm_start_along_C_reaches_the_same_optimum_in_fewer_steps():
+    X, t, Q = _gaussian_problem(3, n=150)
+    a1, _, _ = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=10.0)
+    cold, n_cold, _ = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=20.0)
+    warm, n_warm, ok = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=20.0,
+                                         alpha0=a1)
+    assert ok and n_warm < n_cold
+    assert dual_objective(Q, warm) == pytest.approx(dual_objective(Q, cold), rel=1e-4)
+
+
+def test_max_iter_is_reported_with_a_warning():
+    X, y = nonlinear_problem(200, d=3, seed=7)
+    with pytest.warns(ConvergenceWarning, match="max_iter=5"):
+        model = SparseELMClassifier(sigma=0.5, C=10, max_iter=5).fit(X, y)
+    assert model.n_iter_.tolist() == [5] and model.kkt_violation_[0] > 1e-3
+
+
+def test_model_keeps_only_support_vectors_and_scores_with_them():
+    X, y = nonlinear_problem(400, d=3, seed=8)
+    model = SparseELMClassifier(sigma=0.5, C=1.0).fit(X[:300], y[:300])
+    assert 0 < model.support_.size < 300
+    np.testing.assert_array_equal(model.support_vectors_, X[:300][model.support_].astype(np.float32))
+    assert model.dual_coef_.shape == (1, model.support_.size)
+    assert model.kkt_violation_[0] <= 1e-3
+    K = np.exp(-cdist(X[300:].astype(np.float32).astype(np.float64),
+                      model.support_vectors_.astype(np.float64), "sqeuclidean") / 0.5)
+    np.testing.assert_allclose(-model.decision_function(X[300:]), K @ model.dual_coef_[0],
+                               rtol=1e-10, atol=1e-10)
+    assert model.score(X[300:], y[300:]) > 0.9
+
+
+def test_one_vs_one_votes_over_all_pairs():
+    X, y = nonlinear_problem(600, d=3, n_classes=4, seed=9)
+    labels = np.array(["a", "b", "c", "d"])[y]
+    model = SparseELMClassifier(sigma=0.5, C=10).fit(X[:450], labels[:450])
+    assert model.pairs_.tolist() == [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]
+    assert model.dual_coef_.shape == (6, model.support_.size)
+    assert model.n_support_.sum() == model.support_.size
+    assert model.decision_function(X[:5]).shape == (5, 4)
+    assert model.score(X[450:], labels[450:]) > 0.75
+
+
+def test_random_nodes_keep_the_primal_vector():
+    X, y = nonlinear_problem(400, d=3, seed=10)
+    model = SparseELMClassifier(hidden="sigmoid", n_hidden=100, C=10, random_state=0)
+    model.fit(X[:300], y[:300])
+    assert model.coef_.shape == (100, 1)
+    H = model.hidden_layer_.transform(X[300:]).astype(np.float64)
+    np.testing.assert_allclose(-model.decision_function(X[300:]), H @ model.coef_[:, 0],
+                               rtol=1e-9, atol=1e-9)
+    assert model.score(X[300:], y[300:]) > 0.85
+
+
+@pytest.mark.parametrize("param, value", [("C", 0.0), ("sigma", -1.0), ("n_hidden", 0),
+                                          ("tol", 0.0), ("cache_size", 0), ("kernel", "rbf")])
+def test_bad_parameters_are_named(param, value):
+    X, y = nonlinear_problem(50, seed=11)
+    with pytest.raises(ValueError, match=f"'{param}' parameter"):
+        SparseELMClassifier(**{param: value}).fit(X, y)
+
+
+def test_one_class_is_an_error_and_any_two_labels_work():
+    X, y = nonlinear_problem(100, seed=12)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        SparseELMClassifier().fit(X, np.ones(100))
+    for labels in (np.where(y == 1, "yes", "no"), np.where(y == 1, 7, -3)):
+        model = SparseELMClassifier(sigma=0.5, C=10).fit(X, labels)
+        assert set(model.predict(X)) <= set(labels) and model.score(X, labels) > 0.9
