@@ -61,12 +61,14 @@ def _registry() -> dict:
 
     from .data import Scaler
     from .elm import ELMClassifier, ELMRegressor
+    from .sparse_elm import SparseELMClassifier
 
     return {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
-            "Scaler": Scaler, "Pipeline": Pipeline}
+            "SparseELMClassifier": SparseELMClassifier, "Scaler": Scaler, "Pipeline": Pipeline}
 
 
-SUPPORTED_ESTIMATORS = ("ELMClassifier", "ELMRegressor", "Scaler", "Pipeline")
+SUPPORTED_ESTIMATORS = ("ELMClassifier", "ELMRegressor", "SparseELMClassifier", "Scaler",
+                        "Pipeline")
 
 
 def _library_version() -> str:

@@ -125,6 +125,12 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
 
+    def save(self, path) -> None:
+        """Save the fitted model (see ``elmscale.persistence`` for the format)."""
+        from .persistence import save
+
+        save(self, path)
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         if self.n_threads == 0:

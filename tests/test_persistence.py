@@ -11,7 +11,7 @@ from _problems import nonlinear_problem
 from sklearn.pipeline import make_pipeline
 
 import elmscale
-from elmscale import ELMClassifier, ELMRegressor, ModelFileError
+from elmscale import ELMClassifier, ELMRegressor, ModelFileError, SparseELMClassifier
 from elmscale.data import Scaler
 from elmscale.persistence import FORMAT_VERSION
 
@@ -21,6 +21,8 @@ MODELS = [
     ELMClassifier(kernel="laplacian", sigma=0.7),
     ELMRegressor(n_hidden=30, random_state=2),
     ELMRegressor(kernel="polynomial", degree=2),
+    SparseELMClassifier(sigma=0.5, C=10),
+    SparseELMClassifier(hidden="sigmoid", n_hidden=30, random_state=3),
 ]
 
 
