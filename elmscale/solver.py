@@ -130,7 +130,7 @@ def _kernel_phase(X, Xt, t, kind, sigma, degree, C, tol, shrinking, max_iter, al
             if active_size < n:
                 # rebuild the gradient of shrunk variables and look again at all
                 _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind, sigma,
-                             degree, acc, kbuf)
+                             degree, acc, kbuf, cols, slot_of)
                 active_size = n
                 need_select = True
                 continue
@@ -147,7 +147,7 @@ def _kernel_phase(X, Xt, t, kind, sigma, degree, C, tol, shrinking, max_iter, al
                 if not unshrunk and max_v <= 10.0 * tol:
                     unshrunk = True
                     _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind,
-                                 sigma, degree, acc, kbuf)
+                                 sigma, degree, acc, kbuf, cols, slot_of)
                     active_size = n
                 p = 0
                 while p < active_size:
@@ -223,8 +223,12 @@ def _kernel_phase(X, Xt, t, kind, sigma, degree, C, tol, shrinking, max_iter, al
 
 @njit(cache=True, error_model="numpy")
 def _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind, sigma, degree, acc,
-                 kbuf):
-    """Gradient of shrunk variables: G_bar - 1 + contributions of the free variables."""
+                 kbuf, cols, slot_of):
+    """Gradient of shrunk variables: G_bar - 1 + contributions of the free variables.
+
+    A free variable's Q column comes from the cache when it is there (most are):
+    recomputing them all made shrinking cost more than it saved on small sets.
+    """
     n = X.shape[0]
     if active_size == n:
         return
@@ -233,11 +237,19 @@ def _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind, sigma,
         g[j] = g_bar[j] - 1.0
     for i in range(n):
         if 0.0 < alpha[i] < C:
-            _kernel_row(X[i], Xt, kind, sigma, degree, acc, kbuf)
-            w = alpha[i] * t[i]
-            for p in range(active_size, n):
-                j = active[p]
-                g[j] += w * t[j] * acc[j]
+            s = slot_of[i]
+            if s >= 0:
+                col = cols[s]
+                a = alpha[i]
+                for p in range(active_size, n):
+                    j = active[p]
+                    g[j] += a * col[j]
+            else:
+                _kernel_row(X[i], Xt, kind, sigma, degree, acc, kbuf)
+                w = alpha[i] * t[i]
+                for p in range(active_size, n):
+                    j = active[p]
+                    g[j] += w * t[j] * acc[j]
 
 
 def solve_kernel_dual(X, t, *, kind_code, sigma, degree, C, tol=1e-3, cache_size=200.0,
