@@ -23,7 +23,7 @@ one-vs-one pair or a cross-validation fold can run anywhere:
     step, no kernel columns, random order per pass, shrinking.
 
 Both accept a warm start ``alpha0`` (a path of increasing C reuses the last
-solution) and return ``(alpha, n_iter, converged)``.
+solution).
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._jit import _kernel_row, kernel_block_matvec
+from ._jit import KERNEL_CODES, _kernel_row
+from .hidden import Kernel
 
 SHRINK_EVERY = 1000
 _TAU = 1e-12  # guard for a non-positive diagonal
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _violation(a, g, C):
     """KKT violation of one variable (0 when optimal)."""
     if a <= 0.0:
@@ -65,24 +66,17 @@ def _kernel_diag(X, kind, sigma, degree):
     return diag
 
 
-def exact_gradient(X32, t, alpha, kind_code, sigma, degree, weights=None):
+def exact_gradient(X32, t, weights, kernel: Kernel):
     """``g = Q w - 1`` in float64, from the rows with nonzero weight only (not from a cache).
 
-    ``weights`` defaults to ``alpha``.  Parallel over rows (``kernel_block_matvec``):
-    the one O(n * n_SV) step of the solver, run from Python because a cached numba
-    function that calls a parallel one crashes when loaded from numba's cache.
+    Parallel over rows (``Kernel.block_matvec``): the one O(n * n_SV) step of the
+    solver, run from Python because a cached numba function that calls a parallel
+    one crashes when loaded from numba's cache.
     """
-    w = alpha if weights is None else weights
-    sv = np.flatnonzero(w != 0.0)
-    g = np.full(X32.shape[0], -1.0)
+    sv = np.flatnonzero(weights != 0.0)
     if sv.size == 0:
-        return g
-    sv_t = np.ascontiguousarray(X32[sv].T)
-    coef = (w[sv] * t[sv])[:, None]
-    out = np.empty((X32.shape[0], 1))
-    kernel_block_matvec(X32, sv_t, kind_code, float(sigma), int(degree), coef, out)
-    g += t * out[:, 0]
-    return g
+        return np.full(X32.shape[0], -1.0)
+    return t * kernel.block_matvec(X32, X32[sv], weights[sv] * t[sv]) - 1.0
 
 
 @njit(cache=True, error_model="numpy")
@@ -197,9 +191,7 @@ def _kernel_phase(X, Xt, t, kind, sigma, degree, C, tol, shrinking, max_iter, al
             j = active[p]
             gj = g[j] + delta * col[j]
             g[j] = gj
-            a = alpha[j]
-            v = (-gj if gj < 0.0 else 0.0) if a <= 0.0 else (
-                (gj if gj > 0.0 else 0.0) if a >= C else abs(gj))
+            v = _violation(alpha[j], gj, C)
             if v > 0.0:
                 max_v = max(max_v, v)
                 score = v * v / max(diag[j], _TAU)
@@ -252,24 +244,26 @@ def _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind, sigma,
                     g[j] += w * t[j] * acc[j]
 
 
-def solve_kernel_dual(X, t, *, kind_code, sigma, degree, C, tol=1e-3, cache_size=200.0,
-                      shrinking=True, max_iter=-1, alpha0=None):
-    """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged)``.
+def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
+                      max_iter=-1, alpha0=None):
+    """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
-    Q columns; ``max_iter`` < 0 means no limit (steps, one variable each).
+    Q columns; ``max_iter`` < 0 means no limit (steps, one variable each).  The
+    gradient ``Q alpha - 1`` returned is the exact float64 one, so that callers
+    need not compute it again.
     """
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     Xt = np.ascontiguousarray(X32.T)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
     n = X32.shape[0]
-    kind_code, sigma, degree, C = int(kind_code), float(sigma), int(degree), float(C)
+    kind_code, sigma, degree = KERNEL_CODES[kernel.kind], float(kernel.sigma), int(kernel.degree)
+    C = float(C)
     n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
     diag = _kernel_diag(X32, kind_code, sigma, degree)
-    g = exact_gradient(X32, t64, alpha, kind_code, sigma, degree)
-    upper = np.where(alpha >= C, C, 0.0)
-    g_bar = exact_gradient(X32, t64, alpha, kind_code, sigma, degree, weights=upper) + 1.0
+    g = exact_gradient(X32, t64, alpha, kernel)
+    g_bar = exact_gradient(X32, t64, np.where(alpha >= C, C, 0.0), kernel) + 1.0
     # LRU cache of Q columns: storage, owner of each slot, circular doubly linked
     # list of slots (head = most recently used, prev[head] = least).
     cols = np.empty((n_slots, n), np.float32)
@@ -284,19 +278,19 @@ def solve_kernel_dual(X, t, *, kind_code, sigma, degree, C, tol=1e-3, cache_size
         status = _kernel_phase(X32, Xt, t64, kind_code, sigma, degree, C, float(tol),
                                bool(shrinking), int(max_iter), alpha, diag, g, g_bar, cols,
                                slot_of, owner, prev, nxt, active, istate)
+        # the cached columns are float32: the gradient returned, and the optimum,
+        # are checked with an exact one
+        g[:] = exact_gradient(X32, t64, alpha, kernel)
         if status == 1:
             break
-        # the cached columns are float32: check the optimum with an exact gradient
-        g[:] = exact_gradient(X32, t64, alpha, kind_code, sigma, degree)
         if kkt_violation(alpha, g, C) <= tol:
             converged = True
             break
         # go on from exact state: every variable active, G_bar recomputed (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
-        upper = np.where(alpha >= C, C, 0.0)
-        g_bar[:] = exact_gradient(X32, t64, alpha, kind_code, sigma, degree, weights=upper) + 1.0
+        g_bar[:] = exact_gradient(X32, t64, np.where(alpha >= C, C, 0.0), kernel) + 1.0
         istate[1] = n
-    return alpha, int(istate[4]), converged
+    return alpha, int(istate[4]), converged, g
 
 
 def kkt_violation(alpha, g, C):

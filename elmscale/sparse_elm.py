@@ -18,7 +18,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from . import _jit
 from ._threads import thread_budget
 from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
 from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
@@ -32,13 +31,10 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
     ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
     """
     if layer is None:
-        alpha, n_iter, converged = solve_kernel_dual(
-            X, t, kind_code=_jit.KERNEL_CODES[kernel.kind], sigma=kernel.sigma,
-            degree=kernel.degree, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
+        alpha, n_iter, converged, g = solve_kernel_dual(
+            X, t, kernel=kernel, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
             max_iter=max_iter, alpha0=alpha0)
-        sv = np.flatnonzero(alpha > 0)
-        w = alpha[sv] * t[sv]
-        f = kernel.block_matvec(X, X[sv], w) if sv.size else np.zeros(len(t))
+        f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
         H = layer.transform(X)

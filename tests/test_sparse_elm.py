@@ -9,7 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
-from elmscale.hidden import HiddenLayer
+from elmscale.hidden import HiddenLayer, Kernel
 from elmscale.solver import dual_objective, kkt_violation, solve_explicit_dual, solve_kernel_dual
 
 
@@ -24,6 +24,9 @@ from elmscale.solver import dual_objective, kkt_violation, solve_explicit_dual, 
 ])
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+GAUSSIAN = Kernel("gaussian", sigma=0.5)
 
 
 def _reference_qp(Q, C):
@@ -48,13 +51,14 @@ def _gaussian_problem(seed, n=80):
 @pytest.mark.parametrize("shrinking", [True, False])
 def test_kernel_solver_reaches_the_qp_optimum(C, seed, shrinking):
     X, t, Q = _gaussian_problem(seed)
-    alpha, n_iter, converged = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=C,
-                                                 shrinking=shrinking, cache_size=0.001)
+    alpha, n_iter, converged, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C,
+                                                    shrinking=shrinking, cache_size=0.001)
     assert converged and n_iter > 0
     assert np.all((alpha >= 0) & (alpha <= C))
     ref = _reference_qp(Q, C)
     assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
     assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3  # exact float64 check
+    np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=1e-9, atol=1e-9)
 
 
 def test_polynomial_kernel_with_varying_diagonal():
@@ -62,7 +66,8 @@ def test_polynomial_kernel_with_varying_diagonal():
     X = X.astype(np.float32).astype(np.float64)
     t = np.where(y == 1, 1.0, -1.0)
     Q = (1 + X @ X.T) ** 3 * np.outer(t, t)
-    alpha, _, converged = solve_kernel_dual(X, t, kind_code=2, sigma=1.0, degree=3, C=5.0)
+    alpha, _, converged, _ = solve_kernel_dual(X, t, kernel=Kernel("polynomial", degree=3),
+                                               C=5.0)
     assert converged
     ref = _reference_qp(Q, 5.0)
     assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
@@ -86,10 +91,9 @@ def test_explicit_solver_reaches_the_qp_optimum(C):
 
 def test_warm_start_along_C_reaches_the_same_optimum_in_fewer_steps():
     X, t, Q = _gaussian_problem(3, n=150)
-    a1, _, _ = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=10.0)
-    cold, n_cold, _ = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=20.0)
-    warm, n_warm, ok = solve_kernel_dual(X, t, kind_code=0, sigma=0.5, degree=3, C=20.0,
-                                         alpha0=a1)
+    a1, _, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0)
+    cold, n_cold, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=20.0)
+    warm, n_warm, ok, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=20.0, alpha0=a1)
     assert ok and n_warm < n_cold
     assert dual_objective(Q, warm) == pytest.approx(dual_objective(Q, cold), rel=1e-4)
 
