@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._jit import KERNEL_CODES, _kernel_row
+from ._jit import KERNEL_CODES, SEGMENT_BLOCK, q_segment
 from .hidden import Kernel
 
 SHRINK_EVERY = 1000
@@ -79,169 +79,260 @@ def exact_gradient(X32, t, weights, kernel: Kernel):
     return t * kernel.block_matvec(X32, X32[sv], weights[sv] * t[sv]) - 1.0
 
 
-@njit(cache=True, error_model="numpy")
-def _select(active, active_size, alpha, g, diag, C):
-    """The active variable with the largest violation^2 / Q_ii, and its violation."""
-    best = -1.0
+_BLOCK = 512  # entries per block of the vectorised passes
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _block_max(x, m):
+    """max(0, x[:m]) with four accumulators (a plain running max does not vectorise)."""
+    b0 = 0.0
+    b1 = 0.0
+    b2 = 0.0
+    b3 = 0.0
+    m4 = m - m % 4
+    for j in range(0, m4, 4):
+        v = x[j]
+        b0 = v if v > b0 else b0
+        v = x[j + 1]
+        b1 = v if v > b1 else b1
+        v = x[j + 2]
+        b2 = v if v > b2 else b2
+        v = x[j + 3]
+        b3 = v if v > b3 else b3
+    for j in range(m4, m):
+        v = x[j]
+        b0 = v if v > b0 else b0
+    return max(max(b0, b1), max(b2, b3))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _update_select(n_active, g, bound, dinv, col, delta, unit_diag, score, viol):
+    """``g[:n_active] += delta * col``, then the variable with the largest ``v^2 / Q_ii``.
+
+    One pass in blocks over contiguous arrays (the solver keeps the active
+    variables first), so that the update and the violations vectorise; the
+    arg-max is looked for only in a block whose maximum beats the best so far.
+    The pass is memory-bound, so it reads few bytes per variable: ``bound``
+    (int8: 0 at 0, 1 free, 2 at C) rather than alpha, and no diagonal when it
+    is all ones.  Returns ``(index, largest violation)``; index -1 when nothing
+    violates.
+    """
+    best = 0.0
     i_sel = -1
-    max_v = 0.0  # the stopping test needs the largest violation, not the chosen one's
-    for p in range(active_size):
-        i = active[p]
-        v = _violation(alpha[i], g[i], C)
-        if v > 0.0:
-            max_v = max(max_v, v)
-            score = v * v / max(diag[i], _TAU)
-            if score > best:
-                best = score
-                i_sel = i
-    return i_sel, max_v
+    max_v = 0.0
+    for s in range(0, n_active, _BLOCK):
+        e = min(s + _BLOCK, n_active)
+        m = e - s
+        gs = g[s:e]
+        b_s = bound[s:e]
+        c_s = col[s:e]
+        for k in range(m):
+            gk = gs[k] + delta * c_s[k]
+            gs[k] = gk
+            bk = b_s[k]
+            up = gk if bk != 0 else 0.0  # may decrease: violation when g > 0
+            dn = -gk if bk != 2 else 0.0  # may increase: violation when g < 0
+            v = up if up > dn else dn
+            score[k] = v * v
+        if not unit_diag:
+            d_s = dinv[s:e]
+            for k in range(m):
+                viol[k] = score[k]
+                score[k] *= d_s[k]
+            max_v = max(max_v, _block_max(viol, m))
+        bm = _block_max(score, m)
+        if bm > best:
+            best = bm
+            for k in range(m):
+                if score[k] == bm:
+                    i_sel = s + k
+                    break
+    if unit_diag:
+        max_v = best
+    return i_sel, np.sqrt(max_v)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fetch_column(i, length, Xt, t32, kind, sigma, degree, cols, col_len, slot_of, owner, prev,
+                  nxt, head, xi, acc32, kbuf32, acc64, stats):
+    """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front.
+
+    Returns the slot, which is the new head."""
+    s = slot_of[i]
+    if s < 0:
+        s = prev[head]  # least recently used slot
+        if owner[s] >= 0:
+            slot_of[owner[s]] = -1
+        owner[s] = i
+        slot_of[i] = s
+        col_len[s] = 0
+    if col_len[s] < length:
+        stats[0] += length - col_len[s]
+        q_segment(Xt, t32, i, col_len[s], length, kind, sigma, degree, xi, acc32, kbuf32, acc64,
+                  cols[s])
+        col_len[s] = length
+    if s != head:
+        nxt[prev[s]] = nxt[s]
+        prev[nxt[s]] = prev[s]
+        tail = prev[head]
+        nxt[tail] = s
+        prev[s] = tail
+        nxt[s] = head
+        prev[head] = s
+    return s
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _permute_prefix(x, order, m, tmp):
+    for p in range(m):
+        tmp[p] = x[order[p]]
+    for p in range(m):
+        x[p] = tmp[p]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t, t32, perm, Xt,
+            cols, col_len, slot_of, owner, order, tmp64, tmp32, tmpi, tmp8):
+    """Move the bounded variables that cannot move (``a = 0, g > M`` or ``a = C, g < -M``,
+    ``M`` the largest violation) behind the active ones; returns the new active size.
+
+    Done only when at least ``min_drop`` variables go, because every cached
+    column is compacted with them: a stable partition, so that a column keeps
+    its entries for the variables still active (the others are recomputed when
+    needed, rarely) at a cost of one pass over the kept part."""
+    n_keep = 0
+    for p in range(n_active):
+        if not ((alpha[p] <= 0.0 and g[p] > max_v) or (alpha[p] >= C and g[p] < -max_v)):
+            order[n_keep] = p
+            n_keep += 1
+    if n_active - n_keep < min_drop:
+        return n_active
+    q = n_keep
+    for p in range(n_active):
+        if (alpha[p] <= 0.0 and g[p] > max_v) or (alpha[p] >= C and g[p] < -max_v):
+            order[q] = p
+            q += 1
+    for x in (alpha, g, g_bar, diag, dinv, t):
+        _permute_prefix(x, order, n_active, tmp64)
+    for p in range(n_active):
+        tmpi[p] = perm[order[p]]
+    perm[:n_active] = tmpi[:n_active]
+    _permute_prefix(t32, order, n_active, tmp32)
+    _permute_prefix(bound, order, n_active, tmp8)
+    for k in range(Xt.shape[0]):
+        _permute_prefix(Xt[k], order, n_active, tmp32)
+    for p in range(n_active):
+        tmpi[p] = slot_of[order[p]]
+    slot_of[:n_active] = tmpi[:n_active]
+    for p in range(n_active):
+        if slot_of[p] >= 0:
+            owner[slot_of[p]] = p
+    for s in range(cols.shape[0]):
+        if owner[s] < 0:
+            continue
+        col = cols[s]
+        length = col_len[s]
+        k = 0
+        while k < n_keep and order[k] < length:
+            col[k] = col[order[k]]  # order[k] >= k: safe in place
+            k += 1
+        col_len[s] = k
+    return n_keep
 
 
 @njit(cache=True, error_model="numpy")
-def _kernel_phase(X, Xt, t, kind, sigma, degree, C, tol, shrinking, max_iter, alpha, diag, g,
-                  g_bar, cols, slot_of, owner, prev, nxt, active, istate):
-    """Steps until every variable is within ``tol`` by the cached gradient (returns 0) or
-    ``max_iter`` steps in all (returns 1).  The solver's state lives in the arrays passed
-    in (``istate`` = head slot, active size, unshrunk flag, shrink counter, steps so far),
-    so that the caller can check the gradient exactly and call again."""
-    n = X.shape[0]
-    acc = np.empty(n)
-    kbuf = np.empty(n, np.int64)
+def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, max_iter, alpha, bound,
+                  diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt,
+                  istate):
+    """Single-variable steps on the active variables (positions ``[0, n_active)``).
+
+    Returns 0 when every variable is within ``tol`` by the cached gradient (a
+    candidate optimum, which the caller checks exactly), 1 at ``max_iter`` steps,
+    2 when the caller must rebuild the gradient of the shrunk variables (then
+    call again).  The state lives in the arrays passed in; ``istate`` = (LRU head,
+    active size, unshrunk flag, steps to the next shrink, steps so far).
+    All per-variable arrays, ``Xt``'s columns and the cached columns are in the
+    solver's order (``perm`` maps it to rows), active variables first.
+    """
+    n = Xt.shape[1]
+    d = Xt.shape[0]
+    xi = np.empty(d, np.float32)
+    acc32 = np.empty(SEGMENT_BLOCK, np.float32)
+    kbuf32 = np.empty(SEGMENT_BLOCK, np.int32)
+    acc64 = np.empty(SEGMENT_BLOCK)
+    score = np.empty(_BLOCK)
+    viol = np.empty(_BLOCK)
+    zero = np.zeros(n, np.float32)  # the column of a step of size 0
+    order = np.empty(n, np.int64)
+    tmp64 = np.empty(n)
+    tmp32 = np.empty(n, np.float32)
+    tmpi = np.empty(n, np.int64)
+    tmp8 = np.empty(n, np.int8)
     head = istate[0]
-    active_size = istate[1]
+    n_active = istate[1]
     unshrunk = istate[2] != 0
     counter = istate[3]
     n_iter = istate[4]
+    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, unit_diag, score, viol)
     status = 0
-    need_select = True
-    i_sel = -1
-    max_v = 0.0
     while True:
-        if need_select:
-            i_sel, max_v = _select(active, active_size, alpha, g, diag, C)
-            need_select = False
         if max_v <= tol:
-            if active_size < n:
-                # rebuild the gradient of shrunk variables and look again at all
-                _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind, sigma,
-                             degree, acc, kbuf, cols, slot_of)
-                active_size = n
-                need_select = True
-                continue
-            break  # candidate optimum: the caller checks it exactly
+            status = 2 if n_active < n else 0
+            break
         if max_iter >= 0 and n_iter >= max_iter:
             status = 1
             break
-        n_iter += 1
-        # ---- shrinking
-        if shrinking and not need_select:
+        if shrinking:
             counter -= 1
-            if counter == 0:
+            if counter <= 0:
                 counter = min(n, SHRINK_EVERY)
                 if not unshrunk and max_v <= 10.0 * tol:
                     unshrunk = True
-                    _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind,
-                                 sigma, degree, acc, kbuf, cols, slot_of)
-                    active_size = n
-                p = 0
-                while p < active_size:
-                    i = active[p]
-                    if (alpha[i] <= 0.0 and g[i] > max_v) or (alpha[i] >= C and g[i] < -max_v):
-                        active_size -= 1
-                        active[p] = active[active_size]
-                        active[active_size] = i
-                    else:
-                        p += 1
-                need_select = True
-        # ---- Q column of i_sel, through the cache
+                    if n_active < n:
+                        status = 2
+                        break
+                new_active = _shrink(n_active, max_v, C, max(1, n_active // 2), alpha, bound,
+                                     g, g_bar, diag, dinv, t, t32, perm, Xt, cols, col_len,
+                                     slot_of, owner, order, tmp64, tmp32, tmpi, tmp8)
+                if new_active != n_active:
+                    istate[6] += 1
+                    istate[7] += new_active
+                    n_active = new_active
+                    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0,
+                                                  unit_diag, score, viol)
+                    continue
+        n_iter += 1
         i = i_sel
-        s = slot_of[i]
-        if s < 0:
-            s = prev[head]  # least recently used slot
-            if owner[s] >= 0:
-                slot_of[owner[s]] = -1
-            owner[s] = i
-            slot_of[i] = s
-            _kernel_row(X[i], Xt, kind, sigma, degree, acc, kbuf)
-            col = cols[s]
-            ti = t[i]
-            for j in range(n):
-                col[j] = ti * t[j] * acc[j]
-        if s != head:  # move s to the front
-            nxt[prev[s]] = nxt[s]
-            prev[nxt[s]] = prev[s]
-            tail = prev[head]
-            nxt[tail] = s
-            prev[s] = tail
-            nxt[s] = head
-            prev[head] = s
+        s = _fetch_column(i, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
+                          owner, prev, nxt, head, xi, acc32, kbuf32, acc64, istate[5:])
         head = s
         col = cols[s]
-        # ---- one-variable step
         old = alpha[i]
-        new = old - g[i] / max(diag[i], _TAU)
-        new = min(max(new, 0.0), C)
+        new = min(max(old - g[i] / diag[i], 0.0), C)
         delta = new - old
         alpha[i] = new
-        # one fused pass: update the gradient and pick the next variable
-        best = -1.0
-        i_sel = -1
-        max_v = 0.0
-        for p in range(active_size):
-            j = active[p]
-            gj = g[j] + delta * col[j]
-            g[j] = gj
-            v = _violation(alpha[j], gj, C)
-            if v > 0.0:
-                max_v = max(max_v, v)
-                score = v * v / max(diag[j], _TAU)
-                if score > best:
-                    best = score
-                    i_sel = j
-        # keep G_bar = sum over a_j = C of C Q[:, j]
+        bound[i] = 0 if new <= 0.0 else (2 if new >= C else 1)
         was_upper = old >= C
         is_upper = new >= C
         if was_upper != is_upper:
-            sign = 1.0 if is_upper else -1.0
+            # G_bar = sum over a_j = C of C Q[:, j], over every variable
+            istate[8] += 1
+            if col_len[s] < n:
+                istate[9] += n - col_len[s]
+                q_segment(Xt, t32, i, col_len[s], n, kind, sigma, degree, xi, acc32, kbuf32, acc64,
+                          col)
+                col_len[s] = n
+            w = C if is_upper else -C
             for j in range(n):
-                g_bar[j] += sign * C * col[j]
+                g_bar[j] += w * col[j]
+        i_sel, max_v = _update_select(n_active, g, bound, dinv, col, delta, unit_diag, score,
+                                      viol)
     istate[0] = head
-    istate[1] = active_size
+    istate[1] = n_active
     istate[2] = 1 if unshrunk else 0
     istate[3] = counter
     istate[4] = n_iter
     return status
-
-
-@njit(cache=True, error_model="numpy")
-def _reconstruct(X, Xt, t, alpha, g, g_bar, active, active_size, C, kind, sigma, degree, acc,
-                 kbuf, cols, slot_of):
-    """Gradient of shrunk variables: G_bar - 1 + contributions of the free variables.
-
-    A free variable's Q column comes from the cache when it is there (most are):
-    recomputing them all made shrinking cost more than it saved on small sets.
-    """
-    n = X.shape[0]
-    if active_size == n:
-        return
-    for p in range(active_size, n):
-        j = active[p]
-        g[j] = g_bar[j] - 1.0
-    for i in range(n):
-        if 0.0 < alpha[i] < C:
-            s = slot_of[i]
-            if s >= 0:
-                col = cols[s]
-                a = alpha[i]
-                for p in range(active_size, n):
-                    j = active[p]
-                    g[j] += a * col[j]
-            else:
-                _kernel_row(X[i], Xt, kind, sigma, degree, acc, kbuf)
-                w = alpha[i] * t[i]
-                for p in range(active_size, n):
-                    j = active[p]
-                    g[j] += w * t[j] * acc[j]
 
 
 def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
@@ -254,43 +345,63 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     need not compute it again.
     """
     X32 = np.ascontiguousarray(X, dtype=np.float32)
-    Xt = np.ascontiguousarray(X32.T)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
     n = X32.shape[0]
     kind_code, sigma, degree = KERNEL_CODES[kernel.kind], float(kernel.sigma), int(kernel.degree)
     C = float(C)
+    tol = float(tol)
     n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
+    bound = np.where(alpha <= 0.0, 0, np.where(alpha >= C, 2, 1)).astype(np.int8)
+    # the solver's own order (active variables first): perm[p] is the row at position p
+    perm = np.arange(n)
+    Xt = np.ascontiguousarray(X32.T)
+    tp = t64.copy()
+    tp32 = tp.astype(np.float32)
     diag = _kernel_diag(X32, kind_code, sigma, degree)
+    dinv = 1.0 / np.maximum(diag, _TAU)
+    unit_diag = bool(np.all(diag == 1.0))
+    diag = 1.0 / dinv
     g = exact_gradient(X32, t64, alpha, kernel)
     g_bar = exact_gradient(X32, t64, np.where(alpha >= C, C, 0.0), kernel) + 1.0
-    # LRU cache of Q columns: storage, owner of each slot, circular doubly linked
-    # list of slots (head = most recently used, prev[head] = least).
+    # LRU cache of Q columns (in the solver's order; col_len[s] entries valid): storage,
+    # owner of each slot, circular doubly linked list (head = most recently used).
     cols = np.empty((n_slots, n), np.float32)
-    slot_of = np.full(n, -1, np.int32)
-    owner = np.full(n_slots, -1, np.int32)
-    prev = ((np.arange(n_slots) - 1) % n_slots).astype(np.int32)
-    nxt = ((np.arange(n_slots) + 1) % n_slots).astype(np.int32)
-    active = np.arange(n)
-    istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0], dtype=np.int64)
+    col_len = np.zeros(n_slots, np.int64)
+    slot_of = np.full(n, -1, np.int64)
+    owner = np.full(n_slots, -1, np.int64)
+    prev = (np.arange(n_slots) - 1) % n_slots
+    nxt = (np.arange(n_slots) + 1) % n_slots
+    istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0], dtype=np.int64)
     converged = False
     while True:
-        status = _kernel_phase(X32, Xt, t64, kind_code, sigma, degree, C, float(tol),
-                               bool(shrinking), int(max_iter), alpha, diag, g, g_bar, cols,
-                               slot_of, owner, prev, nxt, active, istate)
+        status = _kernel_phase(Xt, tp, tp32, kind_code, sigma, degree, C, tol, bool(shrinking),
+                               int(max_iter), alpha, bound, diag, dinv, unit_diag, g, g_bar, perm,
+                               cols, col_len, slot_of, owner, prev, nxt, istate)
+        if status == 2:
+            # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
+            m = int(istate[1])
+            free = np.flatnonzero((alpha[:m] > 0.0) & (alpha[:m] < C))
+            g[m:] = g_bar[m:] - 1.0
+            if free.size:
+                g[m:] += tp[m:] * kernel.block_matvec(X32[perm[m:]], X32[perm[free]],
+                                                      alpha[free] * tp[free])
+            istate[1] = n
+            continue
         # the cached columns are float32: the gradient returned, and the optimum,
         # are checked with an exact one
-        g[:] = exact_gradient(X32, t64, alpha, kernel)
-        if status == 1:
-            break
-        if kkt_violation(alpha, g, C) <= tol:
-            converged = True
-            break
+        alpha_rows = np.empty(n)
+        alpha_rows[perm] = alpha
+        g_rows = exact_gradient(X32, t64, alpha_rows, kernel)
+        if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
+            converged = status == 0
+            return alpha_rows, int(istate[4]), converged, g_rows
         # go on from exact state: every variable active, G_bar recomputed (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
-        g_bar[:] = exact_gradient(X32, t64, np.where(alpha >= C, C, 0.0), kernel) + 1.0
+        g[:] = g_rows[perm]
+        g_bar[:] = (exact_gradient(X32, t64, np.where(alpha_rows >= C, C, 0.0), kernel)
+                    + 1.0)[perm]
         istate[1] = n
-    return alpha, int(istate[4]), converged, g
 
 
 def kkt_violation(alpha, g, C):
