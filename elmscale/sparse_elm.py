@@ -12,7 +12,7 @@ import numbers
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
@@ -24,11 +24,13 @@ from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
 
 
 def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
-               shrinking, max_iter, seed=0, alpha0=None) -> dict:
+               shrinking, max_iter, seed=0, alpha0=None, H=None) -> dict:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
     Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
     ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
+    ``alpha0`` warm-starts the solver; ``H``, the layer's output on ``X`` when
+    the caller already has it.
     """
     if layer is None:
         alpha, n_iter, converged, g = solve_kernel_dual(
@@ -37,7 +39,8 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
         f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
-        H = layer.transform(X)
+        if H is None:
+            H = layer.transform(X)
         alpha, beta, n_iter, converged = solve_explicit_dual(
             H, t, C=C, tol=tol, shrinking=shrinking, max_iter=max_iter, alpha0=alpha0,
             random_state=seed)
@@ -81,7 +84,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     coef_ : (n_hidden, n_pairs) primal vectors beta (random nodes only)
     hidden_layer_ : the random layer (random nodes only)
     n_support_ : support vectors per class
-    n_iter_, objective_, kkt_violation_ : per pair
+    n_iter_, objective_, kkt_violation_, converged_ : per pair
     pairs_ : (n_pairs, 2) class indices of each pair; +1 is the first class
     """
 
@@ -127,8 +130,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
         save(self, path)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def _prepare(self, X, y):
         if self.n_threads == 0:
             raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
@@ -145,25 +147,72 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         if self.hidden is not None:
             layer = HiddenLayer(self.hidden, X.shape[1], int(self.n_hidden), seed,
                                 weight_scale=float(self.weight_scale))
-        kernel = None if layer is not None else self._kernel_obj()
         pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
-        results, rows_of = [], []
+        rows_of = []
+        for a, b in pairs:
+            rows = np.flatnonzero((y_idx == a) | (y_idx == b))
+            rows_of.append((rows, np.where(y_idx[rows] == a, 1.0, -1.0)))
+        return X32, y_idx, layer, pairs, rows_of, seed
+
+    def _solve_pairs(self, X32, layer, rows_of, seed, Cs):
+        """results[c][p]: pair p solved at Cs[c], each C warm-started from the previous one."""
+        kernel = None if layer is not None else self._kernel_obj()
+        results = [[None] * len(rows_of) for _ in Cs]
         with thread_budget(self.n_threads):
-            for a, b in pairs:
-                rows = np.flatnonzero((y_idx == a) | (y_idx == b))
-                t = np.where(y_idx[rows] == a, 1.0, -1.0)
-                results.append(fit_binary(
-                    X32[rows], t, kernel=kernel, layer=layer, C=float(self.C), tol=float(self.tol),
-                    cache_size=float(self.cache_size), shrinking=bool(self.shrinking),
-                    max_iter=int(self.max_iter), seed=seed))
-                rows_of.append((rows, t))
-        self._assemble(X32, y_idx, pairs, results, rows_of, layer)
-        if not all(r["converged"] for r in results):
+            for p, (rows, t) in enumerate(rows_of):
+                Xp = X32[rows]
+                H = None if layer is None else layer.transform(Xp)
+                alpha = None
+                for c, C in enumerate(Cs):
+                    r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C),
+                                   tol=float(self.tol), cache_size=float(self.cache_size),
+                                   shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
+                                   seed=seed, alpha0=alpha, H=H)
+                    results[c][p] = r
+                    alpha = r["alpha"]
+        return results
+
+    def _warn_if_not_converged(self):
+        if self.kkt_violation_.size and not np.all(self.converged_):
             warnings.warn(f"SparseELMClassifier stopped at max_iter={self.max_iter} before "
                           f"reaching tol={self.tol:g} (largest KKT violation "
                           f"{self.kkt_violation_.max():.3g}); increase max_iter",
-                          ConvergenceWarning, stacklevel=2)
+                          ConvergenceWarning, stacklevel=3)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        X32, y_idx, layer, pairs, rows_of, seed = self._prepare(X, y)
+        results = self._solve_pairs(X32, layer, rows_of, seed, [self.C])[0]
+        self._assemble(X32, y_idx, pairs, results, rows_of, layer)
+        self._warn_if_not_converged()
         return self
+
+    def fit_path(self, X, y, Cs):
+        """Fit one model per value of ``Cs``; returns the fitted copies in the order of ``Cs``.
+
+        The values are solved in increasing order, each binary problem
+        warm-started from its solution at the previous C (feasible, since the
+        box only grows), which costs far less than separate fits; the random
+        layer, when there is one, is drawn once.  Each copy is what ``fit``
+        with that C gives, up to the solver tolerance.
+        """
+        Cs = [float(c) for c in Cs]
+        if not Cs or min(Cs) <= 0:
+            raise ValueError(f"Cs must be a non-empty list of positive values; got {Cs!r}")
+        self._validate_params()
+        X32, y_idx, layer, pairs, rows_of, seed = self._prepare(X, y)
+        order = np.argsort(Cs, kind="stable")
+        solved = self._solve_pairs(X32, layer, rows_of, seed, [Cs[i] for i in order])
+        fitted = [None] * len(Cs)
+        for c, i in enumerate(order):
+            est = clone(self).set_params(C=Cs[i])
+            est.classes_, est.n_features_in_ = self.classes_, self.n_features_in_
+            if hasattr(self, "feature_names_in_"):
+                est.feature_names_in_ = self.feature_names_in_
+            est._assemble(X32, y_idx, pairs, solved[c], rows_of, layer)
+            est._warn_if_not_converged()
+            fitted[i] = est
+        return fitted
 
     def _assemble(self, X32, y_idx, pairs, results, rows_of, layer):
         support_mask = np.zeros(X32.shape[0], bool)
@@ -182,6 +231,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = np.array([r["n_iter"] for r in results])
         self.objective_ = np.array([r["objective"] for r in results])
         self.kkt_violation_ = np.array([r["kkt_violation"] for r in results])
+        self.converged_ = np.array([r["converged"] for r in results])
         if layer is not None:
             self.hidden_layer_ = layer
             self.coef_ = np.column_stack([r["beta"] for r in results])

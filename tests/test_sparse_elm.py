@@ -5,6 +5,7 @@ import pytest
 import scipy.optimize
 from _problems import nonlinear_problem
 from scipy.spatial.distance import cdist
+from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -156,3 +157,47 @@ def test_one_class_is_an_error_and_any_two_labels_work():
     for labels in (np.where(y == 1, "yes", "no"), np.where(y == 1, 7, -3)):
         model = SparseELMClassifier(sigma=0.5, C=10).fit(X, labels)
         assert set(model.predict(X)) <= set(labels) and model.score(X, labels) > 0.9
+
+
+@pytest.mark.parametrize("C", [1.0, 100.0])
+def test_shrinking_and_a_small_cache_change_nothing_but_speed(C):
+    # 2,000 rows and a 1 MB cache (131 columns): evictions, compaction of cached
+    # columns on shrinking, extension of partial columns and rebuilds all happen
+    X, y = nonlinear_problem(2000, d=4, seed=13)
+    t = np.where(y == 1, 1.0, -1.0)
+    full, _, ok_full, g_full = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, shrinking=False,
+                                                 cache_size=1000)
+    shrunk, n_iter, ok, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, shrinking=True,
+                                              cache_size=1)
+    assert ok and ok_full and n_iter > 1000  # at least one shrinking round
+    exact = GAUSSIAN.block_matvec(X, X, shrunk * t) * t - 1.0
+    np.testing.assert_allclose(g, exact, rtol=1e-9, atol=1e-9)
+    assert kkt_violation(shrunk, exact, C) <= 1e-3
+    obj = 0.5 * shrunk @ (exact + 1.0) - shrunk.sum()
+    obj_full = 0.5 * full @ (g_full + 1.0) - full.sum()
+    assert obj == pytest.approx(obj_full, rel=1e-5)
+
+
+@pytest.mark.parametrize("hidden", [None, "sigmoid"])
+def test_fit_path_warm_starts_and_matches_separate_fits(hidden):
+    X, y = nonlinear_problem(900, d=3, n_classes=3, seed=14)
+    Cs = [10.0, 0.5, 2.0]
+    base = SparseELMClassifier(hidden=hidden, n_hidden=60, sigma=0.5, random_state=0)
+    path = base.fit_path(X[:600], y[:600], Cs)
+    assert [m.C for m in path] == Cs
+    steps_path = steps_separate = 0
+    for model, C in zip(path, Cs):
+        single = clone(base).set_params(C=C).fit(X[:600], y[:600])
+        assert np.all(model.kkt_violation_ <= 1e-3)
+        np.testing.assert_allclose(model.objective_, single.objective_, rtol=1e-4)
+        agree = np.mean(model.predict(X[600:]) == single.predict(X[600:]))
+        assert agree >= 0.99
+        steps_path += model.n_iter_.sum()
+        steps_separate += single.n_iter_.sum()
+    assert steps_path < steps_separate
+
+
+def test_fit_path_rejects_bad_Cs():
+    X, y = nonlinear_problem(60, seed=15)
+    with pytest.raises(ValueError, match="Cs must be"):
+        SparseELMClassifier().fit_path(X, y, [1.0, 0.0])
