@@ -24,7 +24,35 @@ PAPER_SETS = {
     "Heart": ("heart/heart_scale", None, {}, 135),
     "Ionosphere": ("ionosphere/ionosphere_scale", None, {}, 176),
     "SVMguide1": ("svmguide1/svmguide1", "svmguide1/svmguide1.t", {}, 3089),
+    "Satimage": ("satimage/satimage.scale", "satimage/satimage.scale.t", {}, 4435),
 }
+
+
+def own_test_file(name: str) -> bool:
+    """Sets with their own test file train on the same rows for every seed."""
+    return PAPER_SETS[name][1] is not None
+
+
+def _reference_rows(filename: str):
+    with open(SHARED_DATA.parent / "reference" / filename) as fh:
+        return list(csv.DictReader(fh))
+
+
+def paper_params(dataset: str, method: str, mapping: str):
+    """Table III: (C, kernel parameter) the paper chose; the parameter is None for nodes."""
+    for row in _reference_rows("sparse_elm_paper_params.csv"):
+        if (row["dataset"], row["method"], row["mapping"]) == (dataset, method, mapping):
+            param = row["kernel_param"]
+            return float(row["C"]), (float(param) if param else None)
+    raise KeyError((dataset, method, mapping))
+
+
+def paper_support_vectors(dataset: str, method: str, mapping: str) -> float:
+    """Table VIII: the paper's mean support-vector count."""
+    for row in _reference_rows("sparse_elm_paper_support_vectors.csv"):
+        if (row["dataset"], row["method"], row["mapping"]) == (dataset, method, mapping):
+            return float(row["n_support"])
+    raise KeyError((dataset, method, mapping))
 
 
 @lru_cache(maxsize=None)
@@ -49,11 +77,10 @@ def paper_split(name: str, seed: int):
 
 
 def paper_test_accuracy(table: str, dataset: str, method: str, mapping: str) -> float:
-    with open(SHARED_DATA.parent / "reference" / "sparse_elm_paper_results.csv") as fh:
-        for row in csv.DictReader(fh):
-            if (row["table"], row["dataset"], row["method"], row["mapping"]) == (
-                    table, dataset, method, mapping):
-                return float(row["test_acc"])
+    for row in _reference_rows("sparse_elm_paper_results.csv"):
+        if (row["table"], row["dataset"], row["method"], row["mapping"]) == (
+                table, dataset, method, mapping):
+            return float(row["test_acc"])
     raise KeyError((table, dataset, method, mapping))
 
 
