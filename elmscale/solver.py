@@ -292,16 +292,28 @@ def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t,
     column is compacted with them: a stable partition, so that a column keeps
     its entries for the variables still active (the others are recomputed when
     needed, rarely) at a cost of one pass over the kept part."""
+    # LIBLINEAR's thresholds: a variable at 0 goes if its gradient exceeds the
+    # largest violation of the variables that may decrease, one at C if minus its
+    # gradient exceeds the largest of those that may increase
+    up_max = 0.0
+    dn_max = 0.0
+    for p in range(n_active):
+        if bound[p] != 0 and g[p] > up_max:
+            up_max = g[p]
+        if bound[p] != 2 and -g[p] > dn_max:
+            dn_max = -g[p]
+    low_thr = up_max if up_max > 0.0 else np.inf
+    up_thr = dn_max if dn_max > 0.0 else np.inf
     n_keep = 0
     for p in range(n_active):
-        if not ((alpha[p] <= 0.0 and g[p] > max_v) or (alpha[p] >= C and g[p] < -max_v)):
+        if not ((bound[p] == 0 and g[p] > low_thr) or (bound[p] == 2 and -g[p] > up_thr)):
             order[n_keep] = p
             n_keep += 1
     if n_active - n_keep < min_drop:
         return n_active
     q = n_keep
     for p in range(n_active):
-        if (alpha[p] <= 0.0 and g[p] > max_v) or (alpha[p] >= C and g[p] < -max_v):
+        if (bound[p] == 0 and g[p] > low_thr) or (bound[p] == 2 and -g[p] > up_thr):
             order[q] = p
             q += 1
     for x in (alpha, g, g_bar, diag, dinv, t):
@@ -384,7 +396,7 @@ def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, pair_steps
                     if n_active < n:
                         status = 2
                         break
-                new_active = _shrink(n_active, max_v, C, max(1, n_active // 2), alpha, bound,
+                new_active = _shrink(n_active, max_v, C, max(1, n_active // 8), alpha, bound,
                                      g, g_bar, diag, dinv, t, t32, perm, Xt, cols, col_len,
                                      slot_of, owner, order, tmp64, tmp32, tmpi, tmp8)
                 if new_active != n_active:
