@@ -556,7 +556,8 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
         if max_iter >= 0 and n_iter >= max_iter:
             break
         n_iter += 1
-        # random order of the active variables for this pass
+        # random order of the active variables for this pass (memory order, or
+        # blocks of rows in a random order, measured 10x more passes)
         for p in range(active_size - 1, 0, -1):
             q = np.random.randint(0, p + 1)
             active[p], active[q] = active[q], active[p]
@@ -583,7 +584,10 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
                     for k in range(L):
                         beta[k] += w * hi[k]
             p += 1
-        bound = max_v if max_v > 0.0 else np.inf
+        # not below 10 tol: near the end a tighter bound shrinks the variables about to
+        # violate, and each return to the full set finds a few of them (hundreds of
+        # full passes measured on 200k rows)
+        bound = max(max_v, 10.0 * tol) if max_v > 0.0 else np.inf
         if max_v <= tol:
             if active_size < n:
                 active_size = n
