@@ -98,7 +98,7 @@ def dot(a, b):
     return s
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def exp_inplace_f64(a):
     """``a = exp(a)`` for a 2-D C-contiguous float64 array (used by tests and kernels)."""
     n, m = a.shape
@@ -107,7 +107,7 @@ def exp_inplace_f64(a):
         _vexp64(a[i], kbuf)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def exp_inplace_f32(a):
     """``a = exp(a)`` for a 2-D C-contiguous float32 array."""
     n, m = a.shape
@@ -174,7 +174,7 @@ def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
 
 # Parallel loops run over up to 256 chunks of rows so that scratch buffers are
 # allocated once per chunk: allocating them per row made the layer 5x slower.
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def hidden_block(X, W, b, kind, out):
     """``out = h(X)``: X (n, d) float32, W (d, m) float32, b (m,) float32.
 
@@ -196,7 +196,7 @@ def hidden_block(X, W, b, kind, out):
                 orow[j] = row[j]
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def hidden_block_scores(X, W, b, kind, coef, out):
     """``out = h(X) @ coef`` (float64 sums) without storing h(X); coef (m, k) float64."""
     n = X.shape[0]
@@ -261,7 +261,7 @@ def _kernel_row(a_row, Bt, kind, sigma, degree, acc, kbuf):
     _vexp64(acc, kbuf)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def kernel_block(A, Bt, kind, sigma, degree, out):
     """``out[i, j] = K(A[i], B[j])`` for the kernel ``kind`` (see ``KERNEL_CODES``).
 
@@ -279,7 +279,7 @@ def kernel_block(A, Bt, kind, sigma, degree, out):
             out[i, j] = acc[j]
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def kernel_block_matvec(A, Bt, kind, sigma, degree, coef, out):
     """``out[i, :] = sum_j K(A[i], B[j]) * coef[j, :]`` without storing the block.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 
 import numba
@@ -43,3 +44,24 @@ def thread_budget(n_threads: int | None = None) -> Iterator[int]:
             yield n
         finally:
             numba.set_num_threads(previous)
+
+
+def map_in_threads(fn, items, n_threads: int) -> list:
+    """``[fn(x) for x in items]`` on up to ``n_threads`` threads, each with one numba thread.
+
+    For independent pieces of numba work that release the GIL (``nogil``), such
+    as one-vs-one pairs: two pairs on two cores beat one pair on two threads,
+    whose serial solver loop would use one.  Results come back in order; with
+    one thread or one item it is a plain loop on the caller's thread budget.
+    """
+    items = list(items)
+    n_workers = min(int(n_threads), len(items))
+    if n_workers <= 1:
+        return [fn(x) for x in items]
+
+    def run(x):
+        numba.set_num_threads(1)  # numba's thread count is per calling thread
+        return fn(x)
+
+    with ThreadPoolExecutor(max_workers=n_workers) as pool:
+        return list(pool.map(run, items))

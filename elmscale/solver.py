@@ -56,7 +56,7 @@ def _violation(a, g, C):
     return abs(g)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _kernel_diag(X, kind, sigma, degree):
     n, d = X.shape
     diag = np.empty(n)
@@ -344,7 +344,7 @@ def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t,
     return n_keep
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
                   alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt,
                   istate):
@@ -533,7 +533,7 @@ def kkt_violation(alpha, g, C):
     return float(v.max(initial=0.0))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
     """Dual coordinate descent on beta = sum a_i t_i h_i (H float32, n x L)."""
     n, L = H.shape

@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ._threads import thread_budget
+from ._threads import map_in_threads, thread_budget
 from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
 from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
 
@@ -155,22 +155,30 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         return X32, y_idx, layer, pairs, rows_of, seed
 
     def _solve_pairs(self, X32, layer, rows_of, seed, Cs):
-        """results[c][p]: pair p solved at Cs[c], each C warm-started from the previous one."""
+        """results[c][p]: pair p solved at Cs[c], each C warm-started from the previous one.
+
+        Pairs run side by side on the thread budget (one numba thread each), a
+        single pair on all of it; the results do not depend on which.
+        """
         kernel = None if layer is not None else self._kernel_obj()
-        results = [[None] * len(rows_of) for _ in Cs]
-        with thread_budget(self.n_threads):
-            for p, (rows, t) in enumerate(rows_of):
-                Xp = X32[rows]
-                H = None if layer is None else layer.transform(Xp)
-                alpha = None
-                for c, C in enumerate(Cs):
-                    r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C),
-                                   tol=float(self.tol), cache_size=float(self.cache_size),
-                                   shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
-                                   seed=seed, alpha0=alpha, H=H)
-                    results[c][p] = r
-                    alpha = r["alpha"]
-        return results
+
+        def solve_pair(p):
+            rows, t = rows_of[p]
+            Xp = X32[rows]
+            H = None if layer is None else layer.transform(Xp)
+            alpha, path = None, []
+            for C in Cs:
+                r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C),
+                               tol=float(self.tol), cache_size=float(self.cache_size),
+                               shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
+                               seed=seed, alpha0=alpha, H=H)
+                path.append(r)
+                alpha = r["alpha"]
+            return path
+
+        with thread_budget(self.n_threads) as n_threads:
+            by_pair = map_in_threads(solve_pair, range(len(rows_of)), n_threads)
+        return [[by_pair[p][c] for p in range(len(rows_of))] for c in range(len(Cs))]
 
     def _warn_if_not_converged(self):
         if self.kkt_violation_.size and not np.all(self.converged_):

@@ -205,3 +205,12 @@ def test_fit_path_rejects_bad_Cs():
     X, y = nonlinear_problem(60, seed=15)
     with pytest.raises(ValueError, match="Cs must be"):
         SparseELMClassifier().fit_path(X, y, [1.0, 0.0])
+
+
+def test_pairs_on_threads_give_the_same_model():
+    X, y = nonlinear_problem(700, d=3, n_classes=4, seed=16)
+    one = SparseELMClassifier(sigma=0.5, C=5, n_threads=1).fit(X, y)
+    two = SparseELMClassifier(sigma=0.5, C=5, n_threads=2).fit(X, y)
+    np.testing.assert_array_equal(one.support_, two.support_)
+    np.testing.assert_array_equal(one.dual_coef_, two.dual_coef_)
+    np.testing.assert_array_equal(one.n_iter_, two.n_iter_)
