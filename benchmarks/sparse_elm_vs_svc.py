@@ -36,6 +36,27 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CODRNA = SHARED / "cod-rna" / "codrna.csv"
 
 
+def _rss_mb(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_extra_mb(fn):
+    """Peak resident memory that ``fn`` adds to the process, in MB (Linux: the
+    peak is reset through /proc/self/clear_refs, then read as VmHWM)."""
+    base = _rss_mb("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return float("nan")
+    fn()
+    return _rss_mb("VmHWM") - base
+
+
 def timed(fn):
     start = time.perf_counter()
     result = fn()
@@ -77,13 +98,17 @@ def main(argv=None):
         svc = SVC(kernel="rbf", gamma=1 / (2 * args.sigma**2), C=C, tol=1e-3, cache_size=200)
         fit_ours, _ = timed(lambda: ours.fit(X_tr, y_tr))
         fit_svc, _ = timed(lambda: svc.fit(X_tr, y_tr))
+        memory = peak_extra_mb(lambda: SparseELMClassifier(sigma=args.sigma, C=C,
+                                                           cache_size=200).fit(X_tr, y_tr))
         pred_ours, p_ours = timed(lambda: ours.predict(X_te))
         pred_svc, p_svc = timed(lambda: svc.predict(X_te))
         print(f"  C={C:<7g} fit: ours {fit_ours:7.2f} s, SVC {fit_svc:7.2f} s, "
               f"ratio {fit_svc / fit_ours:5.2f}x | predict: ours {pred_ours:5.2f} s, "
               f"SVC {pred_svc:5.2f} s, ratio {pred_svc / pred_ours:5.2f}x | test acc: ours "
               f"{np.mean(p_ours == y_te):.4f}, SVC {np.mean(p_svc == y_te):.4f} | SVs: ours "
-              f"{ours.support_.size}, SVC {svc.support_.size} | steps {int(ours.n_iter_[0])}")
+              f"{ours.support_.size}, SVC {svc.support_.size} | steps {int(ours.n_iter_[0])} | "
+              f"peak memory of our fit {memory:.0f} MB (cache 200 MB + data "
+              f"{X_tr.nbytes / 2**20:.0f} MB)")
     return 0
 
 

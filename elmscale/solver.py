@@ -36,6 +36,8 @@ solution).
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 from numba import njit
 
@@ -72,6 +74,24 @@ def _kernel_diag(X, kind, sigma, degree):
         else:
             diag[i] = 1.0
     return diag
+
+
+def _column_storage(n_slots, n):
+    """(n_slots, n) float32 for the column cache, in transparent huge pages where Linux offers them.
+
+    A fresh 200 MB array costs 0.2-0.5 s of page faults here when first
+    touched, a fifth of a whole fit at COD-RNA scale; 2 MB pages cut that by
+    an order of magnitude (measured 0.02-0.19 s).  Elsewhere: ``np.empty``.
+    """
+    nbytes = int(n_slots) * int(n) * 4
+    if nbytes >= 1 << 24 and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            buffer.madvise(mmap.MADV_HUGEPAGE)
+            return np.frombuffer(buffer, dtype=np.float32).reshape(n_slots, n)
+        except (OSError, ValueError):
+            pass
+    return np.empty((n_slots, n), np.float32)
 
 
 def exact_gradient(X32, t, weights, kernel: Kernel):
@@ -488,7 +508,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     g_bar = exact_gradient(X32, t64, np.where(alpha >= C, C, 0.0), kernel) + 1.0
     # LRU cache of Q columns (in the solver's order; col_len[s] entries valid): storage,
     # owner of each slot, circular doubly linked list (head = most recently used).
-    cols = np.empty((n_slots, n), np.float32)
+    cols = _column_storage(n_slots, n)
     col_len = np.zeros(n_slots, np.int64)
     slot_of = np.full(n, -1, np.int64)
     owner = np.full(n_slots, -1, np.int64)
