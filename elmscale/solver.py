@@ -58,24 +58,6 @@ def _violation(a, g, C):
     return abs(g)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def _kernel_diag(X, kind, sigma, degree):
-    n, d = X.shape
-    diag = np.empty(n)
-    for i in range(n):
-        if kind == 2:
-            s = 1.0
-            for k in range(d):
-                s += np.float64(X[i, k]) * np.float64(X[i, k])
-            v = 1.0
-            for _ in range(degree):
-                v *= s
-            diag[i] = v
-        else:
-            diag[i] = 1.0
-    return diag
-
-
 def _column_storage(n_slots, n):
     """(n_slots, n) float32 for the column cache, in transparent huge pages where Linux offers them.
 
@@ -94,17 +76,30 @@ def _column_storage(n_slots, n):
     return np.empty((n_slots, n), np.float32)
 
 
-def exact_gradient(X32, t, weights, kernel: Kernel):
-    """``g = Q w - 1`` in float64, from the rows with nonzero weight only (not from a cache).
+def _q_matvec(kernel: Kernel, A, t_A, B, t_B, weights):
+    """``t_A * (K(A, B) @ (weights * t_B))`` in float64, over the rows of B with nonzero weight.
 
-    Parallel over rows (``Kernel.block_matvec``): the one O(n * n_SV) step of the
-    solver, run from Python because a cached numba function that calls a parallel
-    one crashes when loaded from numba's cache.
+    That is ``Q[rows of A, rows of B] @ weights``, parallel over the rows of A
+    (``Kernel.block_matvec``), computed from the data, not from the cache: the
+    one O(n * n_SV) step of the solver, run from Python because a cached numba
+    function that calls a parallel one crashes when loaded from numba's cache.
     """
-    sv = np.flatnonzero(weights != 0.0)
-    if sv.size == 0:
-        return np.full(X32.shape[0], -1.0)
-    return t * kernel.block_matvec(X32, X32[sv], weights[sv] * t[sv]) - 1.0
+    nz = np.flatnonzero(weights != 0.0)
+    if nz.size == 0:
+        return np.zeros(A.shape[0])
+    return t_A * kernel.block_matvec(A, B[nz], weights[nz] * t_B[nz])
+
+
+def exact_gradient(X32, t, alpha, C, kernel: Kernel):
+    """``(Q alpha - 1, G_bar)`` exactly in float64, ``G_bar = Q (C at the upper bound, else 0)``.
+
+    The two share one pass over the support vectors: the bounded ones give
+    G_bar, the free ones the rest.
+    """
+    at_upper = alpha >= C
+    g_bar = _q_matvec(kernel, X32, t, X32, t, np.where(at_upper, alpha, 0.0))
+    g = g_bar + _q_matvec(kernel, X32, t, X32, t, np.where(at_upper, 0.0, alpha)) - 1.0
+    return g, g_bar
 
 
 _BLOCK = 512  # entries per block of the vectorised passes
@@ -303,10 +298,10 @@ def _permute_prefix(x, order, m, tmp):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t, t32, perm, Xt,
+def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, Xt,
             cols, col_len, slot_of, owner, order, tmp64, tmp32, tmpi, tmp8):
-    """Move the bounded variables that cannot move (``a = 0, g > M`` or ``a = C, g < -M``,
-    ``M`` the largest violation) behind the active ones; returns the new active size.
+    """Move the bounded variables that cannot move behind the active ones; returns the new
+    active size.
 
     Done only when at least ``min_drop`` variables go, because every cached
     column is compacted with them: a stable partition, so that a column keeps
@@ -336,7 +331,7 @@ def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t,
         if (bound[p] == 0 and g[p] > low_thr) or (bound[p] == 2 and -g[p] > up_thr):
             order[q] = p
             q += 1
-    for x in (alpha, g, g_bar, diag, dinv, t):
+    for x in (alpha, g, g_bar, diag, dinv):
         _permute_prefix(x, order, n_active, tmp64)
     for p in range(n_active):
         tmpi[p] = perm[order[p]]
@@ -365,16 +360,19 @@ def _shrink(n_active, max_v, C, min_drop, alpha, bound, g, g_bar, diag, dinv, t,
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
-                  alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt,
-                  istate):
-    """Single-variable steps on the active variables (positions ``[0, n_active)``).
+def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter, alpha,
+                  bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner,
+                  prev, nxt, istate):
+    """Steps (two variables each with ``pair_steps``) on the active variables, positions
+    ``[0, n_active)``.
 
     Returns 0 when every variable is within ``tol`` by the cached gradient (a
     candidate optimum, which the caller checks exactly), 1 at ``max_iter`` steps,
     2 when the caller must rebuild the gradient of the shrunk variables (then
     call again).  The state lives in the arrays passed in; ``istate`` = (LRU head,
-    active size, unshrunk flag, steps to the next shrink, steps so far).
+    active size, unshrunk flag, steps to the next shrink, steps so far) and five
+    counters for diagnosis (column entries computed, shrinking rounds, sum of the
+    active sizes they left, G_bar updates, column entries added for G_bar).
     All per-variable arrays, ``Xt``'s columns and the cached columns are in the
     solver's order (``perm`` maps it to rows), active variables first.
     """
@@ -416,8 +414,8 @@ def _kernel_phase(Xt, t, t32, kind, sigma, degree, C, tol, shrinking, pair_steps
                     if n_active < n:
                         status = 2
                         break
-                new_active = _shrink(n_active, max_v, C, max(1, n_active // 8), alpha, bound,
-                                     g, g_bar, diag, dinv, t, t32, perm, Xt, cols, col_len,
+                new_active = _shrink(n_active, max(1, n_active // 8), alpha, bound,
+                                     g, g_bar, diag, dinv, t32, perm, Xt, cols, col_len,
                                      slot_of, owner, order, tmp64, tmp32, tmpi, tmp8)
                 if new_active != n_active:
                     istate[6] += 1
@@ -498,14 +496,16 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     # the solver's own order (active variables first): perm[p] is the row at position p
     perm = np.arange(n)
     Xt = np.ascontiguousarray(X32.T)
-    tp = t64.copy()
-    tp32 = tp.astype(np.float32)
-    diag = _kernel_diag(X32, kind_code, sigma, degree)
+    tp = t64.astype(np.float32)  # +-1, exact in float32
+    if kernel.kind == "polynomial":
+        X64 = X32.astype(np.float64)
+        diag = (1.0 + np.einsum("ij,ij->i", X64, X64)) ** degree
+    else:
+        diag = np.ones(n)
     dinv = 1.0 / np.maximum(diag, _TAU)
     unit_diag = bool(np.all(diag == 1.0))
     diag = 1.0 / dinv
-    g = exact_gradient(X32, t64, alpha, kernel)
-    g_bar = exact_gradient(X32, t64, np.where(alpha >= C, C, 0.0), kernel) + 1.0
+    g, g_bar = exact_gradient(X32, t64, alpha, C, kernel)
     # LRU cache of Q columns (in the solver's order; col_len[s] entries valid): storage,
     # owner of each slot, circular doubly linked list (head = most recently used).
     cols = _column_storage(n_slots, n)
@@ -515,34 +515,30 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     prev = (np.arange(n_slots) - 1) % n_slots
     nxt = (np.arange(n_slots) + 1) % n_slots
     istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0], dtype=np.int64)
-    converged = False
     while True:
-        status = _kernel_phase(Xt, tp, tp32, kind_code, sigma, degree, C, tol, bool(shrinking),
-                               bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag, g, g_bar, perm,
-                               cols, col_len, slot_of, owner, prev, nxt, istate)
+        status = _kernel_phase(Xt, tp, kind_code, sigma, degree, C, tol, bool(shrinking),
+                               bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag,
+                               g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt, istate)
         if status == 2:
             # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
             m = int(istate[1])
-            free = np.flatnonzero((alpha[:m] > 0.0) & (alpha[:m] < C))
-            g[m:] = g_bar[m:] - 1.0
-            if free.size:
-                g[m:] += tp[m:] * kernel.block_matvec(X32[perm[m:]], X32[perm[free]],
-                                                      alpha[free] * tp[free])
+            free_rows = np.zeros(n)  # free variables are never shrunk
+            free_rows[perm] = np.where(bound == 1, alpha, 0.0)
+            g[m:] = g_bar[m:] - 1.0 + _q_matvec(kernel, X32[perm[m:]], tp[m:], X32, t64,
+                                                free_rows)
             istate[1] = n
             continue
         # the cached columns are float32: the gradient returned, and the optimum,
         # are checked with an exact one
         alpha_rows = np.empty(n)
         alpha_rows[perm] = alpha
-        g_rows = exact_gradient(X32, t64, alpha_rows, kernel)
+        g_rows, g_bar_rows = exact_gradient(X32, t64, alpha_rows, C, kernel)
         if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
-            converged = status == 0
-            return alpha_rows, int(istate[4]), converged, g_rows
-        # go on from exact state: every variable active, G_bar recomputed (a
+            return alpha_rows, int(istate[4]), status == 0, g_rows
+        # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
         g[:] = g_rows[perm]
-        g_bar[:] = (exact_gradient(X32, t64, np.where(alpha_rows >= C, C, 0.0), kernel)
-                    + 1.0)[perm]
+        g_bar[:] = g_bar_rows[perm]
         istate[1] = n
 
 
