@@ -102,7 +102,7 @@ def exact_gradient(X32, t, alpha, C, kernel: Kernel):
     return g, g_bar
 
 
-_BLOCK = 512  # entries per block of the vectorised passes
+_BLOCK = SEGMENT_BLOCK  # entries per block of the vectorised passes, as for kernel columns
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -126,6 +126,23 @@ def _block_max(x, m):
         v = x[j]
         b0 = v if v > b0 else b0
     return max(max(b0, b1), max(b2, b3))
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _first_index(x, m, value):
+    """First k < m with ``x[k] == value`` (a block's maximum, found only when it matters)."""
+    for k in range(m):
+        if x[k] == value:
+            return k
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _flag_violation(g, flag):
+    """KKT violation from the bound flag (0 at 0, 1 free, 2 at C): branch-free, vectorises."""
+    up = g if flag != 0 else 0.0  # may decrease: violation when g > 0
+    dn = -g if flag != 2 else 0.0  # may increase: violation when g < 0
+    return up if up > dn else dn
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -159,11 +176,7 @@ def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit
             for k in range(m):
                 gs[k] += delta * c_s[k]
         for k in range(m):
-            gk = gs[k]
-            bk = b_s[k]
-            up = gk if bk != 0 else 0.0  # may decrease: violation when g > 0
-            dn = -gk if bk != 2 else 0.0  # may increase: violation when g < 0
-            v = up if up > dn else dn
+            v = _flag_violation(gs[k], b_s[k])
             score[k] = v * v
         if not unit_diag:
             d_s = dinv[s:e]
@@ -174,10 +187,7 @@ def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit
         bm = _block_max(score, m)
         if bm > best:
             best = bm
-            for k in range(m):
-                if score[k] == bm:
-                    i_sel = s + k
-                    break
+            i_sel = s + _first_index(score, m, bm)
     if unit_diag:
         max_v = best
     return i_sel, np.sqrt(max_v)
@@ -204,10 +214,7 @@ def _select_partner(i, n_active, g, bound, diag, col_i, score):
         c_s = col_i[s:e]
         for k in range(m):
             gk = gs[k]
-            bk = b_s[k]
-            up = gk if bk != 0 else 0.0
-            dn = -gk if bk != 2 else 0.0
-            v = up if up > dn else dn
+            v = _flag_violation(gk, b_s[k])
             q = np.float64(c_s[k])
             qjj = d_s[k]
             det = qii * qjj - q * q
@@ -218,10 +225,7 @@ def _select_partner(i, n_active, g, bound, diag, col_i, score):
         bm = _block_max(score, m)
         if bm > best:
             best = bm
-            for k in range(m):
-                if score[k] == bm:
-                    j_sel = s + k
-                    break
+            j_sel = s + _first_index(score, m, bm)
     return j_sel
 
 
