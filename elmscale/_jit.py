@@ -301,7 +301,7 @@ SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc64, out):
+def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc64, kbuf64, out):
     """``out[j] = t_i t_j K(x_i, x_j)`` (float32) for the columns j in ``[start, end)`` of ``Xt``.
 
     The solver's kernel-column kernel.  ``Xt`` is (d, n) float32, columns in the
@@ -309,7 +309,8 @@ def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc6
     columns are computed in float32 (differences of float32 inputs, an exp
     accurate to 1.2e-7): the stored values are within 5e-8 of the float64 ones,
     the size of float32 rounding itself, at 2.5x the speed of float64
-    distances; polynomial columns, whose dot products can be large, in float64.
+    distances; polynomial columns, whose dot products can be large, in float64
+    (``_kernel_row``, the kernel every other block uses).
     Works in blocks of ``SEGMENT_BLOCK`` through 1-D slices, which keeps every
     loop vectorised (scratch: ``xi`` d floats, the rest ``SEGMENT_BLOCK``).
     """
@@ -324,19 +325,9 @@ def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc6
         ts = t[s:e]
         if kind == 2:
             a = acc64[:m]
+            _kernel_row(xi, Xt[:, s:e], kind, sigma, degree, a, kbuf64[:m])
             for j in range(m):
-                a[j] = 0.0
-            for k in range(d):
-                xk = np.float64(xi[k])
-                bk = Xt[k, s:e]
-                for j in range(m):
-                    a[j] += xk * np.float64(bk[j])
-            for j in range(m):
-                base = 1.0 + a[j]
-                v = 1.0
-                for _ in range(degree):
-                    v *= base
-                o[j] = ti * ts[j] * v
+                o[j] = ti * ts[j] * a[j]
             continue
         b = acc32[:m]
         for j in range(m):

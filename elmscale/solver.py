@@ -265,7 +265,7 @@ def _solve_pair(ai, aj, gi, gj, qii, qjj, q, C):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _fetch_column(i, length, Xt, t32, kind, sigma, degree, cols, col_len, slot_of, owner, prev,
-                  nxt, head, xi, acc32, kbuf32, acc64, stats):
+                  nxt, head, xi, acc32, kbuf32, acc64, kbuf64, stats):
     """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front.
 
     Returns the slot, which is the new head."""
@@ -280,7 +280,7 @@ def _fetch_column(i, length, Xt, t32, kind, sigma, degree, cols, col_len, slot_o
     if col_len[s] < length:
         stats[0] += length - col_len[s]
         q_segment(Xt, t32, i, col_len[s], length, kind, sigma, degree, xi, acc32, kbuf32, acc64,
-                  cols[s])
+                  kbuf64, cols[s])
         col_len[s] = length
     if s != head:
         nxt[prev[s]] = nxt[s]
@@ -386,6 +386,7 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
     acc32 = np.empty(SEGMENT_BLOCK, np.float32)
     kbuf32 = np.empty(SEGMENT_BLOCK, np.int32)
     acc64 = np.empty(SEGMENT_BLOCK)
+    kbuf64 = np.empty(SEGMENT_BLOCK, np.int64)
     score = np.empty(_BLOCK)
     viol = np.empty(_BLOCK)
     zero = np.zeros(n, np.float32)  # the column of a step of size 0
@@ -431,7 +432,7 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
         n_iter += 1
         i = i_sel
         s = _fetch_column(i, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
-                          owner, prev, nxt, head, xi, acc32, kbuf32, acc64, istate[5:])
+                          owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, istate[5:])
         head = s
         j = -1
         if pair_steps:
@@ -442,7 +443,8 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
             s2 = s
         else:
             s2 = _fetch_column(j, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
-                               owner, prev, nxt, head, xi, acc32, kbuf32, acc64, istate[5:])
+                               owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64,
+                               istate[5:])
             head = s2
             di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
                                  np.float64(cols[s][j]), C)
@@ -460,7 +462,7 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
                 if col_len[sv] < n:
                     istate[9] += n - col_len[sv]
                     q_segment(Xt, t32, v, col_len[sv], n, kind, sigma, degree, xi, acc32, kbuf32,
-                              acc64, col)
+                              acc64, kbuf64, col)
                     col_len[sv] = n
                 w = C if new >= C else -C
                 for k in range(n):
