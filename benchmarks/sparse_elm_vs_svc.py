@@ -63,6 +63,19 @@ def timed(fn):
     return time.perf_counter() - start, result
 
 
+def race(ours, svc, X_tr, y_tr, X_te, y_te):
+    """Fit and predict both models; the comparison as one line of text."""
+    fit_ours, _ = timed(lambda: ours.fit(X_tr, y_tr))
+    fit_svc, _ = timed(lambda: svc.fit(X_tr, y_tr))
+    pred_ours, p_ours = timed(lambda: ours.predict(X_te))
+    pred_svc, p_svc = timed(lambda: svc.predict(X_te))
+    return (f"fit: ours {fit_ours:7.2f} s, SVC {fit_svc:7.2f} s, ratio {fit_svc / fit_ours:5.2f}x"
+            f" | predict: ours {pred_ours:5.2f} s, SVC {pred_svc:5.2f} s, ratio "
+            f"{pred_svc / pred_ours:5.2f}x | test acc: ours {np.mean(p_ours == y_te):.4f}, SVC "
+            f"{np.mean(p_svc == y_te):.4f} | SVs: ours {ours.support_.size}, SVC "
+            f"{svc.support_.size}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -96,19 +109,11 @@ def main(argv=None):
     for C in Cs:
         ours = SparseELMClassifier(sigma=args.sigma, C=C, cache_size=200)
         svc = SVC(kernel="rbf", gamma=1 / (2 * args.sigma**2), C=C, tol=1e-3, cache_size=200)
-        fit_ours, _ = timed(lambda: ours.fit(X_tr, y_tr))
-        fit_svc, _ = timed(lambda: svc.fit(X_tr, y_tr))
+        result = race(ours, svc, X_tr, y_tr, X_te, y_te)
         memory = peak_extra_mb(lambda: SparseELMClassifier(sigma=args.sigma, C=C,
                                                            cache_size=200).fit(X_tr, y_tr))
-        pred_ours, p_ours = timed(lambda: ours.predict(X_te))
-        pred_svc, p_svc = timed(lambda: svc.predict(X_te))
-        print(f"  C={C:<7g} fit: ours {fit_ours:7.2f} s, SVC {fit_svc:7.2f} s, "
-              f"ratio {fit_svc / fit_ours:5.2f}x | predict: ours {pred_ours:5.2f} s, "
-              f"SVC {pred_svc:5.2f} s, ratio {pred_svc / pred_ours:5.2f}x | test acc: ours "
-              f"{np.mean(p_ours == y_te):.4f}, SVC {np.mean(p_svc == y_te):.4f} | SVs: ours "
-              f"{ours.support_.size}, SVC {svc.support_.size} | steps {int(ours.n_iter_[0])} | "
-              f"peak memory of our fit {memory:.0f} MB (cache 200 MB + data "
-              f"{X_tr.nbytes / 2**20:.0f} MB)")
+        print(f"  C={C:<7g} {result} | steps {int(ours.n_iter_[0])} | peak memory of our fit "
+              f"{memory:.0f} MB (cache 200 MB + data {X_tr.nbytes / 2**20:.0f} MB)")
     return 0
 
 
@@ -141,15 +146,7 @@ def compare_multiclass(quick):
     for C, sigma in ([(1.0, 0.2)] if quick else [(1.0, 0.2), (5.0, 2.0)]):
         ours = SparseELMClassifier(sigma=sigma, C=C)
         svc = SVC(kernel="rbf", gamma=1 / (2 * sigma**2), C=C, tol=1e-3, cache_size=200)
-        fit_ours, _ = timed(lambda: ours.fit(X_tr, train.y))
-        fit_svc, _ = timed(lambda: svc.fit(X_tr, train.y))
-        pred_ours, p_ours = timed(lambda: ours.predict(X_te))
-        pred_svc, p_svc = timed(lambda: svc.predict(X_te))
-        print(f"  C={C:g} sigma={sigma:g} fit: ours {fit_ours:6.2f} s, SVC {fit_svc:6.2f} s, "
-              f"ratio {fit_svc / fit_ours:5.2f}x | predict: ours {pred_ours:5.2f} s, SVC "
-              f"{pred_svc:5.2f} s, ratio {pred_svc / pred_ours:5.2f}x | test acc: ours "
-              f"{np.mean(p_ours == test.y):.4f}, SVC {np.mean(p_svc == test.y):.4f} | SVs: ours "
-              f"{ours.support_.size}, SVC {svc.support_.size}")
+        print(f"  C={C:g} sigma={sigma:g} {race(ours, svc, X_tr, train.y, X_te, test.y)}")
     return 0
 
 
