@@ -19,7 +19,8 @@ from sklearn.utils.multiclass import _ovr_decision_function, check_classificatio
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from ._threads import map_in_threads, thread_budget
-from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
+from .hidden import (DEFAULT_BLOCK_ROWS, HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel,
+                     iter_row_blocks)
 from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
 
 
@@ -44,8 +45,11 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
         alpha, beta, n_iter, converged = solve_explicit_dual(
             H, t, C=C, tol=tol, shrinking=shrinking, max_iter=max_iter, alpha0=alpha0,
             random_state=seed)
-        f = H.astype(np.float64) @ beta
-    g = t * f - 1.0
+        # in blocks: a float64 copy of the whole of H is 1.6 GB at a million rows
+        f = np.empty(H.shape[0])
+        for rows in iter_row_blocks(H.shape[0], DEFAULT_BLOCK_ROWS):
+            f[rows] = H[rows].astype(np.float64) @ beta
+        g = t * f - 1.0
     objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
     return {"alpha": alpha, "beta": beta, "n_iter": n_iter, "converged": converged,
             "objective": objective, "kkt_violation": kkt_violation(alpha, g, C)}
@@ -250,7 +254,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         out = np.empty((X.shape[0], len(self.pairs_)))
         with thread_budget(self.n_threads):
             if self.hidden is not None:
-                for rows in iter_row_blocks(X.shape[0], 16384):
+                for rows in iter_row_blocks(X.shape[0], DEFAULT_BLOCK_ROWS):
                     out[rows] = self.hidden_layer_.scores(X[rows], self.coef_)
             elif self.support_.size:
                 out[:] = self._kernel_obj().block_matvec(X, self.support_vectors_,
