@@ -28,6 +28,20 @@ PAPER_SETS = {
 }
 
 
+def sparse_elm_and_svc(mapping: str, C: float, param: float):
+    """The sparse ELM and SVC with the same kernel and C (SVC's polynomial kernel set to
+    the paper's (1 + u.v)^m: gamma=1, coef0=1; gaussian: gamma = 1 / (2 sigma^2))."""
+    from sklearn.svm import SVC
+
+    from elmscale import SparseELMClassifier
+
+    if mapping == "gaussian":
+        return (SparseELMClassifier(kernel="gaussian", sigma=param, C=C),
+                SVC(kernel="rbf", gamma=1 / (2 * param * param), C=C))
+    return (SparseELMClassifier(kernel="polynomial", degree=int(param), C=C),
+            SVC(kernel="poly", degree=int(param), gamma=1.0, coef0=1.0, C=C))
+
+
 def own_test_file(name: str) -> bool:
     """Sets with their own test file train on the same rows for every seed."""
     return PAPER_SETS[name][1] is not None

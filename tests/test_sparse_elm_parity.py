@@ -16,21 +16,11 @@ fails it.
 
 import numpy as np
 import pytest
-from _paper_protocol import own_test_file, paper_params, paper_split, paper_support_vectors
-from sklearn.svm import SVC
-
-from elmscale import SparseELMClassifier
+from _paper_protocol import (own_test_file, paper_params, paper_split, paper_support_vectors,
+                             sparse_elm_and_svc)
 
 SETS = ["Australian", "Diabetes", "Heart", "Ionosphere", "SVMguide1", "Satimage"]
 TOLERANCE = {("Ionosphere", "gaussian"): 3.0}
-
-
-def _models(mapping, C, p):
-    if mapping == "gaussian":
-        return (SparseELMClassifier(kernel="gaussian", sigma=p, C=C),
-                SVC(kernel="rbf", gamma=1 / (2 * p * p), C=C))
-    return (SparseELMClassifier(kernel="polynomial", degree=int(p), C=C),
-            SVC(kernel="poly", degree=int(p), gamma=1.0, coef0=1.0, C=C))
 
 
 @pytest.mark.parametrize("mapping", ["gaussian", "polynomial"])
@@ -41,7 +31,7 @@ def test_accuracy_matches_libsvm_at_the_papers_parameters(name, mapping):
     ours, ref, sv_ours, sv_ref = [], [], [], []
     for seed in seeds:
         X_tr, y_tr, X_te, y_te = paper_split(name, seed)
-        model, svc = _models(mapping, C, p)
+        model, svc = sparse_elm_and_svc(mapping, C, p)
         model.fit(X_tr, y_tr)
         svc.fit(X_tr, y_tr)
         assert np.all(model.kkt_violation_ <= model.tol)
