@@ -20,19 +20,23 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 from ._errors import DataError, ModelFileError
 from .elm import ELMClassifier, ELMRegressor
-from .hidden import HiddenLayer, Kernel
+from .hidden import ConcatenatedLayers, HiddenLayer, Kernel
+from .parquet_units import ParquetDataset, open_parquet
 from .persistence import load, save
 from .sparse_elm import SparseELMClassifier
 
 __all__ = [
+    "ConcatenatedLayers",
     "DataError",
     "ELMClassifier",
     "ELMRegressor",
     "HiddenLayer",
     "Kernel",
     "ModelFileError",
+    "ParquetDataset",
     "SparseELMClassifier",
     "__version__",
     "load",
+    "open_parquet",
     "save",
 ]

@@ -86,12 +86,13 @@ class _BaseELM(BaseEstimator):
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
 
-    def _resolve_precision(self, layer: HiddenLayer, X, C_max: float) -> str:
+    def _resolve_precision(self, layer: HiddenLayer, X, C_max: float, n_rows=None) -> str:
+        """``precision``, or for "auto" the choice for ``n_rows`` rows like the first of ``X``."""
         if self.precision != "auto":
             return self.precision
         sample = layer.transform(X[: min(len(X), 4096)])
         mean_square = float(np.mean(np.square(sample, dtype=np.float64)))
-        return choose_precision(mean_square * X.shape[0], C_max)
+        return choose_precision(mean_square * (X.shape[0] if n_rows is None else n_rows), C_max)
 
     def _gram(self, X, T, C_max: float):
         """The matrix G and right-hand side B of ``(I/C + G) x = B``."""
@@ -104,6 +105,58 @@ class _BaseELM(BaseEstimator):
         X_fit = np.ascontiguousarray(X, dtype=np.float32)
         omega = self._kernel_obj().block(X_fit, X_fit, dtype=np.float64)
         return X_fit, omega, T
+
+    def _dataset_gram_stats(self, dataset, client, C_max: float, *, n_folds: int = 1,
+                            fold_seed: int = 0, n_units=None):
+        """Random nodes on a Parquet data set: ``(layer, precision, UnitGram)``; sets the
+        fitted attributes that come from the data (``classes_``, ``n_features_in_``, ...)."""
+        from . import dataplane
+
+        layer = self._new_layer(dataset.n_features)
+        first_rows, _ = dataset.units()[0].read(with_labels=False)
+        self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
+        ug = dataplane.gram(dataset, layer, targets=self._target_kind, n_folds=n_folds,
+                            fold_seed=fold_seed, precision=self.precision_,
+                            block_rows=self.block_rows, client=client,
+                            n_threads=self.n_threads, n_units=n_units)
+        self.n_features_in_ = dataset.n_features
+        self._encode_gram_targets(ug)
+        return layer, self.precision_, ug
+
+    def _dataset_gram(self, dataset, client, C_max: float):
+        """``_gram`` for a Parquet data set, on the cluster ``client`` (None: here)."""
+        from . import dataplane
+
+        if self.kernel is None:
+            layer, _, ug = self._dataset_gram_stats(dataset, client, C_max)
+            stats, _ = ug.gram_stats()
+            return layer, stats.HtH, stats.HtT
+        X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
+        self.n_features_in_ = dataset.n_features
+        T = self._encode_targets(y)
+        omega = dataplane.kernel_matrix(dataset, X, self._kernel_obj(), client=client,
+                                        n_threads=self.n_threads)
+        return X, omega, T
+
+    def _any_gram(self, X, y, client, C_max: float):
+        """``(basis, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
+        from .parquet_units import ParquetDataset
+
+        if isinstance(X, ParquetDataset):
+            if y is not None:
+                raise ValueError("y must be None when X is a ParquetDataset: the labels come "
+                                 f"from its label column {X.label!r}")
+            if X.label is None:
+                raise ValueError(f"{X.source}: the data set has no label column; expected "
+                                 "labels for fitting")
+            if self.n_threads == 0:
+                raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
+            return self._dataset_gram(X, client, C_max)
+        if client is not None:
+            raise ValueError("client is used with a ParquetDataset (elmscale.open_parquet); "
+                             "in-memory arrays are fitted in this process")
+        X, y = self._validate_X_y(X, y)
+        return self._gram(X, self._encode_targets(y), C_max)
 
     def _warn_if_single_precision_is_too_coarse(self, G, C_max: float) -> None:
         if self.kernel is None and self.precision == "single":
@@ -123,17 +176,20 @@ class _BaseELM(BaseEstimator):
             self.dual_coef_ = coef
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Fit the unified ELM on ``X`` (n_samples, n_features) and targets ``y``."""
-        X, y = self._validate_X_y(X, y)
-        T = self._encode_targets(y)
+    def fit(self, X, y=None, *, client=None):
+        """Fit the unified ELM on ``X`` (n_samples, n_features) and targets ``y``.
+
+        ``X`` may also be a :class:`~elmscale.parquet_units.ParquetDataset` (labels from its
+        label column, ``y`` None): its units are reduced on the Dask cluster of
+        ``client`` (a ``distributed.Client``), or in this process without one.
+        """
         with thread_budget(self.n_threads):
-            basis, G, B = self._gram(X, T, float(self.C))
+            basis, G, B = self._any_gram(X, y, client, float(self.C))
             self._warn_if_single_precision_is_too_coarse(G, float(self.C))
             self._set_solution(basis, solve_ridge(G, B, float(self.C)))
         return self
 
-    def fit_path(self, X, y, Cs: Sequence[float]) -> list:
+    def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
         """Fit one estimator per value of ``Cs`` from one eigendecomposition.
 
         Returns a list of fitted estimators in the order of ``Cs``; each equals
@@ -145,10 +201,8 @@ class _BaseELM(BaseEstimator):
             if not c > 0:
                 raise ValueError(f"every C in Cs must be > 0; got {c}")
         self._validate_params()
-        X, y = self._validate_X_y(X, y)
-        T = self._encode_targets(y)
         with thread_budget(self.n_threads):
-            basis, G, B = self._gram(X, T, max(Cs))
+            basis, G, B = self._any_gram(X, y, client, max(Cs))
             self._warn_if_single_precision_is_too_coarse(G, max(Cs))
             solutions = ridge_path(G, B, Cs)
         fitted = []
@@ -247,6 +301,8 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
     n_features_in_ : int
     """
 
+    _target_kind = "classes"
+
     def _encode_targets(self, y):
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
@@ -265,6 +321,12 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         T = -np.ones((y_idx.size, n_classes))
         T[np.arange(y_idx.size), y_idx] = 1.0
         return T
+
+    def _encode_gram_targets(self, ug):
+        self.classes_ = ug.classes
+        if self.classes_.size < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y; got "
+                             f"{self.classes_.size} class ({self.classes_.tolist()})")
 
     def _set_solution(self, basis, coef):
         coef = coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
@@ -294,6 +356,8 @@ class ELMRegressor(RegressorMixin, _BaseELM):
     n_outputs_ : int
     """
 
+    _target_kind = "values"
+
     def _encode_targets(self, y):
         y = np.asarray(y, dtype=np.float64)
         if not np.all(np.isfinite(y)):
@@ -301,6 +365,10 @@ class ELMRegressor(RegressorMixin, _BaseELM):
         self._single_output = y.ndim == 1
         self.n_outputs_ = 1 if y.ndim == 1 else y.shape[1]
         return y[:, None] if y.ndim == 1 else y
+
+    def _encode_gram_targets(self, ug):
+        self._single_output = True  # one label column
+        self.n_outputs_ = 1
 
     def _set_solution(self, basis, coef):
         coef = coef[:, 0] if coef.ndim == 2 and self._single_output else coef

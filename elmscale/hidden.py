@@ -85,6 +85,12 @@ class HiddenLayer:
         if not (np.isfinite(self.weight_scale) and self.weight_scale > 0):
             raise ValueError(f"weight_scale must be > 0; got {self.weight_scale}")
 
+    def __reduce__(self):
+        # Pickle the four defining values only, never the cached weights: a worker
+        # rebuilds them (small task graphs, see elmscale.reductions).
+        return (type(self), (self.kind, self.n_features, self.n_hidden, self.seed,
+                             self.weight_scale))
+
     # -- weights ---------------------------------------------------------
     @functools.cached_property
     def _weights(self) -> tuple[np.ndarray, np.ndarray]:
@@ -160,6 +166,65 @@ class HiddenLayer:
         return cls(kind=str(d["kind"]), n_features=int(d["n_features"]),
                    n_hidden=int(d["n_hidden"]), seed=int(d["seed"]),
                    weight_scale=float(d.get("weight_scale", 1.0)))
+
+
+@dataclass(frozen=True)
+class ConcatenatedLayers:
+    """Random layers side by side: ``h(x) = [h_1(x), ..., h_S(x)]`` (S x L columns).
+
+    Same interface as :class:`HiddenLayer` (``n_features``, ``n_hidden``, ``transform``,
+    ``scores``, ``to_dict``), so the Gram of an ensemble of S layers is accumulated by the
+    same functions as one layer's.
+    """
+
+    layers: tuple[HiddenLayer, ...]
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ValueError("ConcatenatedLayers needs at least one layer")
+        widths = {layer.n_features for layer in self.layers}
+        if len(widths) != 1:
+            raise ValueError(f"the layers expect different feature counts {sorted(widths)}; "
+                             "expected one input width")
+
+    @property
+    def n_features(self) -> int:
+        return self.layers[0].n_features
+
+    @property
+    def n_hidden(self) -> int:
+        return sum(layer.n_hidden for layer in self.layers)
+
+    def _slices(self) -> Iterator[tuple[HiddenLayer, slice]]:
+        start = 0
+        for layer in self.layers:
+            yield layer, slice(start, start + layer.n_hidden)
+            start += layer.n_hidden
+
+    def transform(self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None) -> np.ndarray:
+        n = np.shape(X)[0]
+        H = np.empty((n, self.n_hidden), dtype=dtype) if out is None else out
+        if H.shape != (n, self.n_hidden):
+            raise ValueError(f"out must have shape {(n, self.n_hidden)}")
+        for layer, cols in self._slices():
+            H[:, cols] = layer.transform(X, dtype=dtype)
+        return H
+
+    def scores(self, X: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        coef = np.asarray(coef, dtype=np.float64)
+        return sum(layer.scores(X, coef[cols]) for layer, cols in self._slices())
+
+    def to_dict(self) -> dict:
+        return {"layers": [layer.to_dict() for layer in self.layers]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ConcatenatedLayers:
+        return cls(tuple(HiddenLayer.from_dict(layer) for layer in d["layers"]))
+
+
+def layer_from_dict(d: dict) -> HiddenLayer | ConcatenatedLayers:
+    """Rebuild a layer or a concatenation of layers from its ``to_dict()``."""
+    return ConcatenatedLayers.from_dict(d) if "layers" in d else HiddenLayer.from_dict(d)
 
 
 @dataclass(frozen=True)

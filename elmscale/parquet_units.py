@@ -1,0 +1,294 @@
+"""Parquet data sets on disk, cut into work units for Dask or Ray workers.
+
+:func:`open_parquet` reads only the footers of a Parquet file, a directory of them
+(searched recursively) or a glob pattern: exact row counts per row group, and the
+schema, checked up front for every file (a missing column, a non-numeric feature, an
+empty or corrupt file is a :class:`~elmscale._errors.DataError` naming the file and
+column).  No data are read.
+
+:meth:`ParquetDataset.units` cuts the rows into :class:`WorkUnit` s: by default one per
+row group; with ``n_units`` into that many contiguous, near-equal row ranges (pieces of
+row groups).  A unit is a small, self-contained description (files, row-group numbers,
+row ranges, column names, an optional affine scaling): pickled it is a few hundred bytes,
+the same unit runs on a Dask worker, a Ray task or in the calling process, and
+:meth:`WorkUnit.read` gives its rows as a float32 matrix and its labels.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ._errors import DataError
+from .data import _PARQUET_SUFFIXES, _is_numeric_type
+
+__all__ = ["ParquetDataset", "WorkUnit", "open_parquet"]
+
+
+def _find_files(path: str | os.PathLike) -> list[Path]:
+    src = os.fspath(path)
+    if glob.has_magic(src):
+        files = sorted(Path(p) for p in glob.glob(src, recursive=True) if Path(p).is_file())
+        if not files:
+            raise DataError(f"{src}: the pattern matches no file; expected Parquet files")
+        return files
+    p = Path(src)
+    if not p.exists():
+        raise DataError(f"{src}: no such file or directory; expected a Parquet file or a "
+                        "directory of them")
+    if p.is_file():
+        return [p]
+    files = sorted(
+        f for f in p.rglob("*")
+        if f.is_file() and f.suffix in _PARQUET_SUFFIXES
+        and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+    )
+    if not files:
+        raise DataError(f"{src}: directory holds no *.parquet or *.pq files; expected Parquet "
+                        "files")
+    return files
+
+
+def _footer(file: Path) -> pq.FileMetaData:
+    if file.stat().st_size == 0:
+        raise DataError(f"{os.fspath(file)}: empty file (0 bytes); expected a Parquet file")
+    try:
+        return pq.ParquetFile(file).metadata
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a "
+                        "Parquet file") from exc
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Rows ``start .. start + n_rows`` of a data set: where they are and how to read them.
+
+    ``pieces`` are ``(file, row_group, offset, length)``: rows ``offset .. offset + length``
+    of that row group.  ``scale`` / ``shift``, when set, map each feature to
+    ``x * scale + shift`` (a fitted :class:`~elmscale.data.Scaler`).
+    """
+
+    index: int
+    start: int
+    n_rows: int
+    pieces: tuple[tuple[str, int, int, int], ...]
+    features: tuple[str, ...]
+    label: str | None
+    scale: tuple[float, ...] | None = None
+    shift: tuple[float, ...] | None = None
+
+    def read(self, *, with_labels: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(X, y)``: features as a C-contiguous float32 ``(n_rows, n_features)`` array, and
+        the labels as stored (numbers, or an object array of str); ``y`` is None without a
+        label column or when ``with_labels`` is False.
+        """
+        X = np.empty((self.n_rows, len(self.features)), dtype=np.float32)
+        labels = []
+        want_labels = with_labels and self.label is not None
+        columns = list(self.features) + ([self.label] if want_labels else [])
+        row = 0
+        files: dict[str, pq.ParquetFile] = {}
+        for file, group, offset, length in self.pieces:
+            try:
+                handle = files.get(file) or files.setdefault(file, pq.ParquetFile(file))
+                table = handle.read_row_group(group, columns=columns).slice(offset, length)
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"{file}: row group {group} cannot be read ({exc}); expected a "
+                                "readable Parquet file") from exc
+            for j, name in enumerate(self.features):
+                column = table.column(name)
+                if column.null_count:
+                    raise DataError(f"{file}: column '{name}' has {column.null_count} null "
+                                    f"value(s) in row group {group}; expected numbers")
+                values = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
+                if not np.isfinite(values).all():
+                    raise DataError(f"{file}: column '{name}' has NaN or infinite values in "
+                                    f"row group {group}; expected finite numbers")
+                X[row:row + length, j] = values
+            if want_labels:
+                labels.append(self._labels(table.column(self.label), file, group))
+            row += length
+        if self.scale is not None:
+            X *= np.asarray(self.scale, dtype=np.float32)
+            X += np.asarray(self.shift, dtype=np.float32)
+        y = None
+        if want_labels:
+            y = np.concatenate(labels) if labels else np.empty(0)
+        return X, y
+
+    def _labels(self, column: pa.ChunkedArray, file: str, group: int) -> np.ndarray:
+        if column.null_count:
+            raise DataError(f"{file}: label column '{self.label}' has {column.null_count} null "
+                            f"value(s) in row group {group}; expected a label on every row")
+        if pa.types.is_dictionary(column.type):
+            column = pc.cast(column, column.type.value_type)
+        if _is_numeric_type(column.type):
+            return column.to_numpy()
+        return np.array(column.to_pylist(), dtype=object)
+
+
+@dataclass(frozen=True)
+class ParquetDataset:
+    """A Parquet data set described by its footers (see :func:`open_parquet`).
+
+    Attributes
+    ----------
+    source : the path or pattern given.
+    files : the files, in name order.
+    row_groups : for each file, the row count of each row group.
+    features : feature column names (in the files' order).
+    label : the label column, or None.
+    scale, shift : an affine map applied to the features when units are read (see
+        :meth:`scaled`), or None.
+    n_units : how many units :meth:`units` makes by default (see :meth:`with_units`);
+        None: one per row group.
+    """
+
+    source: str
+    files: tuple[str, ...]
+    row_groups: tuple[tuple[int, ...], ...]
+    features: tuple[str, ...]
+    label: str | None
+    scale: tuple[float, ...] | None = None
+    shift: tuple[float, ...] | None = None
+    n_units: int | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return int(sum(sum(groups) for groups in self.row_groups))
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    def __repr__(self) -> str:
+        return (f"ParquetDataset({self.source!r}, {len(self.files)} file(s), "
+                f"{self.n_rows:,} rows, {self.n_features} features, label={self.label!r}"
+                f"{', scaled' if self.scale is not None else ''})")
+
+    def scaled(self, scaler) -> ParquetDataset:
+        """The same rows with ``scaler`` (a fitted ``Scaler`` / ``MinMaxScaler``) applied."""
+        scale = np.asarray(scaler.scale_, dtype=np.float64)
+        if scale.shape != (self.n_features,):
+            raise DataError(f"{self.source}: the scaler has {scale.size} columns; expected "
+                            f"{self.n_features} (the data set's features)")
+        return replace(self, scale=tuple(scale.tolist()),
+                       shift=tuple(np.asarray(scaler.min_, dtype=np.float64).tolist()))
+
+    def with_units(self, n_units: int | None) -> ParquetDataset:
+        """The same data set cut into ``n_units`` units by default (None: per row group)."""
+        if n_units is not None and int(n_units) < 1:
+            raise ValueError(f"n_units must be >= 1 or None; got {n_units}")
+        return replace(self, n_units=None if n_units is None else int(n_units))
+
+    def _group_list(self) -> list[tuple[str, int, int]]:
+        return [(file, g, n) for file, groups in zip(self.files, self.row_groups)
+                for g, n in enumerate(groups) if n > 0]
+
+    def units(self, n_units: int | None = None) -> list[WorkUnit]:
+        """Work units covering every row once, in order.
+
+        ``n_units`` None: the data set's own ``n_units``, or one unit per row group.
+        Otherwise that many contiguous row ranges of near-equal size (at most one per row);
+        a range may span row groups and files.
+        """
+        n_units = self.n_units if n_units is None else n_units
+        groups = self._group_list()
+        if n_units is None:
+            bounds = np.cumsum([0] + [n for _, _, n in groups])
+        else:
+            if int(n_units) < 1:
+                raise ValueError(f"n_units must be >= 1; got {n_units}")
+            k = min(int(n_units), self.n_rows)
+            bounds = np.linspace(0, self.n_rows, k + 1).round().astype(np.int64)
+        group_starts = np.cumsum([0] + [n for _, _, n in groups])
+        units = []
+        for index, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            pieces = []
+            first = int(np.searchsorted(group_starts, lo, side="right")) - 1
+            for gi in range(first, len(groups)):
+                g_lo = int(group_starts[gi])
+                if g_lo >= hi:
+                    break
+                file, g, n = groups[gi]
+                a, b = max(int(lo), g_lo), min(int(hi), g_lo + n)
+                if b > a:
+                    pieces.append((file, g, a - g_lo, b - a))
+            units.append(WorkUnit(index=index, start=int(lo), n_rows=int(hi - lo),
+                                  pieces=tuple(pieces), features=self.features, label=self.label,
+                                  scale=self.scale, shift=self.shift))
+        return units
+
+    def read(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """All rows in memory (for small sets and tests): ``(X float32, y)``."""
+        parts = [unit.read() for unit in self.units()]
+        X = np.concatenate([p[0] for p in parts])
+        y = None if self.label is None else np.concatenate([p[1] for p in parts])
+        return X, y
+
+
+def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> ParquetDataset:
+    """Describe a Parquet data set from its footers, checking every file's schema.
+
+    Parameters
+    ----------
+    path : a file, a directory (its ``*.parquet`` / ``*.pq`` files, recursively, skipping
+        names that start with ``.`` or ``_``) or a glob pattern (``data/part-*.parquet``).
+    features : None (every numeric column but the label), a list of names, or a pattern
+        matched against the column names (``"f*"``).
+    label : the label column's name; None: "label" if present, else the last column;
+        False: no label column (for scoring).
+    """
+    src = os.fspath(path)
+    files = _find_files(path)
+    footers = [_footer(f) for f in files]
+    schema = footers[0].schema.to_arrow_schema()
+    names = list(schema.names)
+    if label is None:
+        label = "label" if "label" in names else (names[-1] if names else None)
+    if label is not False and label not in names:
+        raise DataError(f"{files[0]}: label column {label!r} not found; expected one of {names}")
+    label_name = None if label is False else label
+    others = [n for n in names if n != label_name]
+    if features is None:
+        chosen = [n for n in others if _is_numeric_type(schema.field(n).type)]
+    elif isinstance(features, str):
+        chosen = [n for n in others if fnmatch.fnmatchcase(n, features)]
+        if not chosen:
+            raise DataError(f"{files[0]}: features={features!r} matches no column; expected a "
+                            f"pattern matching some of {others}")
+    else:
+        chosen = [str(n) for n in features]
+        if label_name in chosen:
+            raise DataError(f"{src}: column '{label_name}' is both a feature and the label; "
+                            "expected distinct columns")
+    if not chosen:
+        raise DataError(f"{files[0]}: no numeric feature column besides the label "
+                        f"{label_name!r}; expected numeric features")
+    wanted = chosen + ([label_name] if label_name is not None else [])
+    row_groups = []
+    for file, footer in zip(files, footers):
+        file_schema = footer.schema.to_arrow_schema()
+        for name in wanted:
+            if name not in file_schema.names:
+                raise DataError(f"{file}: column '{name}' not found; expected the columns "
+                                f"{wanted} in every file (it has {file_schema.names})")
+        for name in chosen:
+            kind = file_schema.field(name).type
+            if not _is_numeric_type(kind):
+                raise DataError(f"{file}: feature column '{name}' has type {kind}; expected a "
+                                "numeric column")
+        if footer.num_rows == 0:
+            raise DataError(f"{file}: holds no rows; expected at least one row per file")
+        row_groups.append(tuple(footer.row_group(g).num_rows
+                                for g in range(footer.num_row_groups)))
+    return ParquetDataset(source=src, files=tuple(os.fspath(f) for f in files),
+                          row_groups=tuple(row_groups), features=tuple(chosen), label=label_name)
