@@ -1,0 +1,199 @@
+"""The Dask data plane on a real LocalCluster: cluster fits equal local fits, faults, CV."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sklearn.base import clone
+
+from elmscale import (ConcatenatedLayers, DataError, ELMClassifier, ELMRegressor, HiddenLayer,
+                      SparseELMClassifier, open_parquet)
+from elmscale import dataplane
+from elmscale.data import Scaler, generate_classification, load, write_parquet
+from elmscale.gram import accumulate_gram
+from elmscale.reductions import fold_of_rows
+
+from _datasets import shared_data
+
+
+def _to_parquet_dir(data, directory, n_files=3):
+    """Write ``data`` as ``n_files`` Parquet files (the label in its own type)."""
+    X = data.X.toarray() if hasattr(data.X, "toarray") else data.X
+    bounds = np.linspace(0, len(X), n_files + 1).astype(int)
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        write_parquet(X[a:b], directory / f"part-{i}.parquet", y=data.y[a:b])
+    return directory
+
+
+@pytest.fixture(scope="session")
+def real_sets(tmp_path_factory):
+    """COD-RNA and a9a from ../shared/data, converted to Parquet directories."""
+    sets = {}
+    for name, rel in (("cod-rna", ("cod-rna", "codrna.csv")), ("a9a", ("a9a", "a9a"))):
+        data = load(shared_data(*rel))
+        sets[name] = _to_parquet_dir(data, tmp_path_factory.mktemp(name))
+    return sets
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory):
+    data = generate_classification(200_000, n_features=8, random_state=0)
+    return _to_parquet_dir(data, tmp_path_factory.mktemp("generated"), n_files=2)
+
+
+def _rel(a, b):
+    return np.abs(a - b).max() / np.abs(b).max()
+
+
+@pytest.mark.parametrize("name", ["cod-rna", "a9a"])
+def test_cluster_fit_equals_local_fit(real_sets, dask_client, name):
+    raw = open_parquet(real_sets[name])
+    scaler = dataplane.fit_scaler(raw, client=dask_client)
+    X_raw, y = raw.read()
+    local_scaler = Scaler().fit(X_raw.astype(np.float64))
+    np.testing.assert_allclose(scaler.scale_, local_scaler.scale_, rtol=1e-12)
+    ds = raw.scaled(scaler)
+    X, _ = ds.read()
+    model = ELMClassifier(n_hidden=300, precision="double", random_state=0)
+    local = clone(model).fit(X, y)
+    expected = local.predict(X)
+    for units_per_worker in (1, 4):
+        on_cluster = clone(model).fit(ds.with_units(2 * units_per_worker), client=dask_client)
+        assert _rel(on_cluster.coef_, local.coef_) <= 1e-6
+        np.testing.assert_array_equal(on_cluster.classes_, local.classes_)
+        np.testing.assert_array_equal(dataplane.predict(on_cluster, ds, client=dask_client),
+                                      expected)
+    in_process = clone(model).fit(ds)  # no client: the same unit functions, here
+    assert _rel(in_process.coef_, local.coef_) <= 1e-6
+
+
+def test_single_precision_and_regression_on_a_dataset(generated, dask_client):
+    ds = open_parquet(generated)
+    X, y = ds.read()
+    auto = ELMClassifier(n_hidden=100, random_state=1).fit(ds.with_units(4), client=dask_client)
+    assert auto.precision_ == ELMClassifier(n_hidden=100, random_state=1).fit(X, y).precision_
+    assert auto.score(X, y) > 0.85
+    reg = ELMRegressor(n_hidden=100, precision="double", random_state=2)
+    on_cluster = clone(reg).fit(ds, client=dask_client)
+    local = clone(reg).fit(X, y.astype(float))
+    assert _rel(on_cluster.coef_, local.coef_) <= 1e-6
+
+
+def test_kernel_elm_and_sparse_elm_scoring_on_workers(tmp_path, dask_client):
+    data = generate_classification(3_000, n_features=6, n_classes=3, random_state=4)
+    ds = open_parquet(_to_parquet_dir(data, tmp_path, n_files=2))
+    X, y = ds.read()
+    kernel = ELMClassifier(kernel="gaussian", sigma=1.0, C=10.0)
+    on_cluster = clone(kernel).fit(ds, client=dask_client)
+    local = clone(kernel).fit(X, y)
+    assert _rel(on_cluster.dual_coef_, local.dual_coef_) <= 1e-6
+    np.testing.assert_allclose(dataplane.decision_function(on_cluster, ds, client=dask_client),
+                               local.decision_function(X), rtol=1e-9, atol=1e-9)
+    sparse = SparseELMClassifier(sigma=1.0, C=5.0).fit(X, y)
+    np.testing.assert_array_equal(dataplane.predict(sparse, ds, client=dask_client),
+                                  sparse.predict(X))
+    np.testing.assert_allclose(dataplane.decision_function(sparse, ds.with_units(5)),
+                               sparse.decision_function(X), rtol=1e-12)
+
+
+def test_concatenated_layers_gram_is_the_gram_of_stacked_outputs():
+    data = generate_classification(2_000, random_state=5)
+    layers = ConcatenatedLayers(tuple(HiddenLayer("sigmoid", 8, 40, seed) for seed in (1, 2, 3)))
+    H = np.hstack([layer.transform(data.X).astype(np.float64) for layer in layers.layers])
+    stats = accumulate_gram(layers, data.X, data.y[:, None].astype(float), block_rows=300)
+    np.testing.assert_allclose(stats.HtH, H.T @ H, rtol=1e-10)
+    coef = np.random.default_rng(0).normal(size=120)
+    np.testing.assert_allclose(layers.scores(data.X, coef), H @ coef, rtol=1e-5, atol=1e-6)
+
+
+def test_folds_do_not_depend_on_units():
+    whole = fold_of_rows(0, 10_000, 5, seed=3)
+    parts = np.concatenate([fold_of_rows(a, 1_000, 5, seed=3) for a in range(0, 10_000, 1_000)])
+    np.testing.assert_array_equal(whole, parts)
+    assert np.all(np.abs(np.bincount(whole) - 2_000) < 150)
+    assert not np.array_equal(whole, fold_of_rows(0, 10_000, 5, seed=4))
+
+
+def test_one_pass_cv_equals_fold_by_fold_fits(generated, dask_client):
+    ds = open_parquet(generated).with_units(6)
+    X, y = ds.read()
+    Cs = [0.1, 10.0, 1000.0]
+    model = ELMClassifier(n_hidden=120, precision="double", random_state=7)
+    result = dataplane.cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2,
+                                           client=dask_client)
+    folds = fold_of_rows(0, len(y), 3, seed=2)
+    for k in range(3):
+        train, test = folds != k, folds == k
+        fitted = clone(model).fit_path(X[train], y[train], Cs)
+        expected = [est.score(X[test], y[test]) for est in fitted]
+        np.testing.assert_allclose(result.split_scores[k], expected, atol=1e-12)
+    assert result.best_C == Cs[int(np.argmax(result.mean_scores))]
+    refit = clone(model).set_params(C=result.best_C).fit(X, y)
+    assert _rel(result.best_estimator.coef_, refit.coef_) <= 1e-6
+    local = dataplane.cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2)
+    np.testing.assert_allclose(local.split_scores, result.split_scores, atol=1e-12)
+    # the Gram-only score is the mean squared error of the +1 / -1 targets
+    mse = dataplane.cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2,
+                                        scoring="neg_mean_squared_error", client=dask_client)
+    for k in range(3):
+        fitted = clone(model).fit_path(X[folds != k], y[folds != k], Cs)
+        t = np.where(y[folds == k] == 1, 1.0, -1.0)
+        expected = [-np.mean((est.decision_function(X[folds == k]) - t) ** 2) for est in fitted]
+        np.testing.assert_allclose(mse.split_scores[k], expected, rtol=1e-6)
+    assert set(result.cv_results()) >= {"param_C", "mean_test_score", "rank_test_score",
+                                        "split2_test_score"}
+
+
+def test_worker_killed_during_a_reduction_does_not_change_the_fit(generated, dask_client):
+    ds = open_parquet(generated).with_units(16)
+    model = ELMClassifier(n_hidden=1000, precision="double", random_state=0)
+    reference = clone(model).fit(ds, client=dask_client)
+    pids = dask_client.run(os.getpid)
+    outcome = {}
+
+    def fit():
+        try:
+            outcome["model"] = clone(model).fit(ds, client=dask_client)
+        except BaseException as exc:  # reported below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=fit)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not any(dask_client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # some units done, others running
+    victim = next(iter(pids.values()))
+    os.kill(victim, signal.SIGKILL)
+    assert runner.is_alive(), "the reduction finished before the worker was killed"
+    runner.join(300)
+    assert "error" not in outcome, outcome.get("error")
+    np.testing.assert_array_equal(outcome["model"].coef_, reference.coef_)
+    dask_client.wait_for_workers(2, timeout=120)
+    assert victim not in dask_client.run(os.getpid).values()
+
+
+def test_bad_input_on_the_cluster_is_named(tmp_path, dask_client):
+    pq.write_table(pa.table({"a": [1.0, 2.0, None, 4.0], "b": [1.0, 2.0, 3.0, 4.0],
+                             "label": [0, 1, 0, 1]}), tmp_path / "nulls.parquet")
+    ds = open_parquet(tmp_path / "nulls.parquet")
+    with pytest.raises(DataError, match=r"nulls\.parquet: column 'a' has 1 null"):
+        ELMClassifier(n_hidden=5).fit(ds, client=dask_client)
+    with pytest.raises(ValueError, match="y must be None when X is a ParquetDataset"):
+        ELMClassifier(n_hidden=5).fit(ds, np.zeros(4))
+    with pytest.raises(ValueError, match="client is used with a ParquetDataset"):
+        ELMClassifier(n_hidden=5).fit(np.zeros((4, 2)), [0, 1, 0, 1], client=dask_client)
+    pq.write_table(pa.table({"a": [1.0, 2.0], "label": [1, 1]}), tmp_path / "one.parquet")
+    with pytest.raises(ValueError, match="needs at least 2 classes"):
+        ELMClassifier(n_hidden=5).fit(open_parquet(tmp_path / "one.parquet"))
+    unlabelled = open_parquet(tmp_path / "one.parquet", label=False)
+    with pytest.raises(ValueError, match="has no label column"):
+        ELMClassifier(n_hidden=5).fit(unlabelled)
+    fitted = ELMClassifier(n_hidden=5).fit(np.zeros((4, 3)), [0, 1, 0, 1])
+    with pytest.raises(ValueError, match="2 feature columns; the model expects 3"):
+        dataplane.predict(fitted, unlabelled)
