@@ -47,10 +47,25 @@ def _check_dataset(dataset) -> ParquetDataset:
     return dataset
 
 
+#: With a client and no unit count set, at least this many units per worker thread.
+UNITS_PER_THREAD = 2
+
+
+def _units(dataset, client, n_units: int | None = None):
+    """The data set's units: ``n_units`` or the data set's own count if set; otherwise one
+    per row group, cut finer when that leaves a cluster's threads idle."""
+    units = _check_dataset(dataset).units(n_units)
+    if n_units is None and dataset.n_units is None and client is not None:
+        wanted = UNITS_PER_THREAD * sum(client.nthreads().values())
+        if len(units) < wanted:
+            units = dataset.units(wanted)
+    return units
+
+
 def column_stats(dataset: ParquetDataset, *, client=None, n_units: int | None = None
                  ) -> ColumnStats:
     """Rows, raw per-column minima / maxima and class counts of the whole data set."""
-    units = _check_dataset(dataset).units(n_units)
+    units = _units(dataset, client, n_units)
     return reduce_units(unit_column_stats, units, ColumnStats.combine, client=client)
 
 
@@ -64,7 +79,7 @@ def gram(dataset: ParquetDataset, layer, *, targets: str = "classes", n_folds: i
          client=None, n_threads: int | None = None, n_units: int | None = None) -> UnitGram:
     """``H'H``, ``H'Y`` of ``layer`` (a ``HiddenLayer`` or ``ConcatenatedLayers``) over every
     row, per fold when ``n_folds`` > 1.  ``n_threads`` applies without a client."""
-    units = _check_dataset(dataset).units(n_units)
+    units = _units(dataset, client, n_units)
     return reduce_units(unit_gram, units, UnitGram.combine, client=client,
                         threads_per_task=None if client is not None else n_threads,
                         layer=layer.to_dict(), targets=targets, n_folds=n_folds,
@@ -74,7 +89,7 @@ def gram(dataset: ParquetDataset, layer, *, targets: str = "classes", n_folds: i
 def gather_rows(dataset: ParquetDataset, *, client=None, n_threads: int | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Every row on the coordinator: ``(X float32, y)`` (for small sets: kernel models)."""
-    units = _check_dataset(dataset).units()
+    units = _units(dataset, client)
     parts = map_units(unit_rows, units, client=client,
                       threads_per_task=None if client is not None else n_threads)
     X = np.concatenate([p[0] for p in parts])
@@ -107,7 +122,7 @@ def _model_for_tasks(model, n_threads: int | None):
 
 
 def _score(model, dataset, method: str, client, n_threads) -> np.ndarray:
-    units = _check_dataset(dataset).units()
+    units = _units(dataset, client)
     if dataset.n_features != getattr(model, "n_features_in_", dataset.n_features):
         raise ValueError(f"{dataset.source}: {dataset.n_features} feature columns; the model "
                          f"expects {model.n_features_in_}")
@@ -214,7 +229,7 @@ def cross_validate_path(estimator, dataset: ParquetDataset, Cs, *, n_folds: int 
         split_scores = _gram_scores(ug, coefs)
     else:
         correct = reduce_units(
-            unit_fold_scores, _check_dataset(dataset).units(n_units), add_arrays, client=client,
+            unit_fold_scores, _units(dataset, client, n_units), add_arrays, client=client,
             threads_per_task=None if client is not None else model.n_threads,
             layer=layer.to_dict(), coefs=broadcast(coefs, client), classes=ug.classes,
             n_folds=int(n_folds), fold_seed=fold_seed, block_rows=model.block_rows)
