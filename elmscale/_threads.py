@@ -47,7 +47,8 @@ def thread_budget(n_threads: int | None = None) -> Iterator[int]:
 
 
 def map_in_threads(fn, items, n_threads: int) -> list:
-    """``[fn(x) for x in items]`` on up to ``n_threads`` threads, each with one numba thread.
+    """``[fn(x) for x in items]`` on up to ``n_threads`` threads, each with one numba and
+    one BLAS thread.
 
     For independent pieces of numba work that release the GIL (``nogil``), such
     as one-vs-one pairs: two pairs on two cores beat one pair on two threads,
@@ -63,5 +64,6 @@ def map_in_threads(fn, items, n_threads: int) -> list:
         numba.set_num_threads(1)  # numba's thread count is per calling thread
         return fn(x)
 
-    with ThreadPoolExecutor(max_workers=n_workers) as pool:
+    # BLAS limits are process-wide: one BLAS thread per worker thread, not n each
+    with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_workers) as pool:
         return list(pool.map(run, items))

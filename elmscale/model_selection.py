@@ -13,12 +13,18 @@ The paper's grids (Section VI-C) are ``PAPER_C_GRID``, ``PAPER_SIGMA_GRID`` and
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.model_selection import ParameterGrid, check_cv
-from sklearn.utils.multiclass import type_of_target
+from sklearn.base import BaseEstimator, clone, is_classifier
+from sklearn.metrics import check_scoring
+from sklearn.model_selection import KFold, ParameterGrid, StratifiedKFold, check_cv
+from sklearn.utils import check_X_y
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+
+from ._threads import map_in_threads, thread_budget
 
 PAPER_C_GRID = (0.01, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 PAPER_SIGMA_GRID = PAPER_C_GRID
@@ -79,3 +85,245 @@ def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, re
     if refit:
         result.best_estimator_ = clone(estimator).set_params(**best_key).fit(X, y)
     return result
+
+
+# --------------------------------------------------------------------------- GridSearchCV
+
+
+def _path_piece(piece, *, X, y, splits, estimator, Cs, scoring):
+    """Scores of one (fold, setting): ``fit_path`` along ``Cs`` on the training rows."""
+    fold, params = piece
+    train, test = splits[fold]
+    est = clone(estimator).set_params(**params)
+    scorer = check_scoring(est, scoring)
+    return np.array([scorer(fitted, X[test], y[test])
+                     for fitted in est.fit_path(X[train], y[train], Cs)])
+
+
+def _pair_piece(piece, *, X, y_idx, splits, estimator, Cs):
+    """Pair scores of one (fold, setting, one-vs-one pair) along ``Cs`` (increasing),
+    warm-started, on the fold's validation rows: ``(n_C, n_validation_rows)``."""
+    from .sparse_elm import pair_path
+
+    fold, params, (a, b) = piece
+    train, test = splits[fold]
+    est = clone(estimator).set_params(**params)
+    rows = train[(y_idx[train] == a) | (y_idx[train] == b)]
+    t = np.where(y_idx[rows] == a, 1.0, -1.0)
+    layer, seed = est._layer_and_seed(X.shape[1])
+    kernel = None if layer is not None else est._kernel_obj()
+    path = pair_path((rows, t), X=X, kernel=kernel, layer=layer, Cs=Cs, seed=seed,
+                     **est._solver_options())
+    scores = np.empty((len(Cs), test.size))
+    for c, result in enumerate(path):
+        if layer is not None:
+            scores[c] = layer.scores(X[test], result["beta"])
+            continue
+        sv = result["alpha"] > 0
+        scores[c] = kernel.block_matvec(X[test], X[rows[sv]], result["alpha"][sv] * t[sv])
+    return scores
+
+
+class GridSearchCV(BaseEstimator):
+    """Grid search along C paths, in scikit-learn's shape, on Ray or in this process.
+
+    The grid's ``C`` values are solved as a path inside each piece of work (increasing
+    C, warm-started for the sparse ELM, one eigendecomposition for the unified ELM);
+    the pieces are (fold x other parameters) and, for ``SparseELMClassifier``, x
+    one-vs-one pair.  With ``ray_address`` (or an initialised Ray, with
+    ``ray_address="auto"``) every piece is a Ray task with ``X`` put in the object
+    store once; without it the pieces run here, side by side on ``n_threads`` cores.
+    The results are the same either way.
+
+    Parameters
+    ----------
+    estimator : an elmscale estimator with ``fit_path`` (``SparseELMClassifier``,
+        ``ELMClassifier``, ``ELMRegressor``).
+    param_grid : dict (or list of dicts) of parameter lists, as scikit-learn's; its "C"
+        list is the path (default: the estimator's C).  ``paper_grid(kernel)`` gives the
+        paper's grids.
+    cv : int or splitter, default 5 (an int: ``StratifiedKFold(cv, shuffle=True,
+        random_state=random_state)`` for classifiers, ``KFold`` likewise otherwise).
+    scoring : None (the estimator's ``score``), or a scikit-learn scoring name; the
+        sparse ELM supports accuracy only (its pieces return pair scores).
+    refit : bool, default True: fit ``best_estimator_`` on all the data.
+    ray_address : None (in this process) or a Ray address ("auto", "ray://...").
+    progress : bool, default False: a progress bar (pieces done / total, elapsed,
+        remaining) on stderr.
+    n_threads, random_state : cores for the local run; the folds' seed.
+
+    Attributes
+    ----------
+    cv_results_, best_index_, best_params_, best_score_, best_estimator_, n_splits_ as in
+    scikit-learn (``cv_results_`` has ``params``, ``param_*``, ``split*_test_score``,
+    ``mean_test_score``, ``std_test_score``, ``rank_test_score``), and ``n_pieces_``.
+    """
+
+    def __init__(self, estimator, param_grid, *, cv=5, scoring=None, refit=True,
+                 ray_address=None, progress=False, n_threads=None, random_state=0):
+        self.estimator = estimator
+        self.param_grid = param_grid
+        self.cv = cv
+        self.scoring = scoring
+        self.refit = refit
+        self.ray_address = ray_address
+        self.progress = progress
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    def _splits(self, X, y, classifier):
+        if isinstance(self.cv, numbers.Integral):
+            splitter_cls = StratifiedKFold if classifier else KFold
+            splitter = splitter_cls(int(self.cv), shuffle=True, random_state=self.random_state)
+        else:
+            splitter = check_cv(self.cv, y, classifier=classifier)
+        return [(np.asarray(tr), np.asarray(te)) for tr, te in splitter.split(X, y)]
+
+    def _candidates(self):
+        """GridSearchCV's candidate list, each split into (setting without C, C)."""
+        grids = self.param_grid if isinstance(self.param_grid, list) else [self.param_grid]
+        default_C = self.estimator.get_params()["C"]
+        grids = [g if "C" in g else {**g, "C": [default_C]} for g in grids]
+        candidates = list(ParameterGrid(grids))
+        settings, Cs = [], sorted({float(c["C"]) for c in candidates})
+        keys = []
+        for c in candidates:
+            setting = {k: v for k, v in c.items() if k != "C"}
+            if setting not in settings:
+                settings.append(setting)
+            keys.append((settings.index(setting), Cs.index(float(c["C"]))))
+        return candidates, settings, Cs, keys
+
+    def fit(self, X, y):
+        from .sparse_elm import SparseELMClassifier, decision_to_class_index, ovo_decision
+
+        X, y = check_X_y(X, y, dtype=[np.float64, np.float32])
+        classifier = is_classifier(self.estimator)
+        if classifier:
+            check_classification_targets(y)
+        splits = self._splits(X, y, classifier)
+        candidates, settings, Cs, keys = self._candidates()
+        pairwise = isinstance(self.estimator, SparseELMClassifier)
+        if pairwise:
+            if self.scoring not in (None, "accuracy"):
+                raise ValueError(f"scoring={self.scoring!r}: the sparse ELM's grid search "
+                                 "scores accuracy only")
+            classes, y_idx = np.unique(y, return_inverse=True)
+            pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
+            pieces = [(k, s, pair) for k in range(len(splits)) for s in settings
+                      for pair in pairs]
+            shared = {"X": np.ascontiguousarray(X, dtype=np.float32), "y_idx": y_idx,
+                      "splits": splits}
+            fn, extra = _pair_piece, {"estimator": self.estimator, "Cs": Cs}
+        else:
+            pieces = [(k, s) for k in range(len(splits)) for s in settings]
+            shared = {"X": X, "y": y, "splits": splits}
+            fn, extra = _path_piece, {"estimator": self.estimator, "Cs": Cs,
+                                      "scoring": self.scoring}
+        self.n_pieces_ = len(pieces)
+        results = self._run(fn, pieces, shared, extra)
+
+        scores = np.empty((len(settings), len(Cs), len(splits)))
+        if pairwise:
+            n_pairs = len(pairs)
+            for k, (_, test) in enumerate(splits):
+                for s in range(len(settings)):
+                    first = (k * len(settings) + s) * n_pairs
+                    block = np.stack(results[first:first + n_pairs])  # (pairs, C, rows)
+                    for c in range(len(Cs)):
+                        guess = decision_to_class_index(ovo_decision(block[:, c].T,
+                                                                     classes.size))
+                        scores[s, c, k] = np.mean(guess == y_idx[test])
+        else:
+            for (k, setting), result in zip(pieces, results):
+                scores[settings.index(setting), :, k] = result
+        self._set_results(candidates, keys, scores, len(splits))
+        if self.refit:
+            best = clone(self.estimator).set_params(**self.best_params_)
+            if pairwise and self.ray_address is not None:
+                best.fit(X, y, ray_address=self.ray_address)
+            else:
+                best.fit(X, y)
+            self.best_estimator_ = best
+        return self
+
+    def _run(self, fn, pieces, shared, extra):
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(pieces), desc="grid pieces", unit="piece")
+
+        def on_done(done, total):
+            if bar is not None:
+                bar.update(done - bar.n)
+
+        def describe(piece):
+            fold, params = piece[0], piece[1]
+            pair = f", pair {piece[2]}" if len(piece) > 2 else ""
+            return f"fold {fold}, parameters {params}{pair}"
+
+        try:
+            if self.ray_address is not None:
+                from .ray_fanout import run_tasks
+
+                return run_tasks(fn, pieces, shared=shared, ray_address=self.ray_address,
+                                 describe=describe, on_done=on_done, **extra)
+            with thread_budget(self.n_threads) as n_threads:
+                done = []
+
+                def run(piece):
+                    try:
+                        result = fn(piece, **shared, **extra)
+                    except Exception as exc:
+                        from .ray_fanout import PieceFailed
+
+                        raise PieceFailed(f"{describe(piece)} failed: {type(exc).__name__}: "
+                                          f"{exc}") from exc
+                    done.append(1)
+                    on_done(len(done), len(pieces))
+                    return result
+
+                return map_in_threads(run, pieces, n_threads)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _set_results(self, candidates, keys, scores, n_splits):
+        split = np.array([scores[s, c] for s, c in keys])  # (candidates, folds)
+        mean, std = split.mean(axis=1), split.std(axis=1)
+        order = np.argsort(-mean, kind="stable")
+        rank = np.empty(len(candidates), dtype=np.int64)
+        rank[order] = np.arange(1, len(candidates) + 1)
+        results = {"params": candidates}
+        for name in sorted({k for c in candidates for k in c}):
+            results[f"param_{name}"] = np.array([c.get(name) for c in candidates], dtype=object)
+        for k in range(n_splits):
+            results[f"split{k}_test_score"] = split[:, k]
+        results.update(mean_test_score=mean, std_test_score=std, rank_test_score=rank)
+        self.cv_results_ = results
+        self.n_splits_ = n_splits
+        self.best_index_ = int(order[0])
+        self.best_params_ = candidates[self.best_index_]
+        self.best_score_ = float(mean[self.best_index_])
+
+    def plot_heatmap(self, path, *, x: str = "C", y: str = "sigma") -> Path:
+        """Mean CV score over (``x``, ``y``) as a PNG (needs matplotlib)."""
+        from .reports import plot_cv_heatmap
+
+        return plot_cv_heatmap(self.cv_results_, path, x=x, y=y)
+
+    def save_results(self, path) -> Path:
+        """Write ``cv_results_`` as CSV (``path`` ending .csv) or JSON (.json), atomically."""
+        from .reports import write_cv_results
+
+        return write_cv_results(self.cv_results_, path)
+
+
+def paper_grid(kernel: str = "gaussian", Cs=PAPER_C_GRID) -> dict:
+    """The sparse-ELM paper's grid (Section VI-C) for ``kernel``."""
+    if kernel in ("gaussian", "laplacian"):
+        return {"C": list(Cs), "sigma": list(PAPER_SIGMA_GRID)}
+    if kernel == "polynomial":
+        return {"C": list(Cs), "degree": list(PAPER_DEGREE_GRID)}
+    raise ValueError(f"no paper grid for kernel {kernel!r}")

@@ -292,17 +292,19 @@ def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, classes: np
         else:
             truth = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         wide = np.ascontiguousarray(coefs.transpose(0, 2, 1, 3).reshape(k, L, n_C * n_out))
-        for rows in iter_row_blocks(unit.n_rows, block_rows):
-            H = hidden.transform(X[rows]).astype(np.float64)
-            for fold in range(k):
-                mine = np.flatnonzero(folds[rows] == fold)
-                if mine.size == 0:
-                    continue
-                out = (H[mine] @ wide[fold]).reshape(mine.size, n_C, n_out)
+        buffer = np.empty((min(block_rows, unit.n_rows), L))
+        for fold in range(k):
+            mine = np.flatnonzero(folds == fold)
+            for rows in iter_row_blocks(mine.size, block_rows):
+                picked = mine[rows]
+                # float64 nodes written straight into one buffer: no widened copies of H
+                H = hidden.transform(X[picked], dtype=np.float64,
+                                     out=buffer[: picked.size])
+                out = (H @ wide[fold]).reshape(picked.size, n_C, n_out)
                 if classes is None:
-                    result[fold] += np.square(out - truth[rows][mine][:, None, :]).sum(axis=(0, 2))
+                    result[fold] += np.square(out - truth[picked][:, None, :]).sum(axis=(0, 2))
                     continue
                 guess = (out[:, :, 0] > 0).astype(np.int64) if n_out == 1 else out.argmax(axis=2)
-                right = (guess == truth[rows][mine][:, None]) & known[rows][mine][:, None]
+                right = (guess == truth[picked][:, None]) & known[picked][:, None]
                 result[fold] += right.sum(axis=0)
         return result

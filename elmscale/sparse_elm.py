@@ -55,6 +55,42 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
             "objective": objective, "kkt_violation": kkt_violation(alpha, g, C)}
 
 
+def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, max_iter
+              ) -> list[dict]:
+    """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
+
+    ``pair`` is ``(rows, t)``: the rows of ``X`` in the problem and their +1 / -1 targets.
+    A pure function of its arguments, so it runs in a thread or in a Ray task alike.
+    """
+    rows, t = pair
+    Xp = X[rows]
+    H = None if layer is None else layer.transform(Xp)
+    alpha, path = None, []
+    for C in Cs:
+        r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C), tol=tol,
+                       cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
+                       seed=seed, alpha0=alpha, H=H)
+        path.append(r)
+        alpha = r["alpha"]
+    return path
+
+
+def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
+    """Decision values from one-vs-one pair scores ``(n, n_pairs)`` (pair p > 0 votes for
+    its first class): (n,) for two classes, else scikit-learn's one-vs-rest view of the
+    votes (votes plus a confidence below 1/3, so ``argmax`` is the voted class)."""
+    if n_classes == 2:
+        return -pair_scores[:, 0]  # pair +1 is classes_[0]
+    return _ovr_decision_function(pair_scores < 0, -pair_scores, n_classes)
+
+
+def decision_to_class_index(decision: np.ndarray) -> np.ndarray:
+    """Index into ``classes_`` of the decision values of :func:`ovo_decision`."""
+    if decision.ndim == 1:
+        return (decision > 0).astype(np.intp)
+    return np.argmax(decision, axis=1)
+
+
 class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     """Sparse ELM (Bai et al. 2014): hinge loss, no bias, ``0 <= a_i <= C``; one-vs-one.
 
@@ -134,6 +170,15 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
         save(self, path)
 
+    def _layer_and_seed(self, n_features: int):
+        """The random layer (None for kernels) and the solver's seed, from ``random_state``."""
+        seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
+        layer = None
+        if self.hidden is not None:
+            layer = HiddenLayer(self.hidden, n_features, int(self.n_hidden), seed,
+                                weight_scale=float(self.weight_scale))
+        return layer, seed
+
     def _prepare(self, X, y):
         if self.n_threads == 0:
             raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
@@ -145,12 +190,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
                              f"({self.classes_[0]!r})")
         X32 = np.ascontiguousarray(X, dtype=np.float32)
-        rng = check_random_state(self.random_state)
-        seed = int(rng.randint(0, 2**31 - 1))
-        layer = None
-        if self.hidden is not None:
-            layer = HiddenLayer(self.hidden, X.shape[1], int(self.n_hidden), seed,
-                                weight_scale=float(self.weight_scale))
+        layer, seed = self._layer_and_seed(X.shape[1])
         pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
         rows_of = []
         for a, b in pairs:
@@ -158,30 +198,33 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             rows_of.append((rows, np.where(y_idx[rows] == a, 1.0, -1.0)))
         return X32, y_idx, layer, pairs, rows_of, seed
 
-    def _solve_pairs(self, X32, layer, rows_of, seed, Cs):
+    def _solver_options(self) -> dict:
+        return {"tol": float(self.tol), "cache_size": float(self.cache_size),
+                "shrinking": bool(self.shrinking), "max_iter": int(self.max_iter)}
+
+    def _solve_pairs(self, X32, layer, rows_of, seed, Cs, ray_address=None):
         """results[c][p]: pair p solved at Cs[c], each C warm-started from the previous one.
 
         Pairs run side by side on the thread budget (one numba thread each), a
-        single pair on all of it; the results do not depend on which.
+        single pair on all of it, or as Ray tasks when ``ray_address`` is given;
+        the results do not depend on which.
         """
         kernel = None if layer is not None else self._kernel_obj()
+        options = self._solver_options()
+        if ray_address is not None:
+            from .ray_fanout import run_tasks
 
-        def solve_pair(p):
-            rows, t = rows_of[p]
-            Xp = X32[rows]
-            H = None if layer is None else layer.transform(Xp)
-            alpha, path = None, []
-            for C in Cs:
-                r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C),
-                               tol=float(self.tol), cache_size=float(self.cache_size),
-                               shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
-                               seed=seed, alpha0=alpha, H=H)
-                path.append(r)
-                alpha = r["alpha"]
-            return path
+            by_pair = run_tasks(pair_path, [(rows, t) for rows, t in rows_of],
+                                shared={"X": X32}, ray_address=ray_address, kernel=kernel,
+                                layer=layer, Cs=list(Cs), seed=seed, **options)
+        else:
+            def solve_pair(p):
+                rows, t = rows_of[p]
+                return pair_path((rows, t), X=X32, kernel=kernel, layer=layer, Cs=Cs,
+                                 seed=seed, **options)
 
-        with thread_budget(self.n_threads) as n_threads:
-            by_pair = map_in_threads(solve_pair, range(len(rows_of)), n_threads)
+            with thread_budget(self.n_threads) as n_threads:
+                by_pair = map_in_threads(solve_pair, range(len(rows_of)), n_threads)
         return [[by_pair[p][c] for p in range(len(rows_of))] for c in range(len(Cs))]
 
     def _warn_if_not_converged(self):
@@ -192,21 +235,28 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
                           ConvergenceWarning, stacklevel=3)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, *, ray_address=None):
+        """Fit the one-vs-one pairs on ``X``, ``y``.
+
+        ``ray_address``: None trains the pairs in this process (side by side on
+        ``n_threads`` cores); otherwise each pair is a Ray task on the Ray that is
+        already initialised, or on the cluster at this address ("auto", "ray://...",
+        "host:port"), with ``X`` put in the object store once.  The model is the same.
+        """
         X32, y_idx, layer, pairs, rows_of, seed = self._prepare(X, y)
-        results = self._solve_pairs(X32, layer, rows_of, seed, [self.C])[0]
+        results = self._solve_pairs(X32, layer, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, layer)
         self._warn_if_not_converged()
         return self
 
-    def fit_path(self, X, y, Cs):
+    def fit_path(self, X, y, Cs, *, ray_address=None):
         """Fit one model per value of ``Cs``; returns the fitted copies in the order of ``Cs``.
 
         The values are solved in increasing order, each binary problem
         warm-started from its solution at the previous C (feasible, since the
         box only grows), which costs far less than separate fits; the random
         layer, when there is one, is drawn once.  Each copy is what ``fit``
-        with that C gives, up to the solver tolerance.
+        with that C gives, up to the solver tolerance.  ``ray_address`` as in ``fit``.
         """
         Cs = [float(c) for c in Cs]
         if not Cs or min(Cs) <= 0:
@@ -214,7 +264,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self._validate_params()
         X32, y_idx, layer, pairs, rows_of, seed = self._prepare(X, y)
         order = np.argsort(Cs, kind="stable")
-        solved = self._solve_pairs(X32, layer, rows_of, seed, [Cs[i] for i in order])
+        solved = self._solve_pairs(X32, layer, rows_of, seed, [Cs[i] for i in order],
+                                   ray_address)
         fitted = [None] * len(Cs)
         for c, i in enumerate(order):
             est = clone(self).set_params(C=Cs[i])
@@ -270,14 +321,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         votes (SVC's ``decision_function_shape="ovr"``): votes plus a confidence
         below 1/3, so that ``argmax`` is the voted class.
         """
-        scores = self._pair_scores(X)
-        if len(self.classes_) == 2:
-            return -scores[:, 0]  # pair +1 is classes_[0]
-        return _ovr_decision_function(scores < 0, -scores, len(self.classes_))
+        return ovo_decision(self._pair_scores(X), len(self.classes_))
 
     def predict(self, X) -> np.ndarray:
         """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(np.intp)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        return self.classes_[decision_to_class_index(self.decision_function(X))]

@@ -17,3 +17,13 @@ def dask_client():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A real local Ray with 2 CPUs, once per session."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,82 @@
+"""Independent pieces of work (one-vs-one pairs, grid-search pieces) as Ray tasks.
+
+:func:`run_tasks` runs ``fn(item, **shared, **kwargs)`` for every item as a Ray task
+and returns the results in item order.  Large arrays go in ``shared``: each is put in
+the object store once and passed to every task by reference (numpy arrays arrive
+zero-copy and read-only).  Each task holds ``num_cpus`` CPUs and caps its BLAS and numba
+threads to the same number.  Ray re-runs a task whose worker process dies
+(``max_retries``); a task that raises is reported with its item's description.
+
+Connecting is the caller's choice (:func:`connect`): an initialised Ray is used as it
+is; otherwise ``ray_address`` names the cluster ("auto" for the one started by
+``ray start``, "ray://host:10001", "host:6379").  Nothing here starts a cluster unless
+the address asks for one ("local").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ._threads import thread_budget
+
+__all__ = ["PieceFailed", "connect", "run_tasks"]
+
+
+class PieceFailed(RuntimeError):
+    """A piece of work raised; the message names the piece and the cause."""
+
+
+def connect(ray_address: str | None = "auto") -> None:
+    """Use the initialised Ray, or connect to ``ray_address``."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if ray_address is None:
+        raise ValueError("Ray is not initialised: call ray.init() first or pass ray_address "
+                         "(for example 'auto' for a cluster started with `ray start`)")
+    ray.init(address=ray_address, log_to_driver=False)
+
+
+def _run_piece(fn, item, names, n_threads, kwargs, *values):
+    with thread_budget(n_threads):
+        return fn(item, **dict(zip(names, values)), **kwargs)
+
+
+def run_tasks(fn: Callable, items: Sequence, *, shared: dict | None = None,
+              ray_address: str | None = "auto", num_cpus: int = 1, max_retries: int = 3,
+              describe: Callable | None = None, on_done: Callable | None = None,
+              **kwargs) -> list:
+    """``[fn(item, **shared, **kwargs) for item in items]`` as Ray tasks, in item order.
+
+    ``on_done(n_done, n_total)`` is called as results arrive (progress);
+    ``describe(item)`` names a piece in the error raised when it fails.
+    """
+    import ray
+
+    connect(ray_address)
+    shared = shared or {}
+    names = tuple(shared)
+    refs = [ray.put(value) for value in shared.values()]
+    remote = ray.remote(_run_piece).options(num_cpus=num_cpus, max_retries=max_retries,
+                                            retry_exceptions=False)
+    pending = {remote.remote(fn, item, names, num_cpus, kwargs, *refs): i
+               for i, item in enumerate(items)}
+    results: list = [None] * len(pending)
+    done = 0
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            index = pending.pop(ref)
+            try:
+                results[index] = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                for other in pending:
+                    ray.cancel(other)
+                what = describe(items[index]) if describe else f"piece {index}"
+                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                raise PieceFailed(f"{what} failed: {type(cause).__name__}: {cause}") from cause
+            done += 1
+            if on_done is not None:
+                on_done(done, len(results))
+    return results
