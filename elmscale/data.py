@@ -660,33 +660,15 @@ def _is_numeric_type(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
-def load_parquet(
-    path: PathLike,
-    label: LabelSpec | None = None,
-    features: Sequence[str] | str | None = None,
-    missing: MissingPolicy = "error",
-) -> Dataset:
-    """Read a Parquet file, or every ``*.parquet`` / ``*.pq`` file of a directory in name order.
-
-    Parameters
-    ----------
-    path : a file or a directory.
-    label : the label column: a name, a position, "first" or "last"; None (default) takes the
-        column "label" if there is one, else the last column; False: no label column.
-    features : None: every other numeric column; a list of names; or a glob pattern such as
-        "f*" matched against the column names (in file order).
-    missing : nulls / NaN: "error" or "drop", as in :func:`load_csv`.
-    """
-    files = _parquet_files(path)
-    src = os.fspath(path)
-    _check_missing_policy(missing, src)
-    try:
-        schema = pq.read_schema(files[0])
-    except (pa.ArrowException, OSError) as exc:
-        raise _parquet_error(files[0], exc) from exc
+def parquet_columns(
+    schema: pa.Schema, label: LabelSpec | None, features: Sequence[str] | str | None, src: str,
+    first_file: str,
+) -> tuple[list[str], str | None, int | None]:
+    """Feature names, label name and label position chosen in a Parquet schema (see
+    :func:`load_parquet` for ``label`` and ``features``); errors name ``src``."""
     names = list(schema.names)
     if not names:
-        raise DataError(f"{os.fspath(files[0])}: no columns; expected feature and label columns")
+        raise DataError(f"{first_file}: no columns; expected feature and label columns")
     if label is None:
         label = "label" if "label" in names else "last"
     ypos = _resolve_label(label, names, list(range(len(names))), src)
@@ -723,6 +705,35 @@ def load_parquet(
                 f"{src}: {_describe(n, names.index(n))} has type {t}; "
                 "expected a numeric feature column"
             )
+    return fnames, yname, ypos
+
+
+def load_parquet(
+    path: PathLike,
+    label: LabelSpec | None = None,
+    features: Sequence[str] | str | None = None,
+    missing: MissingPolicy = "error",
+) -> Dataset:
+    """Read a Parquet file, or every ``*.parquet`` / ``*.pq`` file of a directory in name order.
+
+    Parameters
+    ----------
+    path : a file or a directory.
+    label : the label column: a name, a position, "first" or "last"; None (default) takes the
+        column "label" if there is one, else the last column; False: no label column.
+    features : None: every other numeric column; a list of names; or a glob pattern such as
+        "f*" matched against the column names (in file order).
+    missing : nulls / NaN: "error" or "drop", as in :func:`load_csv`.
+    """
+    files = _parquet_files(path)
+    src = os.fspath(path)
+    _check_missing_policy(missing, src)
+    try:
+        schema = pq.read_schema(files[0])
+    except (pa.ArrowException, OSError) as exc:
+        raise _parquet_error(files[0], exc) from exc
+    names = list(schema.names)
+    fnames, yname, ypos = parquet_columns(schema, label, features, src, os.fspath(files[0]))
     wanted = [*fnames] if yname is None else [*fnames, yname]
     tables = []
     for f in files:

@@ -16,7 +16,6 @@ the same unit runs on a Dask worker, a Ray task or in the calling process, and
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import os
 from dataclasses import dataclass, replace
@@ -28,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ._errors import DataError
-from .data import _PARQUET_SUFFIXES, _is_numeric_type
+from .data import _PARQUET_SUFFIXES, _is_numeric_type, parquet_columns
 
 __all__ = ["ParquetDataset", "WorkUnit", "open_parquet"]
 
@@ -244,35 +243,14 @@ def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> Parqu
         names that start with ``.`` or ``_``) or a glob pattern (``data/part-*.parquet``).
     features : None (every numeric column but the label), a list of names, or a pattern
         matched against the column names (``"f*"``).
-    label : the label column's name; None: "label" if present, else the last column;
-        False: no label column (for scoring).
+    label : the label column: a name, a position, "first" or "last"; None: "label" if
+        present, else the last column; False: no label column (for scoring).
     """
-    src = os.fspath(path)
     files = _find_files(path)
     footers = [_footer(f) for f in files]
     schema = footers[0].schema.to_arrow_schema()
-    names = list(schema.names)
-    if label is None:
-        label = "label" if "label" in names else (names[-1] if names else None)
-    if label is not False and label not in names:
-        raise DataError(f"{files[0]}: label column {label!r} not found; expected one of {names}")
-    label_name = None if label is False else label
-    others = [n for n in names if n != label_name]
-    if features is None:
-        chosen = [n for n in others if _is_numeric_type(schema.field(n).type)]
-    elif isinstance(features, str):
-        chosen = [n for n in others if fnmatch.fnmatchcase(n, features)]
-        if not chosen:
-            raise DataError(f"{files[0]}: features={features!r} matches no column; expected a "
-                            f"pattern matching some of {others}")
-    else:
-        chosen = [str(n) for n in features]
-        if label_name in chosen:
-            raise DataError(f"{src}: column '{label_name}' is both a feature and the label; "
-                            "expected distinct columns")
-    if not chosen:
-        raise DataError(f"{files[0]}: no numeric feature column besides the label "
-                        f"{label_name!r}; expected numeric features")
+    chosen, label_name, _ = parquet_columns(schema, label, features, os.fspath(files[0]),
+                                            os.fspath(files[0]))
     wanted = chosen + ([label_name] if label_name is not None else [])
     row_groups = []
     for file, footer in zip(files, footers):
@@ -290,5 +268,5 @@ def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> Parqu
             raise DataError(f"{file}: holds no rows; expected at least one row per file")
         row_groups.append(tuple(footer.row_group(g).num_rows
                                 for g in range(footer.num_row_groups)))
-    return ParquetDataset(source=src, files=tuple(os.fspath(f) for f in files),
+    return ParquetDataset(source=os.fspath(path), files=tuple(os.fspath(f) for f in files),
                           row_groups=tuple(row_groups), features=tuple(chosen), label=label_name)

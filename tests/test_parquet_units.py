@@ -62,7 +62,7 @@ def test_units_pickle_small(three_files):
 
 def test_missing_feature_column_is_named(three_files):
     path, _ = three_files
-    with pytest.raises(DataError, match=r"part-0\.parquet: column 'f9' not found"):
+    with pytest.raises(DataError, match=r"part-0\.parquet: feature column 'f9' not found"):
         open_parquet(path, features=["f0", "f9"])
     with pytest.raises(DataError, match=r"label column 'target' not found"):
         open_parquet(path, label="target")
@@ -78,7 +78,7 @@ def test_a_file_lacking_a_column_is_named(three_files):
 def test_string_feature_column_is_named(tmp_path):
     pq.write_table(pa.table({"a": [1.0, 2.0], "b": ["x", "y"], "label": [0, 1]}),
                    tmp_path / "s.parquet")
-    with pytest.raises(DataError, match=r"s\.parquet: feature column 'b' has type string"):
+    with pytest.raises(DataError, match=r"s\.parquet: column 'b' \(position 1\) has type string"):
         open_parquet(tmp_path / "s.parquet", features=["a", "b"])
     # by default only numeric columns are features
     assert open_parquet(tmp_path / "s.parquet").features == ("a",)
