@@ -1,7 +1,9 @@
 """The ``elmscale`` command line.
 
-Sub-commands: ``demo`` (the quick start: generate data, train, evaluate, save,
-reload and score), ``convert``, ``train``, ``predict`` and ``info``.
+Sub-commands: ``run`` and ``validate`` (pipeline files, ``elmscale.pipeline``),
+``score`` (files larger than memory, ``elmscale.batch_scoring``), ``demo`` (generate
+data, train, evaluate, save, reload and score), ``convert``, ``train``, ``predict`` and
+``info``.
 
 Exit codes: 0 success; 1 runtime error (bad data in a file, a bad model file);
 2 usage error (unknown option, invalid parameter value, missing input file).
@@ -324,6 +326,84 @@ def cmd_demo(args) -> int:
     return EXIT_OK if same else EXIT_RUNTIME
 
 
+def _pipeline(args):
+    from .pipeline import PipelineError, load_pipeline
+
+    try:
+        return load_pipeline(args.pipeline, args.set or ()).check()
+    except PipelineError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def cmd_validate(args) -> int:
+    pipeline = _pipeline(args)
+    print(f"{pipeline.path}: ok (task {pipeline['run']['task']}, "
+          f"{pipeline['model']['estimator']})")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from .runner import run_pipeline
+
+    pipeline = _pipeline(args)
+    try:
+        metrics, run_dir = run_pipeline(pipeline, scheduler=args.scheduler,
+                                        scheduler_file=args.scheduler_file,
+                                        ray_address=args.ray_address, dry_run=args.dry_run)
+    except ValueError as exc:  # bad data met while running: a runtime error
+        raise RuntimeError(str(exc)) from exc
+    if run_dir is None:
+        return EXIT_OK
+    parts = [f"run {run_dir}"]
+    if "cv" in metrics:
+        parts.append(f"best {metrics['cv']['best_params']} (CV score "
+                     f"{metrics['cv']['best_score']:.4f})")
+    if "test" in metrics:
+        parts.append("test " + ", ".join(f"{k} {v}" for k, v in metrics["test"].items()))
+    if "scored" in metrics:
+        parts.append(f"scored {metrics['scored']['rows']:,} rows in "
+                     f"{metrics['scored']['files']} file(s)")
+    parts.append(f"{metrics['seconds'].get('total', 0):.1f} s")
+    print("; ".join(parts))
+    return EXIT_OK
+
+
+def cmd_score(args) -> int:
+    from . import load
+    from .batch_scoring import plan_jobs, score_jobs
+    from .persistence import read_metadata
+
+    _require_input(args.model, "model")
+    _require_input(args.input, "input")
+    model = load(args.model)
+    features = args.features
+    if features is None:
+        features = (read_metadata(args.model).get("input") or {}).get("features")
+    elif "," in features:
+        features = [f.strip() for f in features.split(",")]
+    jobs = plan_jobs(model, args.input, args.output, features=features,
+                     id_columns=args.id or (), decision=args.decision,
+                     batch_rows=args.batch_rows)
+    client = None
+    scheduler = args.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    ray_address = args.ray_address or os.environ.get("RAY_ADDRESS")
+    if scheduler:
+        from distributed import Client
+
+        client = Client(scheduler)
+    try:
+        summary = score_jobs(model, jobs, client=client,
+                             ray_address=None if client is not None else ray_address,
+                             progress=not args.quiet)
+    finally:
+        if client is not None:
+            client.close()
+    print(f"scored {summary['rows']:,} rows into {summary['scored']} file(s) "
+          f"({summary['skipped']} already done) in {summary['seconds']:.1f} s"
+          + (f", {summary['rows_per_second']:,.0f} rows/s" if summary["rows"] else ""))
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -339,6 +419,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"elmscale {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="run a pipeline file (a local cluster starts if none is given)")
+    p.add_argument("pipeline", help="pipeline file (TOML)")
+    p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786)")
+    p.add_argument("--scheduler-file", help="Dask scheduler file")
+    p.add_argument("--ray-address", help="Ray address ('auto', 'ray://host:10001', host:port)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override a pipeline value (TOML syntax), repeatable")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the file and print the resolved plan; run nothing")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a pipeline file without running it")
+    p.add_argument("pipeline")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("score", help="score Parquet / CSV files larger than memory")
+    p.add_argument("model")
+    p.add_argument("input", help="a Parquet or CSV file, or a directory of them")
+    p.add_argument("output", help="output file (.parquet / .csv) or directory")
+    p.add_argument("--id", action="append", metavar="COLUMN",
+                   help="column copied to the output (repeatable)")
+    p.add_argument("--features", help="feature columns: a pattern or a comma-separated list "
+                   "(default: the model file's, else every numeric column but ids and label)")
+    p.add_argument("--decision", action="store_true", help="also write decision values")
+    p.add_argument("--batch-rows", type=int, default=262_144)
+    p.add_argument("--scheduler", help="Dask scheduler: one task per file")
+    p.add_argument("--ray-address", help="Ray address: one task per file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("demo", help="quick start: generate data, train, evaluate, save a model")
     p.add_argument("--rows", type=int, default=200_000, help="training rows (default 200000)")

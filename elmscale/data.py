@@ -77,6 +77,7 @@ __all__ = [
     "load_csv",
     "load_libsvm",
     "load_parquet",
+    "write_generated_parquet",
     "write_parquet",
 ]
 
@@ -1289,3 +1290,35 @@ def generate_classification(
             f"n_classes={n_classes}, random_state={random_state})"
         ),
     )
+
+
+#: Marks a finished :func:`write_generated_parquet` folder (its arguments, as JSON).
+GENERATED_MARKER = "_elmscale_generated.json"
+
+
+def write_generated_parquet(
+    out: PathLike, n_samples: int, n_features: int = 8, n_classes: int = 2,
+    random_state: int = 0, rows_per_file: int = 1_000_000, row_group_size: int = 262_144,
+) -> Path:
+    """Write :func:`generate_classification` rows as a folder of Parquet files, block by
+    block (memory holds one file's rows).  A finished folder is marked; called again with
+    the same arguments it is kept as it is.  Returns ``out``."""
+    import json
+
+    out = Path(out)
+    spec = {"rows": n_samples, "features": n_features, "classes": n_classes,
+            "random_state": random_state, "rows_per_file": rows_per_file,
+            "row_group_size": row_group_size}
+    marker = out / GENERATED_MARKER
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    for old in out.glob("part-*.parquet"):
+        old.unlink()
+    blocks = iter_classification_blocks(n_samples, rows_per_file, n_features, n_classes,
+                                        random_state)
+    for i, (X, y) in enumerate(blocks):
+        write_parquet(X, out / f"part-{i:05d}.parquet", y=y, row_group_size=row_group_size)
+    marker.write_text(json.dumps(spec))
+    return out

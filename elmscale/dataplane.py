@@ -29,10 +29,11 @@ from .executors import broadcast, map_units, reduce_units
 from .gram import ridge_path, solve_ridge
 from .hidden import DEFAULT_BLOCK_ROWS, Kernel
 from .parquet_units import ParquetDataset
-from .reductions import (ColumnStats, UnitGram, add_arrays, unit_column_stats,
-                         unit_fold_scores, unit_gram, unit_kernel_rows, unit_method, unit_rows)
+from .reductions import (ColumnStats, UnitGram, add_arrays, metrics_from_sums,
+                         unit_column_stats, unit_fold_scores, unit_gram, unit_kernel_rows,
+                         unit_metric_sums, unit_method, unit_rows)
 
-__all__ = ["PathCVResult", "column_stats", "cross_validate_path", "decision_function",
+__all__ = ["PathCVResult", "column_stats", "cross_validate_path", "decision_function", "evaluate",
            "fit_scaler", "gather_rows", "gram", "kernel_matrix", "predict"]
 
 
@@ -112,13 +113,26 @@ def kernel_matrix(dataset: ParquetDataset, points: np.ndarray, kernel: Kernel, *
 
 
 def _model_for_tasks(model, n_threads: int | None):
-    """A shallow copy whose own thread count is the task's (a model's methods set their
-    own budget; left at "all cores" inside every task, they would oversubscribe)."""
-    if "n_threads" not in model.get_params():
-        return model
-    task_model = copy.copy(model)
-    task_model.n_threads = n_threads
+    """A copy whose estimators' own thread counts are the task's (a model's methods set
+    their own budget; left at "all cores" inside every task, they would oversubscribe)."""
+    task_model = copy.deepcopy(model)
+    for step in (task_model.steps if hasattr(task_model, "steps") else [(None, task_model)]):
+        if "n_threads" in step[1].get_params(deep=False):
+            step[1].n_threads = n_threads
     return task_model
+
+
+def evaluate(model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None
+             ) -> dict:
+    """Accuracy (classifiers) or R^2 (regressors) of ``model`` on every labelled row."""
+    _check_dataset(dataset)
+    if dataset.label is None:
+        raise ValueError(f"{dataset.source}: no label column; expected labels to evaluate")
+    threads = 1 if client is not None else n_threads
+    sums = reduce_units(unit_metric_sums, _units(dataset, client), add_arrays, client=client,
+                        threads_per_task=threads,
+                        model=broadcast(_model_for_tasks(model, threads), client))
+    return metrics_from_sums(sums)
 
 
 def _score(model, dataset, method: str, client, n_threads) -> np.ndarray:
@@ -164,7 +178,8 @@ class PathCVResult:
 
     def cv_results(self) -> dict:
         """In the shape of scikit-learn's ``cv_results_``."""
-        results = {"param_C": self.Cs.copy(), "mean_test_score": self.mean_scores,
+        results = {"params": [{"C": float(c)} for c in self.Cs], "param_C": self.Cs.copy(),
+                   "mean_test_score": self.mean_scores,
                    "std_test_score": self.std_scores}
         for k, row in enumerate(self.split_scores):
             results[f"split{k}_test_score"] = row

@@ -85,12 +85,6 @@ class HiddenLayer:
         if not (np.isfinite(self.weight_scale) and self.weight_scale > 0):
             raise ValueError(f"weight_scale must be > 0; got {self.weight_scale}")
 
-    def __reduce__(self):
-        # Pickle the four defining values only, never the cached weights: a worker
-        # rebuilds them (small task graphs, see elmscale.reductions).
-        return (type(self), (self.kind, self.n_features, self.n_hidden, self.seed,
-                             self.weight_scale))
-
     # -- weights ---------------------------------------------------------
     @functools.cached_property
     def _weights(self) -> tuple[np.ndarray, np.ndarray]:

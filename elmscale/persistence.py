@@ -9,7 +9,11 @@ A model file is a ZIP archive with these members:
 
         {"format": "elmscale-model", "format_version": 1,
          "library_version": "0.1.0", "created": "2026-11-29T20:00:00+00:00",
-         "model": <node>}
+         "model": <node>,
+         "input": {"features": ["f1", ...], "label": "label"}}   # optional
+
+    ``input`` (optional) names the data columns the model was trained on, in
+    order, so that ``elmscale score`` picks the same columns from a file.
 
     A *node* describes one estimator::
 
@@ -150,8 +154,9 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def save(model, path) -> Path:
-    """Write ``model`` (a fitted elmscale estimator, ``Scaler`` or a ``Pipeline`` of them) to ``path``."""
+def save(model, path, *, features=None, label=None) -> Path:
+    """Write ``model`` (a fitted elmscale estimator, ``Scaler`` or a ``Pipeline`` of them) to
+    ``path``; ``features`` / ``label``: the training data's column names, kept for scoring."""
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(model)
@@ -164,6 +169,9 @@ def save(model, path) -> Path:
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": _encode(model, "0/", arrays),
     }
+    if features is not None:
+        metadata["input"] = {"features": [str(f) for f in features],
+                             "label": None if label is None else str(label)}
     members = {"metadata.json": json.dumps(metadata, indent=1, sort_keys=True).encode()}
     members.update({member: _npy_bytes(a) for member, a in arrays.items()})
     sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n"

@@ -34,7 +34,7 @@ from .hidden import DEFAULT_BLOCK_ROWS, Kernel, iter_row_blocks, layer_from_dict
 from .parquet_units import WorkUnit
 
 __all__ = ["ColumnStats", "UnitGram", "add_arrays", "fold_of_rows", "unit_column_stats", "unit_method",
-           "unit_fold_scores", "unit_gram", "unit_kernel_matvec", "unit_kernel_rows", "unit_rows"]
+           "metric_sums", "metrics_from_sums", "unit_fold_scores", "unit_gram", "unit_metric_sums", "unit_kernel_matvec", "unit_kernel_rows", "unit_rows"]
 
 TARGET_KINDS = ("classes", "values")
 
@@ -268,6 +268,35 @@ def unit_method(unit: WorkUnit, model, *, method: str = "predict",
     with thread_budget(n_threads):
         X, _ = unit.read(with_labels=False)
         return getattr(model, method)(X)
+
+
+def metric_sums(model, X, y) -> np.ndarray:
+    """Sums that add up over row blocks: ``[correct, rows]`` for classifiers, ``[squared
+    error, sum y, sum y^2, rows]`` for regressors (see :func:`metrics_from_sums`)."""
+    from sklearn.base import is_classifier
+
+    final = model[-1] if hasattr(model, "steps") else model
+    pred = model.predict(X)
+    if is_classifier(final):
+        return np.array([float(np.sum(pred == y)), float(len(y))])
+    y = np.asarray(y, dtype=np.float64)
+    return np.array([float(np.sum((pred - y) ** 2)), y.sum(), np.square(y).sum(), len(y)])
+
+
+def metrics_from_sums(sums: np.ndarray) -> dict:
+    """Accuracy (classifiers) or R^2 (regressors) from :func:`metric_sums`."""
+    if sums.size == 2:
+        return {"accuracy": round(float(sums[0] / sums[1]), 6), "rows": int(sums[1])}
+    sse, total, squares, n = sums
+    spread = squares - total**2 / n
+    return {"r2": round(float(1 - sse / spread), 6) if spread > 0 else None, "rows": int(n)}
+
+
+def unit_metric_sums(unit: WorkUnit, model, *, n_threads: int = 1) -> np.ndarray:
+    """:func:`metric_sums` of a fitted model on one unit's labelled rows."""
+    with thread_budget(n_threads):
+        X, y = unit.read()
+        return metric_sums(model, X, _labels_of(y, unit))
 
 
 def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, classes: np.ndarray | None,

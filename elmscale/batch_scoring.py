@@ -1,0 +1,259 @@
+"""Scoring files larger than memory with a saved model (``elmscale score``).
+
+Every input file (Parquet or CSV; a file or a directory of them) gives one output file
+(Parquet, or CSV when the output is named ``*.csv``) with the pass-through id columns, the
+prediction and optionally the decision values.  Rows are read, scored and written in
+batches, so memory holds one batch.  Each output is written to a temporary name in its
+folder and renamed when complete: an interrupted run leaves no partial file (stale
+temporary files are removed by the next run) and a rerun skips the outputs already there.
+
+Before anything is written every input is checked: its feature columns (the model file's
+``input.features`` when it has them, else ``features``, else every numeric column but the
+id columns and ``label``) must exist, be numeric and match the model's feature count.
+
+``score_jobs`` runs one job per file here, as Dask tasks (``client``) or as Ray tasks
+(``ray_address``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ._errors import DataError
+from ._threads import thread_budget
+from .data import _is_numeric_type
+
+__all__ = ["ScoreJob", "plan_jobs", "score_file", "score_jobs"]
+
+INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
+DEFAULT_BATCH_ROWS = 262_144
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """Score ``input`` into ``output`` (one file each)."""
+
+    input: str
+    output: str
+    features: tuple[str, ...]
+    id_columns: tuple[str, ...]
+    decision: bool
+    batch_rows: int
+    n_rows: int | None
+
+
+def _final(model):
+    return model[-1] if hasattr(model, "steps") else model
+
+
+def _inputs(path: Path) -> list[Path]:
+    if not path.exists():
+        raise DataError(f"{path}: no such file or directory; expected a Parquet or CSV file or "
+                        "a directory of them")
+    if path.is_file():
+        return [path]
+    files = sorted(f for f in path.iterdir() if f.is_file() and f.suffix in INPUT_SUFFIXES
+                   and not f.name.startswith((".", "_")))
+    if not files:
+        raise DataError(f"{path}: directory holds no .parquet or .csv file")
+    return files
+
+
+def _schema(file: Path) -> tuple[pa.Schema, int | None]:
+    try:
+        if file.suffix == ".csv":
+            with pacsv.open_csv(file) as reader:
+                return reader.schema, None
+        metadata = pq.ParquetFile(file).metadata
+        return metadata.schema.to_arrow_schema(), metadata.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"{file}: cannot be read ({exc}); expected a Parquet or CSV file") from exc
+
+
+def _feature_columns(file: Path, schema: pa.Schema, features, id_columns, n_expected: int
+                     ) -> tuple[str, ...]:
+    names = list(schema.names)
+    for column in id_columns:
+        if column not in names:
+            raise DataError(f"{file}: id column '{column}' not found; expected one of {names}")
+    if features is None:
+        chosen = [n for n in names if n not in id_columns and n != "label"
+                  and _is_numeric_type(schema.field(n).type)]
+    elif isinstance(features, str):
+        chosen = [n for n in names if fnmatch.fnmatchcase(n, features)]
+    else:
+        chosen = list(features)
+    for column in chosen:
+        if column not in names:
+            raise DataError(f"{file}: feature column '{column}' not found; the model was "
+                            f"trained on {list(chosen)}")
+        kind = schema.field(column).type
+        if not _is_numeric_type(kind):
+            raise DataError(f"{file}: feature column '{column}' has type {kind}; expected a "
+                            "numeric column")
+    if len(chosen) != n_expected:
+        raise DataError(f"{file}: {len(chosen)} feature columns {chosen}; the model expects "
+                        f"{n_expected} features")
+    return tuple(chosen)
+
+
+def plan_jobs(model, input_path, output_path, *, features=None, id_columns: Sequence[str] = (),
+              decision: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS) -> list[ScoreJob]:
+    """One job per input file, every input checked; outputs that exist are left out."""
+    input_path, output_path = Path(input_path), Path(output_path)
+    files = _inputs(input_path)
+    to_dir = input_path.is_dir() or output_path.suffix.lower() not in (".parquet", ".pq", ".csv")
+    if to_dir and output_path.suffix.lower() in (".parquet", ".pq", ".csv"):
+        raise DataError(f"{output_path}: the input is a directory; expected an output directory")
+    if decision and not hasattr(_final(model), "decision_function"):
+        raise DataError("decision values: the model is not a classifier")
+    n_expected = int(_final(model).n_features_in_)
+    jobs = []
+    for file in files:
+        schema, n_rows = _schema(file)
+        chosen = _feature_columns(file, schema, features, tuple(id_columns), n_expected)
+        out = output_path / f"{file.stem}.parquet" if to_dir else output_path
+        jobs.append(ScoreJob(os.fspath(file), os.fspath(out), chosen, tuple(id_columns),
+                             bool(decision), int(batch_rows), n_rows))
+    return jobs
+
+
+def _batches(job: ScoreJob):
+    columns = list(dict.fromkeys(job.id_columns + job.features))
+    file = Path(job.input)
+    if file.suffix == ".csv":
+        options = pacsv.ReadOptions(block_size=1 << 24)
+        with pacsv.open_csv(file, read_options=options,
+                            convert_options=pacsv.ConvertOptions(include_columns=columns)) as r:
+            for batch in r:
+                yield batch
+        return
+    yield from pq.ParquetFile(file).iter_batches(batch_size=job.batch_rows, columns=columns)
+
+
+def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
+    X = np.empty((batch.num_rows, len(job.features)), dtype=np.float32)
+    for j, name in enumerate(job.features):
+        column = batch.column(name)
+        if column.null_count:
+            raise DataError(f"{job.input}: feature column '{name}' has null values; expected "
+                            "numbers")
+        X[:, j] = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
+    out = {name: batch.column(name) for name in job.id_columns}
+    prediction = model.predict(X)
+    out["prediction"] = pa.array(prediction)
+    if job.decision:
+        scores = np.asarray(model.decision_function(X))
+        if scores.ndim == 1:
+            out["decision"] = pa.array(scores)
+        else:
+            for j, cls in enumerate(_final(model).classes_):
+                out[f"decision_{cls}"] = pa.array(scores[:, j])
+    return pa.table(out)
+
+
+def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=None) -> int:
+    """Score one file, streamed; returns the rows written.  ``on_rows(k)`` after each batch."""
+    out = Path(job.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
+    rows = 0
+    writer = None
+    try:
+        with thread_budget(n_threads):
+            for batch in _batches(job):
+                table = _score_batch(model, job, batch)
+                if writer is None:
+                    writer = (pacsv.CSVWriter(tmp, table.schema) if out.suffix == ".csv"
+                              else pq.ParquetWriter(tmp, table.schema, compression="zstd"))
+                writer.write_table(table)
+                rows += table.num_rows
+                if on_rows is not None:
+                    on_rows(table.num_rows)
+        if writer is None:
+            raise DataError(f"{job.input}: no rows; expected rows to score")
+        writer.close()
+        writer = None
+        os.replace(tmp, out)
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return rows
+
+
+def remove_stale_temporaries(jobs: Sequence[ScoreJob]) -> int:
+    """Delete temporary files an interrupted run left next to the outputs."""
+    removed = 0
+    for folder in {Path(job.output).parent for job in jobs}:
+        for stale in folder.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _score_task(job, *, model, n_threads):
+    return score_file(job, model=model, n_threads=n_threads)
+
+
+def score_jobs(model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None,
+               progress: bool = False) -> dict:
+    """Run the jobs whose outputs do not exist yet; returns a summary."""
+    import time
+
+    todo = [job for job in jobs if not Path(job.output).exists()]
+    remove_stale_temporaries(jobs)
+    start = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        total = sum(job.n_rows or 0 for job in todo) or None
+        bar = tqdm(total=total, unit="row", unit_scale=True, desc="scoring")
+    try:
+        if client is not None:
+            from .executors import broadcast
+
+            futures = client.map(_score_task, todo, pure=False,
+                                 model=broadcast(model, client), n_threads=1)
+            rows = 0
+            from distributed import as_completed
+
+            for future in as_completed(futures):
+                n = future.result()
+                rows += n
+                if bar is not None:
+                    bar.update(n)
+        elif ray_address is not None:
+            from .ray_fanout import run_tasks
+
+            counts = run_tasks(_score_task, todo, shared={"model": model},
+                               ray_address=ray_address, n_threads=1,
+                               describe=lambda job: f"scoring {job.input}")
+            rows = sum(counts)
+            if bar is not None:
+                bar.update(rows)
+        else:
+            rows = 0
+            for job in todo:
+                rows += score_file(job, model=model,
+                                   on_rows=None if bar is None else bar.update)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    return {"files": len(jobs), "scored": len(todo), "skipped": len(jobs) - len(todo),
+            "rows": rows, "seconds": round(seconds, 3),
+            "rows_per_second": round(rows / seconds, 1) if seconds > 0 else None}

@@ -1,0 +1,388 @@
+"""``elmscale run``: carry out a pipeline file on this machine or on a cluster.
+
+Where the work goes (first found wins, for Dask and for Ray separately): the command's
+flag (``--scheduler`` / ``--scheduler-file``, ``--ray-address``), then the environment
+(``DASK_SCHEDULER_ADDRESS``, ``RAY_ADDRESS``), then the file's ``[compute]`` section.
+With neither a Dask nor a Ray address, a local Dask cluster and a local Ray sized to the
+machine are started when the run first needs them, and shut down at the end.  Given only
+one of the two, the other's work runs in this process.
+
+* Dask does the Parquet data plane: the scaler's statistics, the unified ELM's Grams and
+  its one-pass C path (random nodes on Parquet data), and scoring files.
+* Ray does the grid search pieces and the sparse ELM's one-vs-one pairs.
+
+Each run writes ``<output.dir>/<run.name>-<UTC time>/``: ``pipeline.json`` (the resolved
+configuration), ``metrics.json``, ``model.elm``, ``cv_results.csv`` / ``.json`` and
+``cv_heatmap.png`` (task cv), ``scores/`` (when ``data.score`` is set) and ``run.log``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import glob
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .pipeline import Pipeline, make_estimator
+
+__all__ = ["Compute", "resolve_compute", "run_pipeline"]
+
+log = logging.getLogger("elmscale.run")
+
+
+def resolve_compute(pipeline: Pipeline, *, scheduler=None, scheduler_file=None,
+                    ray_address=None) -> dict:
+    """Dask and Ray targets after precedence: flag > environment > file > local."""
+    compute = pipeline["compute"]
+    dask_address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or compute["scheduler"]
+    dask_file = scheduler_file or (None if dask_address else compute["scheduler_file"])
+    ray = ray_address or os.environ.get("RAY_ADDRESS") or compute["ray_address"]
+    local = not (dask_address or dask_file or ray)
+    return {"dask": dask_address or (f"scheduler file {dask_file}" if dask_file else None),
+            "dask_address": dask_address, "dask_file": dask_file, "ray": ray,
+            "local": local}
+
+
+class Compute:
+    """Dask client and Ray address for a run, connected or started on first use."""
+
+    def __init__(self, target: dict, workers: int | None, threads_per_worker: int):
+        from ._threads import available_cores
+
+        self.target = target
+        self.workers = workers or max(1, available_cores() // threads_per_worker)
+        self.threads_per_worker = threads_per_worker
+        self._client = None
+        self._cluster = None
+        self._ray_started = False
+
+    def dask(self):
+        """A ``distributed.Client``, or None when this run has no Dask."""
+        if self._client is not None:
+            return self._client
+        from distributed import Client, LocalCluster
+
+        if self.target["dask_address"]:
+            self._client = Client(self.target["dask_address"])
+        elif self.target["dask_file"]:
+            self._client = Client(scheduler_file=self.target["dask_file"])
+        elif self.target["local"]:
+            self._cluster = LocalCluster(n_workers=self.workers,
+                                         threads_per_worker=self.threads_per_worker,
+                                         processes=True, dashboard_address=None)
+            self._client = Client(self._cluster)
+            log.info("started a local Dask cluster: %d workers x %d thread(s)", self.workers,
+                     self.threads_per_worker)
+        return self._client
+
+    def ray(self) -> str | None:
+        """A Ray address for ``ray_address=`` arguments, or None when this run has no Ray."""
+        import ray
+
+        if self.target["ray"]:
+            if not ray.is_initialized():
+                ray.init(address=self.target["ray"], log_to_driver=False)
+            return "auto"
+        if self.target["local"]:
+            if not ray.is_initialized():
+                ray.init(num_cpus=self.workers * self.threads_per_worker,
+                         include_dashboard=False, log_to_driver=False)
+                self._ray_started = True
+                log.info("started a local Ray with %d CPUs",
+                         self.workers * self.threads_per_worker)
+            return "auto"
+        return None
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        if self._ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+# -- data ------------------------------------------------------------------------------
+
+
+def _is_parquet(path: str) -> bool:
+    p = Path(path)
+    if glob.has_magic(path):
+        return all(Path(f).suffix in (".parquet", ".pq") for f in glob.glob(path))
+    return p.is_dir() or p.suffix in (".parquet", ".pq")
+
+
+def _generate(data: dict, seed: int) -> None:
+    from .data import write_generated_parquet
+
+    spec = data["generate"]
+    if not spec:
+        return
+    shape = {"n_features": spec.get("features", 8), "n_classes": spec.get("classes", 2)}
+    for key, rows, offset in (("train", spec.get("rows", 100_000), 0),
+                              ("test", spec.get("test_rows", 0), 1)):
+        if data[key] and rows:
+            write_generated_parquet(data[key], rows, random_state=seed + offset, **shape)
+
+
+def _load_arrays(path: str, data: dict, n_features=None):
+    """``(X, y, feature names)`` of a whole file in memory (any format ``load`` reads)."""
+    from .data import detect_format, load
+    from .parquet_units import open_parquet
+
+    if _is_parquet(path):
+        dataset = open_parquet(path, features=data["features"], label=data["label"])
+        X, y = dataset.read()
+        return X, y, list(dataset.features)
+    kw = {}
+    fmt = detect_format(path)
+    if fmt == "libsvm":
+        if n_features is not None:
+            kw["n_features"] = n_features
+    elif data["label"] is not None:
+        kw["label"] = data["label"]
+    loaded = load(path, **kw)
+    X = loaded.X.toarray() if hasattr(loaded.X, "toarray") else loaded.X
+    return X, loaded.y, None if fmt == "libsvm" else list(loaded.feature_names)
+
+
+def _uses_data_plane(path: str, estimator) -> bool:
+    return (_is_parquet(path) and type(estimator).__name__ in ("ELMClassifier", "ELMRegressor")
+            and estimator.kernel is None)
+
+
+def _metric(model, X, y) -> dict:
+    from .reductions import metric_sums, metrics_from_sums
+
+    return metrics_from_sums(metric_sums(model, X, y))
+
+
+def _grid(pipeline: Pipeline) -> dict:
+    from .model_selection import paper_grid
+
+    grid = pipeline["search"]["grid"]
+    if grid != "paper":
+        return dict(grid)
+    params = pipeline["model"]["params"]
+    if pipeline["model"]["estimator"] != "SparseELMClassifier" and params.get("kernel") is None:
+        from .model_selection import PAPER_C_GRID
+
+        return {"C": list(PAPER_C_GRID)}
+    return paper_grid(params.get("kernel", "gaussian"))
+
+
+# -- tasks -----------------------------------------------------------------------------
+
+
+def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
+    """Train (task train) or cross-validate then refit (task cv); returns the model and
+    the feature names it was trained on."""
+    from sklearn.pipeline import make_pipeline
+
+    from . import dataplane
+    from .data import Scaler
+    from .model_selection import GridSearchCV
+    from .parquet_units import open_parquet
+
+    data, run = pipeline["data"], pipeline["run"]
+    estimator = make_estimator(pipeline["model"]["estimator"], pipeline["model"]["params"])
+    if "random_state" in estimator.get_params() and estimator.random_state is None:
+        estimator.set_params(random_state=run["seed"])
+    task, train = run["task"], str(data["train"])
+    start = time.perf_counter()
+    if _uses_data_plane(train, estimator):
+        client = compute.dask()
+        dataset = open_parquet(train, features=data["features"], label=data["label"])
+        scaler = None
+        if data["scale"]:
+            scaler = dataplane.fit_scaler(dataset, client=client)
+            dataset = dataset.scaled(scaler)
+        if task == "cv":
+            grid = _grid(pipeline)
+            if set(grid) - {"C"}:
+                raise ValueError(f"search.grid {sorted(grid)}: on Parquet data the unified "
+                                 "ELM's one-pass search varies C only")
+            result = dataplane.cross_validate_path(
+                estimator, dataset, grid["C"], n_folds=pipeline["search"]["folds"],
+                scoring=pipeline["search"]["scoring"], fold_seed=run["seed"], client=client)
+            _write_cv(result.cv_results(), run_dir, metrics, {"C": result.best_C},
+                      float(result.mean_scores.max()))
+            model = result.best_estimator
+        else:
+            model = estimator.fit(dataset, client=client)
+        metrics["train_rows"] = dataset.n_rows
+        features = list(dataset.features)
+        model = make_pipeline(scaler, model) if scaler is not None else model
+    else:
+        X, y, features = _load_arrays(train, data)
+        if data["test_size"] is not None:
+            X, y, held_out = _hold_out(X, y, data["test_size"], run["seed"])
+            metrics["held_out"] = held_out
+        scaler = Scaler().fit(X) if data["scale"] else None
+        Xs = scaler.transform(X) if scaler is not None else X
+        ray_address = compute.ray()
+        if task == "cv":
+            search = GridSearchCV(estimator, _grid(pipeline), cv=pipeline["search"]["folds"],
+                                  scoring=pipeline["search"]["scoring"],
+                                  random_state=run["seed"], ray_address=ray_address,
+                                  progress=True).fit(Xs, y)
+            _write_cv(search.cv_results_, run_dir, metrics, search.best_params_,
+                      search.best_score_)
+            model = search.best_estimator_
+        elif type(estimator).__name__ == "SparseELMClassifier" and ray_address:
+            model = estimator.fit(Xs, y, ray_address=ray_address)
+        else:
+            model = estimator.fit(Xs, y)
+        metrics["train_rows"] = int(len(y))
+        model = make_pipeline(scaler, model) if scaler is not None else model
+    metrics["seconds"]["fit"] = round(time.perf_counter() - start, 3)
+    return model, features
+
+
+def _hold_out(X, y, test_size, seed: int):
+    """Split off ``test_size`` rows (a count or a fraction) at random; returns the
+    training part and ``(X_test, y_test)``."""
+    n = len(y)
+    n_test = int(round(test_size * n)) if isinstance(test_size, float) else int(test_size)
+    if not 1 <= n_test < n:
+        raise ValueError(f"data.test_size = {test_size!r} leaves no training or test rows "
+                         f"out of {n}")
+    order = np.random.default_rng(seed).permutation(n)
+    train, test = order[: n - n_test], order[n - n_test:]
+    return X[train], y[train], (X[test], y[test])
+
+
+def _write_cv(cv_results: dict, run_dir: Path, metrics: dict, best_params, best_score):
+    from .reports import plot_cv_heatmap, write_cv_results
+
+    write_cv_results(cv_results, run_dir / "cv_results.csv")
+    write_cv_results(cv_results, run_dir / "cv_results.json")
+    metrics["cv"] = {"best_params": {k: (v.item() if hasattr(v, "item") else v)
+                                     for k, v in best_params.items()},
+                     "best_score": round(float(best_score), 6),
+                     "candidates": len(cv_results["mean_test_score"])}
+    axes = [k[6:] for k in cv_results if k.startswith("param_") and k != "param_C"]
+    try:
+        if axes:
+            plot_cv_heatmap(cv_results, run_dir / "cv_heatmap.png", x="C", y=axes[0])
+    except ImportError as exc:
+        log.info("no heatmap: %s", exc)
+
+
+def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: dict):
+    """Test metrics; a Parquet test set is scored where it lies (one task per unit)."""
+    from . import dataplane
+    from .parquet_units import open_parquet
+
+    data = pipeline["data"]
+    if "held_out" in metrics:
+        X, y = metrics.pop("held_out")
+        metrics["test"] = _metric(model, X, y)
+        return
+    if not data["test"]:
+        return
+    test = str(data["test"])
+    final = model[-1] if hasattr(model, "steps") else model
+    if _is_parquet(test):
+        dataset = open_parquet(test, features=features or data["features"],
+                               label=data["label"])
+        client = compute.dask() if _uses_data_plane(test, final) else None
+        metrics["test"] = dataplane.evaluate(model, dataset, client=client)
+    else:
+        X, y, _ = _load_arrays(test, data, n_features=final.n_features_in_)
+        metrics["test"] = _metric(model, X, y)
+
+
+def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path,
+           metrics: dict):
+    from .batch_scoring import plan_jobs, score_jobs
+
+    data = pipeline["data"]
+    if not data["score"]:
+        return
+    jobs = plan_jobs(model, str(data["score"]), out_dir, features=features,
+                     id_columns=data["id_columns"], decision=pipeline["output"]["decision"])
+    client = compute.dask()
+    ray_address = None if client is not None else compute.ray()
+    summary = score_jobs(model, jobs, client=client, ray_address=ray_address, progress=True)
+    metrics["scored"] = {k: summary[k] for k in ("files", "rows")}
+    metrics["seconds"]["score"] = summary["seconds"]
+
+
+def _new_run_dir(pipeline: Pipeline) -> Path:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(str(pipeline["output"]["dir"])) / f"{pipeline['run']['name']}-{stamp}"
+    run_dir, k = base, 1
+    while run_dir.exists():
+        k += 1
+        run_dir = base.with_name(f"{base.name}-{k}")
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def _write_json(path: Path, value) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray_address=None,
+                 dry_run=False, echo=print) -> tuple[dict, Path | None]:
+    """Run a checked pipeline; returns ``(metrics, run directory)``."""
+    from . import load, save
+
+    pipeline.check()
+    target = resolve_compute(pipeline, scheduler=scheduler, scheduler_file=scheduler_file,
+                             ray_address=ray_address)
+    plan = {"pipeline": pipeline.path, "task": pipeline["run"]["task"],
+            "dask": target["dask"] or ("local cluster" if target["local"] else "in process"),
+            "ray": target["ray"] or ("local Ray" if target["local"] else "in process")}
+    if dry_run:
+        echo(json.dumps({"plan": plan, "config": pipeline.config}, indent=2, default=str))
+        return {"plan": plan}, None
+    _generate(pipeline["data"], pipeline["run"]["seed"])
+    run_dir = _new_run_dir(pipeline)
+    handler = logging.FileHandler(run_dir / "run.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("elmscale")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    _write_json(run_dir / "pipeline.json", {"plan": plan, "config": pipeline.config})
+    metrics = {"task": pipeline["run"]["task"], "estimator": pipeline["model"]["estimator"],
+               "compute": plan, "seconds": {}}
+    compute = Compute(target, pipeline["compute"]["workers"],
+                      pipeline["compute"]["threads_per_worker"])
+    start = time.perf_counter()
+    try:
+        log.info("run %s: %s", run_dir, plan)
+        if pipeline["run"]["task"] == "score":
+            model_path = str(pipeline["output"]["model"])
+            from .persistence import read_metadata
+
+            model = load(model_path)
+            features = (read_metadata(model_path).get("input") or {}).get("features")
+            features = features or pipeline["data"]["features"]
+        else:
+            model, features = _fit(pipeline, compute, run_dir, metrics)
+            _evaluate(pipeline, model, features, compute, metrics)
+            save(model, run_dir / "model.elm", features=features,
+                 label=pipeline["data"]["label"])
+        _score(pipeline, model, features, compute, run_dir / "scores", metrics)
+        metrics["seconds"]["total"] = round(time.perf_counter() - start, 3)
+        _write_json(run_dir / "metrics.json", metrics)
+        log.info("metrics: %s", metrics)
+    except BaseException as exc:
+        log.error("run failed: %s: %s", type(exc).__name__, exc)
+        raise
+    finally:
+        compute.close()
+        root.removeHandler(handler)
+        handler.close()
+    return metrics, run_dir
