@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     import ray
 
     start = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"  local Ray start {time.perf_counter() - start:.1f} s (not counted)")
     ours = GridSearchCV(SparseELMClassifier(kernel="gaussian"), {"C": Cs, "sigma": sigmas},
                         cv=folds, ray_address="auto", refit=False)

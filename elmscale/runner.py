@@ -90,7 +90,7 @@ class Compute:
             return "auto"
         if self.target["local"]:
             if not ray.is_initialized():
-                ray.init(num_cpus=self.workers * self.threads_per_worker,
+                ray.init(address="local", num_cpus=self.workers * self.threads_per_worker,
                          include_dashboard=False, log_to_driver=False)
                 self._ray_started = True
                 log.info("started a local Ray with %d CPUs",

@@ -24,6 +24,6 @@ def ray_session():
     """A real local Ray with 2 CPUs, once per session."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -94,7 +94,7 @@ import json, ray
 from elmscale import SparseELMClassifier
 from elmscale.data import generate_classification
 from elmscale.model_selection import GridSearchCV
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 data = generate_classification(900, n_features=6, n_classes=3, random_state=11)
 search = GridSearchCV(SparseELMClassifier(), {GRID!r}, cv=3, random_state=4,
                       ray_address="auto").fit(data.X, data.y)
