@@ -325,4 +325,5 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
-        return self.classes_[decision_to_class_index(self.decision_function(X))]
+        index = decision_to_class_index(self.decision_function(X))  # checks fitted first
+        return self.classes_[index]
