@@ -310,3 +310,27 @@ def test_compute_precedence_flag_environment_file_local(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS")
     path.write_text(ELM_PIPELINE.format(d=tmp_path, name="p"))
     assert resolve_compute(load_pipeline(path))["local"] is True
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("pipelines/*.toml")),
+                         ids=lambda p: p.name)
+def test_example_pipelines_validate(path, capsys, monkeypatch):
+    """Every example pipeline passes the checks (the COD-RNA and satimage ones read
+    ../shared/data, present in CI); paths are relative to the project folder."""
+    from _datasets import shared_data
+
+    monkeypatch.chdir(path.parents[1])
+    if "shared/data" in path.read_text():
+        shared_data()  # skips only where ../shared is absent
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_score_files_as_ray_tasks(scoring_setup, tmp_path, ray_session):
+    from elmscale.batch_scoring import plan_jobs, score_jobs
+
+    model, _, inputs = scoring_setup
+    jobs = plan_jobs(model, inputs, tmp_path / "on_ray", id_columns=["id"],
+                     features=[f"f{j + 1}" for j in range(6)])
+    summary = score_jobs(model, jobs[:2], ray_address="auto")
+    assert summary == {**summary, "files": 2, "scored": 2, "rows": 120_000}
+    assert _check_outputs(model, inputs, tmp_path / "on_ray", expect_all=False) == 2
