@@ -70,8 +70,6 @@ class _BaseELM(BaseEstimator):
 
     # -- fitting -------------------------------------------------------------
     def _validate_X_y(self, X, y):
-        if self.n_threads == 0:
-            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         is_regressor = isinstance(self, RegressorMixin)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
                              multi_output=is_regressor, y_numeric=is_regressor)
@@ -142,6 +140,8 @@ class _BaseELM(BaseEstimator):
         """``(basis, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
         from .parquet_units import ParquetDataset
 
+        if self.n_threads == 0:
+            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         if isinstance(X, ParquetDataset):
             if y is not None:
                 raise ValueError("y must be None when X is a ParquetDataset: the labels come "
@@ -149,8 +149,6 @@ class _BaseELM(BaseEstimator):
             if X.label is None:
                 raise ValueError(f"{X.source}: the data set has no label column; expected "
                                  "labels for fitting")
-            if self.n_threads == 0:
-                raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
             return self._dataset_gram(X, client, C_max)
         if client is not None:
             raise ValueError("client is used with a ParquetDataset (elmscale.open_parquet); "

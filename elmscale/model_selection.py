@@ -150,7 +150,9 @@ class GridSearchCV(BaseEstimator):
     ray_address : None (in this process) or a Ray address ("auto", "ray://...").
     progress : bool, default False: a progress bar (pieces done / total, elapsed,
         remaining) on stderr.
-    n_threads, random_state : cores for the local run; the folds' seed.
+    n_threads : cores for the local run.
+    random_state : the folds' seed, and the random layer's when the estimator's own
+        ``random_state`` is None (every piece must use the same layer).
 
     Attributes
     ----------
@@ -204,6 +206,11 @@ class GridSearchCV(BaseEstimator):
         splits = self._splits(X, y, classifier)
         candidates, settings, Cs, keys = self._candidates()
         pairwise = isinstance(self.estimator, SparseELMClassifier)
+        base = clone(self.estimator)
+        if base.get_params().get("random_state", 0) is None:
+            # every piece (and the refit) must draw the same random layer
+            base.set_params(random_state=int(np.random.default_rng(self.random_state)
+                                             .integers(2**31 - 1)))
         if pairwise:
             if self.scoring not in (None, "accuracy"):
                 raise ValueError(f"scoring={self.scoring!r}: the sparse ELM's grid search "
@@ -214,11 +221,11 @@ class GridSearchCV(BaseEstimator):
                       for pair in pairs]
             shared = {"X": np.ascontiguousarray(X, dtype=np.float32), "y_idx": y_idx,
                       "splits": splits}
-            fn, extra = _pair_piece, {"estimator": self.estimator, "Cs": Cs}
+            fn, extra = _pair_piece, {"estimator": base, "Cs": Cs}
         else:
             pieces = [(k, s) for k in range(len(splits)) for s in settings]
             shared = {"X": X, "y": y, "splits": splits}
-            fn, extra = _path_piece, {"estimator": self.estimator, "Cs": Cs,
+            fn, extra = _path_piece, {"estimator": base, "Cs": Cs,
                                       "scoring": self.scoring}
         self.n_pieces_ = len(pieces)
         results = self._run(fn, pieces, shared, extra)
@@ -239,7 +246,7 @@ class GridSearchCV(BaseEstimator):
                 scores[settings.index(setting), :, k] = result
         self._set_results(candidates, keys, scores, len(splits))
         if self.refit:
-            best = clone(self.estimator).set_params(**self.best_params_)
+            best = clone(base).set_params(**self.best_params_)
             if pairwise and self.ray_address is not None:
                 best.fit(X, y, ray_address=self.ray_address)
             else:

@@ -180,3 +180,20 @@ def test_progress_bar_reports_pieces(capsys):
                  progress=True).fit(X, y)
     err = capsys.readouterr().err
     assert "grid pieces" in err and "6/6" in err
+
+
+def test_random_node_pieces_share_one_layer():
+    X, y = _small_problem()
+    search = GridSearchCV(SparseELMClassifier(hidden="sigmoid", n_hidden=30), {"C": [1.0, 10.0]},
+                          cv=2, random_state=5)
+    first, second = clone(search).fit(X, y), clone(search).fit(X, y)
+    np.testing.assert_array_equal(first.cv_results_["mean_test_score"],
+                                  second.cv_results_["mean_test_score"])
+    seed = first.best_estimator_.random_state
+    assert isinstance(seed, int)
+    splits = list(StratifiedKFold(2, shuffle=True, random_state=5).split(X, y))
+    train, test = splits[0]
+    alone = SparseELMClassifier(hidden="sigmoid", n_hidden=30, random_state=seed,
+                                C=first.cv_results_["params"][0]["C"]).fit(X[train], y[train])
+    assert abs(alone.score(X[test], y[test]) - first.cv_results_["split0_test_score"][0]) \
+        <= 2.0 / len(test)
