@@ -5,6 +5,7 @@ set -euo pipefail
 PIPELINE=${1:-pipelines/quickstart.toml}
 PORT=${PORT:-8786}
 LOGS=${TMPDIR:-/tmp}
+WORKERS=""
 dask scheduler --port "$PORT" --dashboard-address :0 > "$LOGS/dask-scheduler.log" 2>&1 &
 SCHEDULER=$!
 trap 'kill $WORKERS $SCHEDULER 2>/dev/null || true' EXIT
