@@ -25,18 +25,19 @@ from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
 
 
 def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
-               shrinking, max_iter, seed=0, alpha0=None, H=None) -> dict:
+               shrinking, max_iter, seed=0, alpha0=None, H=None, gradient0=None) -> dict:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
     Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
     ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
-    ``alpha0`` warm-starts the solver; ``H``, the layer's output on ``X`` when
-    the caller already has it.
+    ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
+    ``alpha0``, returned as ``gradient`` by the previous call); ``H``, the layer's
+    output on ``X`` when the caller already has it.
     """
     if layer is None:
         alpha, n_iter, converged, g = solve_kernel_dual(
             X, t, kernel=kernel, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
-            max_iter=max_iter, alpha0=alpha0)
+            max_iter=max_iter, alpha0=alpha0, gradient0=gradient0)
         f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
@@ -52,7 +53,7 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
         g = t * f - 1.0
     objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
     return {"alpha": alpha, "beta": beta, "n_iter": n_iter, "converged": converged,
-            "objective": objective, "kkt_violation": kkt_violation(alpha, g, C)}
+            "objective": objective, "kkt_violation": kkt_violation(alpha, g, C), "gradient": g}
 
 
 def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, max_iter
@@ -65,11 +66,12 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
     rows, t = pair
     Xp = X[rows]
     H = None if layer is None else layer.transform(Xp)
-    alpha, path = None, []
+    alpha, gradient, path = None, None, []
     for C in Cs:
         r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C), tol=tol,
                        cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
-                       seed=seed, alpha0=alpha, H=H)
+                       seed=seed, alpha0=alpha, H=H, gradient0=gradient)
+        gradient = r.pop("gradient")  # only the next C needs it
         path.append(r)
         alpha = r["alpha"]
     return path

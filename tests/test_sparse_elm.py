@@ -214,3 +214,18 @@ def test_pairs_on_threads_give_the_same_model():
     np.testing.assert_array_equal(one.support_, two.support_)
     np.testing.assert_array_equal(one.dual_coef_, two.dual_coef_)
     np.testing.assert_array_equal(one.n_iter_, two.n_iter_)
+
+
+def test_a_passed_gradient_is_the_exact_one_and_reaches_the_same_optimum():
+    X, t, Q = _gaussian_problem(5, n=300)
+    alpha, _, _, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=1.0)
+    np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=0, atol=1e-10)
+    recomputed, _, ok1, g1 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=alpha)
+    passed, _, ok2, g2 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=alpha,
+                                           gradient0=g)
+    assert ok1 and ok2 and kkt_violation(passed, Q @ passed - 1.0, 10.0) <= 1e-3
+    assert dual_objective(Q, passed) == pytest.approx(dual_objective(Q, recomputed), rel=1e-4)
+    # a gradient is trusted only when nothing sits at the new bound (C smaller here)
+    stale = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha, gradient0=g * 0)
+    fresh = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha)
+    np.testing.assert_array_equal(stale[0], fresh[0])
