@@ -197,3 +197,17 @@ def test_bad_input_on_the_cluster_is_named(tmp_path, dask_client):
     fitted = ELMClassifier(n_hidden=5).fit(np.zeros((4, 3)), [0, 1, 0, 1])
     with pytest.raises(ValueError, match="2 feature columns; the model expects 3"):
         dataplane.predict(fitted, unlabelled)
+
+
+def test_the_same_units_run_as_ray_tasks(generated, ray_session):
+    from elmscale.ray_fanout import run_tasks
+    from elmscale.reductions import UnitGram, unit_gram
+
+    ds = open_parquet(generated).with_units(5)
+    layer = HiddenLayer("sigmoid", 8, 40, 3).to_dict()
+    parts = run_tasks(unit_gram, ds.units(), ray_address="auto", layer=layer, n_folds=3)
+    on_ray = UnitGram.combine(*parts)
+    here = dataplane.gram(ds, HiddenLayer("sigmoid", 8, 40, 3), n_folds=3)
+    np.testing.assert_allclose(on_ray.HtH, here.HtH, rtol=1e-12)
+    np.testing.assert_allclose(on_ray.HtY, here.HtY, rtol=1e-12)
+    np.testing.assert_array_equal(on_ray.n_rows, here.n_rows)
