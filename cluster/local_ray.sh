@@ -10,4 +10,6 @@ export RAY_AUTH_TOKEN=${RAY_AUTH_TOKEN:-$(python3 -c "import secrets; print(secr
 ray start --head --num-cpus 2 --dashboard-host 127.0.0.1
 trap 'ray stop' EXIT
 elmscale run "$PIPELINE" --ray-address auto
-ray job submit --address http://127.0.0.1:8265 --working-dir . -- elmscale run "$PIPELINE"
+# the job's driver runs on this machine: start it in this folder, so that the pipeline's
+# relative paths (../shared/data, data/generated) mean what they mean here
+ray job submit --address http://127.0.0.1:8265 -- bash -c "cd '$PWD' && elmscale run '$PIPELINE'"
