@@ -156,10 +156,17 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
         connected = _elmscale("run", _write(tmp_path, SPARSE_PIPELINE, "connected"),
                               "--ray-address", address, env=env)
         assert connected.returncode == 0, connected.stderr[-3000:]
-        job = subprocess.run([BIN / "ray", "job", "submit", "--address",
-                              f"http://127.0.0.1:{dashboard}", "--", sys.executable, "-m",
-                              "elmscale.cli", "run", _write(tmp_path, SPARSE_PIPELINE, "job")],
-                             capture_output=True, text=True, timeout=600, env=env)
+        job_pipeline = _write(tmp_path, SPARSE_PIPELINE, "job")
+        deadline = time.monotonic() + 120
+        while True:  # the job server can answer before its agent is up: wait for it
+            job = subprocess.run([BIN / "ray", "job", "submit", "--address",
+                                  f"http://127.0.0.1:{dashboard}", "--", sys.executable, "-m",
+                                  "elmscale.cli", "run", job_pipeline],
+                                 capture_output=True, text=True, timeout=600, env=env)
+            if (job.returncode == 0 or "No available agent" not in job.stdout + job.stderr
+                    or time.monotonic() > deadline):
+                break
+            time.sleep(2)
         assert job.returncode == 0, (job.stdout + job.stderr)[-3000:]
     finally:
         os.killpg(head.pid, signal.SIGTERM)
