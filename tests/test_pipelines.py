@@ -138,10 +138,14 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
     port, dashboard = _free_port(), _free_port()
     # Ray >= 2.59 authenticates clients of a `ray start` cluster: one token for all
     env = {**CLEAN_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
+    # own ports for every agent: the test session's Ray may hold the default ones
+    agent_ports = [f"--{name}={_free_port()}" for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+        "metrics-export-port", "ray-client-server-port")]
     head = subprocess.Popen([BIN / "ray", "start", "--head", "--block", "--port", str(port),
                              "--num-cpus", "2", "--dashboard-host", "127.0.0.1",
                              "--dashboard-port", str(dashboard), "--include-dashboard",
-                             "true"], env=env, stdout=subprocess.DEVNULL,
+                             "true", *agent_ports], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         address = f"127.0.0.1:{port}"
