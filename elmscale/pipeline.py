@@ -201,23 +201,23 @@ def _check_values(p: Pipeline) -> None:
         problems.append(f"compute.scheduler_file: {compute['scheduler_file']}: no such file")
 
 
-def make_estimator(name: str, params: dict):
+def _estimator_class(name: str):
+    """The estimator class of one of ``ESTIMATORS``."""
     from . import ELMClassifier, ELMRegressor, SparseELMClassifier
 
-    classes = {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
-               "SparseELMClassifier": SparseELMClassifier}
-    est = classes[name]()
+    return {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
+            "SparseELMClassifier": SparseELMClassifier}[name]
+
+
+def make_estimator(name: str, params: dict):
+    est = _estimator_class(name)()
     est.set_params(**params)
     est._validate_params()
     return est
 
 
 def _check_estimator_params(name: str, params: dict, problems: list, where="model.params"):
-    from . import ELMClassifier, ELMRegressor, SparseELMClassifier
-
-    classes = {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
-               "SparseELMClassifier": SparseELMClassifier}
-    valid = classes[name]().get_params(deep=False)
+    valid = _estimator_class(name)().get_params(deep=False)
     unknown = [k for k in params if k not in valid]
     for key in unknown:
         problems.append(f"unknown key {where}.{key} for {name}{_closest(key, valid)}")

@@ -84,9 +84,10 @@ class Compute:
         """A Ray address for ``ray_address=`` arguments, or None when this run has no Ray."""
         import ray
 
+        from .ray_fanout import connect
+
         if self.target["ray"]:
-            if not ray.is_initialized():
-                ray.init(address=self.target["ray"], log_to_driver=False)
+            connect(self.target["ray"])
             return "auto"
         if self.target["local"]:
             if not ray.is_initialized():
