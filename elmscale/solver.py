@@ -46,6 +46,13 @@ from .hidden import Kernel
 
 SHRINK_EVERY = 1000
 _TAU = 1e-12  # guard for a non-positive diagonal
+# The tail: once shrinking has left at most TAIL_SIZE variables active and the steps
+# have gone on for TAIL_STEPS_PER_VARIABLE times that many without another shrink, the
+# reduced problem over them is solved exactly (``box_qp``).  Single and pair steps
+# crawl there when Q is ill-conditioned (wide kernels, large C): on 2,400 COD-RNA rows
+# at sigma = 1000, C = 500, 3.8 M steps were spent on the last 117 active variables.
+TAIL_SIZE = 1024
+TAIL_STEPS_PER_VARIABLE = 10
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -366,17 +373,20 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
 @njit(cache=True, nogil=True, error_model="numpy")
 def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter, alpha,
                   bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner,
-                  prev, nxt, istate):
+                  prev, nxt, istate, tail_size):
     """Steps (two variables each with ``pair_steps``) on the active variables, positions
     ``[0, n_active)``.
 
     Returns 0 when every variable is within ``tol`` by the cached gradient (a
     candidate optimum, which the caller checks exactly), 1 at ``max_iter`` steps,
     2 when the caller must rebuild the gradient of the shrunk variables (then
-    call again).  The state lives in the arrays passed in; ``istate`` = (LRU head,
-    active size, unshrunk flag, steps to the next shrink, steps so far) and five
+    call again), 3 when the active set is a tail (at most ``tail_size`` variables,
+    ``TAIL_STEPS_PER_VARIABLE`` steps each since the last change) for the caller to
+    solve exactly.  The state lives in the arrays passed in; ``istate`` = (LRU head,
+    active size, unshrunk flag, steps to the next shrink, steps so far), five
     counters for diagnosis (column entries computed, shrinking rounds, sum of the
-    active sizes they left, G_bar updates, column entries added for G_bar).
+    active sizes they left, G_bar updates, column entries added for G_bar) and the
+    step count at the last change of the active set or tail solve.
     All per-variable arrays, ``Xt``'s columns and the cached columns are in the
     solver's order (``perm`` maps it to rows), active variables first.
     """
@@ -410,6 +420,9 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
         if max_iter >= 0 and n_iter >= max_iter:
             status = 1
             break
+        if n_active <= tail_size and n_iter - istate[10] >= TAIL_STEPS_PER_VARIABLE * n_active:
+            status = 3
+            break
         if shrinking:
             counter -= 1
             if counter <= 0:
@@ -425,6 +438,7 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
                 if new_active != n_active:
                     istate[6] += 1
                     istate[7] += new_active
+                    istate[10] = n_iter
                     n_active = new_active
                     i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero,
                                                   0.0, False, unit_diag, score, viol)
@@ -478,7 +492,8 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
 
 
 def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
-                      max_iter=-1, alpha0=None, pair_steps=True, gradient0=None):
+                      max_iter=-1, alpha0=None, pair_steps=True, gradient0=None,
+                      tail_size=TAIL_SIZE, info=None):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
@@ -490,6 +505,11 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     gradient ``Q alpha - 1`` returned is the exact float64 one, so that callers
     need not compute it again; passed back as ``gradient0`` with the same ``alpha0``
     (the next C of a path), it saves the solver that product.
+
+    ``tail_size``: the largest shrunk active set that is solved exactly as a
+    dense box QP (``box_qp``) once the steps stall on it (0: never).  ``info``,
+    a dict if given, receives counters: ``steps``, ``tails`` (exact tail solves
+    taken), ``exact_checks``.
     """
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
@@ -526,11 +546,18 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     owner = np.full(n_slots, -1, np.int64)
     prev = (np.arange(n_slots) - 1) % n_slots
     nxt = (np.arange(n_slots) + 1) % n_slots
-    istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0], dtype=np.int64)
+    istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
+    counts = {"steps": 0, "tails": 0, "exact_checks": 0}
     while True:
         status = _kernel_phase(Xt, tp, kind_code, sigma, degree, C, tol, bool(shrinking),
                                bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag,
-                               g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt, istate)
+                               g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt, istate,
+                               int(tail_size))
+        if status == 3:
+            counts["tails"] += _solve_tail(X32, t64, kernel, C, tol, alpha, bound, g, g_bar, perm,
+                                           int(istate[1]))
+            istate[10] = istate[4]  # the next tail solve only after as many steps again
+            continue
         if status == 2:
             # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
             m = int(istate[1])
@@ -545,13 +572,141 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         alpha_rows = np.empty(n)
         alpha_rows[perm] = alpha
         g_rows, g_bar_rows = exact_gradient(X32, t64, alpha_rows, C, kernel)
+        counts["exact_checks"] += 1
         if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
+            if info is not None:
+                info.update(counts, steps=int(istate[4]))
             return alpha_rows, int(istate[4]), status == 0, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
         g[:] = g_rows[perm]
         g_bar[:] = g_bar_rows[perm]
         istate[1] = n
+
+
+def box_qp(Q, c, C, x0, tol):
+    """``argmin 1/2 x'Qx + c'x`` over ``0 <= x <= C`` for a small dense PSD ``Q``.
+
+    A primal active-set method.  It starts from ``x0`` if the Newton point of
+    ``x0``'s face is nearly inside the box, else with every variable at the bound
+    nearer to ``x0`` (``_box_qp_start``), then repeats: minimise over the free variables with the others fixed; if
+    that point leaves the box, step to the first bound and fix the variable there;
+    else free the bounded variable whose gradient points into the box most, if by
+    more than ``tol``, or stop.  Freeing one variable at a time extends the Cholesky
+    factor of ``Q_FF`` by a row (O(k^2)); a variable fixed again costs a new
+    factorisation.  Measured on the tails met here (hundreds of variables; from tens
+    to hundreds free at the optimum), that is 10-20x faster than freeing every
+    violator at once or than starting from ``x0``'s free set.  Each step lowers the
+    objective, so it ends.  ``lam I`` (1e-12 of the mean diagonal, more if a
+    factorisation fails) makes a singular ``Q`` definite; it moves the gradient by
+    ``lam x``, far below any KKT tolerance.  Returns None if it does not finish in
+    ``4 m + 20`` steps.
+    """
+    from scipy.linalg import solve_triangular
+
+    m = c.size
+    scale = max(float(np.trace(Q)) / max(m, 1), 1e-300)
+    for lam in (1e-12, 1e-10, 1e-8):
+        Q_reg = Q + (lam * scale) * np.eye(m)
+        try:
+            x, free, L = _box_qp_start(Q_reg, c, C, x0)
+            grad = Q_reg @ x + c
+            for _ in range(4 * m + 20):
+                if free:
+                    F = np.asarray(free)
+                    # Newton point on the face: Q_FF d = -grad_F
+                    d = -solve_triangular(L, solve_triangular(L, grad[F], lower=True),
+                                          lower=True, trans="T")
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        limit = np.where(d > 0.0, (C - x[F]) / d,
+                                         np.where(d < 0.0, -x[F] / d, np.inf))
+                    step = min(float(limit.min()), 1.0)
+                    x[F] += step * d
+                    grad += Q_reg[:, F] @ (step * d)
+                    if step < 1.0:
+                        hit = limit <= step
+                        x[F[hit]] = np.where(d[hit] > 0.0, C, 0.0)
+                        free = [v for v, h in zip(free, hit) if not h]
+                        F = np.asarray(free, dtype=np.intp)
+                        L = np.linalg.cholesky(Q_reg[np.ix_(F, F)]) if free else np.zeros((0, 0))
+                        grad = Q_reg @ x + c  # exact again after the snap to the bound
+                        continue
+                violation = np.where(x <= 0.0, -grad, grad)
+                violation[free] = 0.0
+                k = int(np.argmax(violation))
+                if violation[k] <= tol:
+                    return np.clip(x, 0.0, C)
+                # extend the factor by variable k
+                if free:
+                    row = solve_triangular(L, Q_reg[free, k], lower=True)
+                    pivot = Q_reg[k, k] - row @ row
+                else:
+                    row, pivot = np.zeros(0), Q_reg[k, k]
+                if not pivot > 0.0:
+                    raise np.linalg.LinAlgError("not positive definite")
+                size = len(free)
+                grown = np.zeros((size + 1, size + 1))
+                grown[:size, :size] = L
+                grown[size, :size] = row
+                grown[size, size] = np.sqrt(pivot)
+                L = grown
+                free.append(k)
+            return None
+        except np.linalg.LinAlgError:
+            continue
+    return None
+
+
+def _box_qp_start(Q_reg, c, C, x0):
+    """``(x, free, L)`` to start ``box_qp`` from: ``x0`` with its free variables and their
+    Cholesky factor when the Newton point of that face leaves the box in at most a
+    tenth of them (the face is nearly right: small kernels), else every variable at
+    its nearer bound and none free (ill-conditioned tails, where most of ``x0``'s free
+    variables end at a bound and dropping them one by one costs a factorisation each).
+    """
+    x = np.clip(np.asarray(x0, dtype=np.float64), 0.0, C)
+    F = np.flatnonzero((x > 0.0) & (x < C))
+    if F.size:
+        L = np.linalg.cholesky(Q_reg[np.ix_(F, F)])
+        grad_F = Q_reg[F] @ x + c[F]
+        newton = x[F] - np.linalg.solve(L.T, np.linalg.solve(L, grad_F))
+        outside = np.count_nonzero((newton < 0.0) | (newton > C))
+        if outside <= max(2, F.size // 10):
+            return x, list(F), L
+    return np.where(x > 0.5 * C, C, 0.0), [], np.zeros((0, 0))
+
+
+def _solve_tail(X32, t64, kernel: Kernel, C, tol, alpha, bound, g, g_bar, perm, m):
+    """Solve the problem over the active positions ``[0, m)`` exactly, the others fixed.
+
+    Their gradient is recomputed exactly first (the phase's comes from float32
+    columns), then ``box_qp`` on ``Q_AA``; the move is taken only if it lowers the
+    objective.  Updates alpha, bound, g (active part, exactly) and G_bar in place (the
+    solver's order).  Returns 1 if a move was taken, else 0.
+    """
+    rows = perm[:m]
+    n = alpha.size
+    alpha_rows = np.empty(n)
+    alpha_rows[perm] = alpha
+    t_A = t64[rows]
+    g_A = _q_matvec(kernel, X32[rows], t_A, X32, t64, alpha_rows) - 1.0
+    Q_AA = (t_A[:, None] * t_A[None, :]) * kernel.block(X32[rows], X32[rows])
+    old = alpha[:m].copy()
+    c = g_A - Q_AA @ old
+    new = box_qp(Q_AA, c, C, old, 0.1 * tol)
+    if new is None:
+        return 0
+    delta = new - old
+    gain = 0.5 * (new @ Q_AA @ new - old @ Q_AA @ old) + c @ delta
+    if not gain < 0.0:
+        return 0
+    alpha[:m] = new
+    bound[:m] = np.where(new <= 0.0, 0, np.where(new >= C, 2, 1))
+    g[:m] = g_A + Q_AA @ delta
+    moved_upper = np.where(new >= C, C, 0.0) - np.where(old >= C, C, 0.0)
+    if np.any(moved_upper != 0.0):
+        g_bar += _q_matvec(kernel, X32[perm], t64[perm], X32[rows], t_A, moved_upper)
+    return 1
 
 
 def kkt_violation(alpha, g, C):
@@ -651,4 +806,4 @@ def dual_objective(Q, alpha):
     return 0.5 * alpha @ Q @ alpha - alpha.sum()
 
 
-__all__ = ["SHRINK_EVERY", "dual_objective", "solve_explicit_dual", "solve_kernel_dual"]
+__all__ = ["SHRINK_EVERY", "box_qp", "dual_objective", "solve_explicit_dual", "solve_kernel_dual"]

@@ -11,7 +11,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
 from elmscale.hidden import HiddenLayer, Kernel
-from elmscale.solver import dual_objective, kkt_violation, solve_explicit_dual, solve_kernel_dual
+from elmscale.solver import (TAIL_SIZE, box_qp, dual_objective, kkt_violation, solve_explicit_dual,
+                             solve_kernel_dual)
 
 
 # The polynomial kernel is left out of the contract checks for now: on their
@@ -51,17 +52,59 @@ def _gaussian_problem(seed, n=80):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("shrinking", [True, False])
 @pytest.mark.parametrize("pair_steps", [True, False])
-def test_kernel_solver_reaches_the_qp_optimum(C, seed, shrinking, pair_steps):
+@pytest.mark.parametrize("tail_size", [0, TAIL_SIZE])
+def test_kernel_solver_reaches_the_qp_optimum(C, seed, shrinking, pair_steps, tail_size):
     X, t, Q = _gaussian_problem(seed)
     alpha, n_iter, converged, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C,
                                                     shrinking=shrinking, cache_size=0.001,
-                                                    pair_steps=pair_steps)
+                                                    pair_steps=pair_steps, tail_size=tail_size)
     assert converged and n_iter > 0
     assert np.all((alpha >= 0) & (alpha <= C))
     ref = _reference_qp(Q, C)
     assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
     assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3  # exact float64 check
     np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("sigma, C", [(20.0, 100.0), (100.0, 1000.0)])
+def test_ill_conditioned_tail_is_solved_exactly(sigma, C):
+    """Wide kernels at large C: the steps stall on a small active set, which is then
+    solved as a dense box QP; the result is the QP optimum, with fewer steps."""
+    X, y = nonlinear_problem(300, d=4, seed=11)
+    X = X.astype(np.float32).astype(np.float64)
+    t = np.where(y == 1, 1.0, -1.0)
+    kernel = Kernel("gaussian", sigma=sigma)
+    Q = np.exp(-cdist(X, X, "sqeuclidean") / (2 * sigma**2)) * np.outer(t, t)
+    info = {}
+    alpha, n_iter, converged, g = solve_kernel_dual(X, t, kernel=kernel, C=C, info=info)
+    without, n_iter_without, ok, _ = solve_kernel_dual(X, t, kernel=kernel, C=C, tail_size=0)
+    assert converged and ok and info["tails"] >= 1
+    assert n_iter < n_iter_without
+    assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
+    np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=1e-9, atol=1e-9)
+    ref = min(_reference_qp(Q, C), dual_objective(Q, without))
+    assert dual_objective(Q, alpha) <= ref + 1e-4 * abs(ref)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("rank", [5, 40])
+def test_box_qp_is_exact(seed, rank):
+    """The dense tail solver against L-BFGS-B, on full-rank and singular PSD problems,
+    from a start near the optimum and from a poor one."""
+    rng = np.random.default_rng(seed)
+    m, C = 40, 3.0
+    A = rng.normal(size=(m, rank))
+    Q = A @ A.T
+    c = rng.normal(size=m) * 5
+    ref = scipy.optimize.minimize(lambda x: 0.5 * x @ Q @ x + c @ x, np.zeros(m),
+                                  jac=lambda x: Q @ x + c, bounds=[(0.0, C)] * m,
+                                  method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-12})
+    for x0 in (ref.x, rng.uniform(0, C, m)):
+        x = box_qp(Q, c, C, x0, 1e-8)
+        assert x is not None and np.all((x >= 0) & (x <= C))
+        assert 0.5 * x @ Q @ x + c @ x <= ref.fun + 1e-9 * abs(ref.fun)
+        grad = Q @ x + c
+        assert kkt_violation(x, grad, C) <= 1e-6
 
 
 @pytest.mark.parametrize("pair_steps", [True, False])
