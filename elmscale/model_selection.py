@@ -115,6 +115,13 @@ def _pair_piece(piece, *, X, y_idx, splits, estimator, Cs):
     path = pair_path((rows, t), X=X, kernel=kernel, layer=layer, Cs=Cs, seed=seed,
                      **est._solver_options())
     scores = np.empty((len(Cs), test.size))
+    if layer is None and 8 * test.size * rows.size <= est.cache_size * 2**20:
+        # one kernel block for every C of the path
+        K_test = kernel.block(X[test], X[rows])
+        for c, result in enumerate(path):
+            sv = np.flatnonzero(result["alpha"] > 0)
+            scores[c] = K_test[:, sv] @ (result["alpha"][sv] * t[sv])
+        return scores
     for c, result in enumerate(path):
         if layer is not None:
             scores[c] = layer.scores(X[test], result["beta"])

@@ -83,29 +83,55 @@ def _column_storage(n_slots, n):
     return np.empty((n_slots, n), np.float32)
 
 
-def _q_matvec(kernel: Kernel, A, t_A, B, t_B, weights):
-    """``t_A * (K(A, B) @ (weights * t_B))`` in float64, over the rows of B with nonzero weight.
+class ExactQ:
+    """Products with ``Q = t t' K`` exactly in float64, for the solver's checks.
 
-    That is ``Q[rows of A, rows of B] @ weights``, parallel over the rows of A
-    (``Kernel.block_matvec``), computed from the data, not from the cache: the
-    one O(n * n_SV) step of the solver, run from Python because a cached numba
-    function that calls a parallel one crashes when loaded from numba's cache.
+    The kernel values come from the rows (``Kernel.block_matvec``, parallel over
+    rows, run from Python because a cached numba function that calls a parallel one
+    crashes when loaded from numba's cache), or from ``gram``, a precomputed float64
+    ``K(X, X)`` for small problems solved many times (a C path): then a product is
+    a BLAS matrix-vector product and no kernel value is computed twice.
     """
-    nz = np.flatnonzero(weights != 0.0)
-    if nz.size == 0:
-        return np.zeros(A.shape[0])
-    return t_A * kernel.block_matvec(A, B[nz], weights[nz] * t_B[nz])
+
+    def __init__(self, X32, t, kernel: Kernel, gram=None):
+        self.X32, self.t, self.kernel, self.gram = X32, t, kernel, gram
+
+    def matvec(self, rows, weights):
+        """``Q[rows, :] @ weights`` (``rows`` an index array, or None for all), over the
+        nonzero weights only."""
+        n = self.t.size
+        nz = np.flatnonzero(weights != 0.0)
+        t_rows = self.t if rows is None else self.t[rows]
+        if nz.size == 0:
+            return np.zeros(t_rows.size)
+        coef = weights[nz] * self.t[nz]
+        if self.gram is not None:
+            if 4 * nz.size < n:
+                block = self.gram[:, nz] if rows is None else self.gram[np.ix_(rows, nz)]
+                return t_rows * (block @ coef)
+            dense = np.zeros(n)
+            dense[nz] = coef
+            return t_rows * ((self.gram if rows is None else self.gram[rows]) @ dense)
+        A = self.X32 if rows is None else self.X32[rows]
+        return t_rows * self.kernel.block_matvec(A, self.X32[nz], coef)
+
+    def block(self, rows):
+        """``Q[rows][:, rows]``, dense."""
+        t_rows = self.t[rows]
+        K = (self.gram[np.ix_(rows, rows)] if self.gram is not None
+             else self.kernel.block(self.X32[rows], self.X32[rows]))
+        return (t_rows[:, None] * t_rows[None, :]) * K
 
 
-def exact_gradient(X32, t, alpha, C, kernel: Kernel):
+def exact_gradient(Q: ExactQ, alpha, C):
     """``(Q alpha - 1, G_bar)`` exactly in float64, ``G_bar = Q (C at the upper bound, else 0)``.
 
     The two share one pass over the support vectors: the bounded ones give
     G_bar, the free ones the rest.
     """
     at_upper = alpha >= C
-    g_bar = _q_matvec(kernel, X32, t, X32, t, np.where(at_upper, alpha, 0.0))
-    g = g_bar + _q_matvec(kernel, X32, t, X32, t, np.where(at_upper, 0.0, alpha)) - 1.0
+    g_bar = Q.matvec(None, np.where(at_upper, alpha, 0.0))
+    g = g_bar + Q.matvec(None, np.where(at_upper, 0.0, alpha)) - 1.0
     return g, g_bar
 
 
@@ -271,8 +297,30 @@ def _solve_pair(ai, aj, gi, gj, qii, qjj, q, C):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _fetch_column(i, length, Xt, t32, kind, sigma, degree, cols, col_len, slot_of, owner, prev,
-                  nxt, head, xi, acc32, kbuf32, acc64, kbuf64, stats):
+def _gram_segment(gram, perm, t32, i, start, end, out):
+    """``out[p] = t_i t_p K[row i, row p]`` (float32) for positions ``[start, end)`` from a
+    precomputed Gram matrix (``perm`` maps the solver's positions to rows)."""
+    row = gram[perm[i]]
+    ti = t32[i]
+    for p in range(start, end):
+        out[p] = ti * t32[p] * row[perm[p]]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi, acc32, kbuf32,
+                    acc64, kbuf64, out):
+    """Q's column i over positions ``[start, end)``: from ``gram`` when there is one
+    (non-empty), else computed from ``Xt`` (``q_segment``)."""
+    if gram.shape[0] > 0:
+        _gram_segment(gram, perm, t32, i, start, end, out)
+    else:
+        q_segment(Xt, t32, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc64, kbuf64,
+                  out)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len, slot_of,
+                  owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, stats):
     """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front.
 
     Returns the slot, which is the new head."""
@@ -286,8 +334,8 @@ def _fetch_column(i, length, Xt, t32, kind, sigma, degree, cols, col_len, slot_o
         col_len[s] = 0
     if col_len[s] < length:
         stats[0] += length - col_len[s]
-        q_segment(Xt, t32, i, col_len[s], length, kind, sigma, degree, xi, acc32, kbuf32, acc64,
-                  kbuf64, cols[s])
+        _column_segment(Xt, t32, gram, perm, i, col_len[s], length, kind, sigma, degree, xi,
+                        acc32, kbuf32, acc64, kbuf64, cols[s])
         col_len[s] = length
     if s != head:
         nxt[prev[s]] = nxt[s]
@@ -371,9 +419,9 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter, alpha,
-                  bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of, owner,
-                  prev, nxt, istate, tail_size):
+def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
+                  alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of,
+                  owner, prev, nxt, istate, tail_size):
     """Steps (two variables each with ``pair_steps``) on the active variables, positions
     ``[0, n_active)``.
 
@@ -445,8 +493,9 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
                     continue
         n_iter += 1
         i = i_sel
-        s = _fetch_column(i, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
-                          owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, istate[5:])
+        s = _fetch_column(i, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len,
+                          slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64,
+                          istate[5:])
         head = s
         j = -1
         if pair_steps:
@@ -456,9 +505,9 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
             dj = 0.0
             s2 = s
         else:
-            s2 = _fetch_column(j, n_active, Xt, t32, kind, sigma, degree, cols, col_len, slot_of,
-                               owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64,
-                               istate[5:])
+            s2 = _fetch_column(j, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols,
+                               col_len, slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64,
+                               kbuf64, istate[5:])
             head = s2
             di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
                                  np.float64(cols[s][j]), C)
@@ -475,8 +524,8 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
                 col = cols[sv]
                 if col_len[sv] < n:
                     istate[9] += n - col_len[sv]
-                    q_segment(Xt, t32, v, col_len[sv], n, kind, sigma, degree, xi, acc32, kbuf32,
-                              acc64, kbuf64, col)
+                    _column_segment(Xt, t32, gram, perm, v, col_len[sv], n, kind, sigma, degree,
+                                    xi, acc32, kbuf32, acc64, kbuf64, col)
                     col_len[sv] = n
                 w = C if new >= C else -C
                 for k in range(n):
@@ -493,7 +542,7 @@ def _kernel_phase(Xt, t32, kind, sigma, degree, C, tol, shrinking, pair_steps, m
 
 def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
                       max_iter=-1, alpha0=None, pair_steps=True, gradient0=None,
-                      tail_size=TAIL_SIZE, info=None):
+                      tail_size=None, gram=None, info=None):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
@@ -504,10 +553,16 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     10x at C = 1000, 1.4x and 2.5x less time.  The
     gradient ``Q alpha - 1`` returned is the exact float64 one, so that callers
     need not compute it again; passed back as ``gradient0`` with the same ``alpha0``
-    (the next C of a path), it saves the solver that product.
+    (the next C of a path), it saves the solver that product; the final exact
+    gradient is then that one plus Q times the change of alpha, when fewer
+    variables changed than there are support vectors.
 
+    ``gram``: a precomputed float64 ``K(X, X)`` (n x n), for a small problem solved
+    many times (``pair_path`` passes one along a C path): columns and exact
+    products are read from it instead of computed from ``X``.
     ``tail_size``: the largest shrunk active set that is solved exactly as a
-    dense box QP (``box_qp``) once the steps stall on it (0: never).  ``info``,
+    dense box QP (``box_qp``) once the steps stall on it (0: never; default
+    ``TAIL_SIZE``, or the whole problem when ``gram`` is given: it is small then).  ``info``,
     a dict if given, receives counters: ``steps``, ``tails`` (exact tail solves
     taken), ``exact_checks``.
     """
@@ -515,6 +570,14 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     t64 = np.ascontiguousarray(t, dtype=np.float64)
     n = X32.shape[0]
     kind_code, sigma, degree = KERNEL_CODES[kernel.kind], float(kernel.sigma), int(kernel.degree)
+    if gram is not None:
+        gram = np.ascontiguousarray(gram, dtype=np.float64)
+        if gram.shape != (n, n):
+            raise ValueError(f"gram must be the ({n}, {n}) kernel matrix of X; got shape "
+                             f"{gram.shape}")
+    exact_q = ExactQ(X32, t64, kernel, gram)
+    if tail_size is None:
+        tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
     C = float(C)
     tol = float(tol)
     n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
@@ -537,10 +600,12 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         # the exact gradient of this very alpha; nothing at the bound, so G_bar = 0
         g, g_bar = np.array(gradient0, dtype=np.float64), np.zeros(n)
     else:
-        g, g_bar = exact_gradient(X32, t64, alpha, C, kernel)
+        g, g_bar = exact_gradient(exact_q, alpha, C)
+    alpha_start, g_start = alpha.copy(), g.copy()  # an exact pair, for the final check
     # LRU cache of Q columns (in the solver's order; col_len[s] entries valid): storage,
     # owner of each slot, circular doubly linked list (head = most recently used).
     cols = _column_storage(n_slots, n)
+    gram_arg = gram if gram is not None else np.empty((0, 0))
     col_len = np.zeros(n_slots, np.int64)
     slot_of = np.full(n, -1, np.int64)
     owner = np.full(n_slots, -1, np.int64)
@@ -549,12 +614,12 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
     counts = {"steps": 0, "tails": 0, "exact_checks": 0}
     while True:
-        status = _kernel_phase(Xt, tp, kind_code, sigma, degree, C, tol, bool(shrinking),
+        status = _kernel_phase(Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
                                bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag,
                                g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt, istate,
                                int(tail_size))
         if status == 3:
-            counts["tails"] += _solve_tail(X32, t64, kernel, C, tol, alpha, bound, g, g_bar, perm,
+            counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,
                                            int(istate[1]))
             istate[10] = istate[4]  # the next tail solve only after as many steps again
             continue
@@ -563,15 +628,18 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
             m = int(istate[1])
             free_rows = np.zeros(n)  # free variables are never shrunk
             free_rows[perm] = np.where(bound == 1, alpha, 0.0)
-            g[m:] = g_bar[m:] - 1.0 + _q_matvec(kernel, X32[perm[m:]], tp[m:], X32, t64,
-                                                free_rows)
+            g[m:] = g_bar[m:] - 1.0 + exact_q.matvec(perm[m:], free_rows)
             istate[1] = n
             continue
         # the cached columns are float32: the gradient returned, and the optimum,
         # are checked with an exact one
         alpha_rows = np.empty(n)
         alpha_rows[perm] = alpha
-        g_rows, g_bar_rows = exact_gradient(X32, t64, alpha_rows, C, kernel)
+        change = alpha_rows - alpha_start
+        if np.count_nonzero(change) < np.count_nonzero(alpha_rows):
+            g_rows, g_bar_rows = g_start + exact_q.matvec(None, change), None
+        else:
+            g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
         counts["exact_checks"] += 1
         if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
             if info is not None:
@@ -579,6 +647,9 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
             return alpha_rows, int(istate[4]), status == 0, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
+        if g_bar_rows is None:
+            g_bar_rows = exact_q.matvec(None, np.where(alpha_rows >= C, alpha_rows, 0.0))
+        alpha_start, g_start = alpha_rows, g_rows
         g[:] = g_rows[perm]
         g_bar[:] = g_bar_rows[perm]
         istate[1] = n
@@ -615,8 +686,9 @@ def box_qp(Q, c, C, x0, tol):
                 if free:
                     F = np.asarray(free)
                     # Newton point on the face: Q_FF d = -grad_F
-                    d = -solve_triangular(L, solve_triangular(L, grad[F], lower=True),
-                                          lower=True, trans="T")
+                    d = -solve_triangular(L, solve_triangular(L, grad[F], lower=True,
+                                                              check_finite=False),
+                                          lower=True, trans="T", check_finite=False)
                     with np.errstate(divide="ignore", invalid="ignore"):
                         limit = np.where(d > 0.0, (C - x[F]) / d,
                                          np.where(d < 0.0, -x[F] / d, np.inf))
@@ -625,11 +697,12 @@ def box_qp(Q, c, C, x0, tol):
                     grad += Q_reg[:, F] @ (step * d)
                     if step < 1.0:
                         hit = limit <= step
-                        x[F[hit]] = np.where(d[hit] > 0.0, C, 0.0)
+                        snapped = np.where(d[hit] > 0.0, C, 0.0)
+                        grad += Q_reg[:, F[hit]] @ (snapped - x[F[hit]])
+                        x[F[hit]] = snapped
                         free = [v for v, h in zip(free, hit) if not h]
                         F = np.asarray(free, dtype=np.intp)
                         L = np.linalg.cholesky(Q_reg[np.ix_(F, F)]) if free else np.zeros((0, 0))
-                        grad = Q_reg @ x + c  # exact again after the snap to the bound
                         continue
                 violation = np.where(x <= 0.0, -grad, grad)
                 violation[free] = 0.0
@@ -638,7 +711,7 @@ def box_qp(Q, c, C, x0, tol):
                     return np.clip(x, 0.0, C)
                 # extend the factor by variable k
                 if free:
-                    row = solve_triangular(L, Q_reg[free, k], lower=True)
+                    row = solve_triangular(L, Q_reg[free, k], lower=True, check_finite=False)
                     pivot = Q_reg[k, k] - row @ row
                 else:
                     row, pivot = np.zeros(0), Q_reg[k, k]
@@ -676,7 +749,7 @@ def _box_qp_start(Q_reg, c, C, x0):
     return np.where(x > 0.5 * C, C, 0.0), [], np.zeros((0, 0))
 
 
-def _solve_tail(X32, t64, kernel: Kernel, C, tol, alpha, bound, g, g_bar, perm, m):
+def _solve_tail(exact_q: ExactQ, C, tol, alpha, bound, g, g_bar, perm, m):
     """Solve the problem over the active positions ``[0, m)`` exactly, the others fixed.
 
     Their gradient is recomputed exactly first (the phase's comes from float32
@@ -688,9 +761,8 @@ def _solve_tail(X32, t64, kernel: Kernel, C, tol, alpha, bound, g, g_bar, perm, 
     n = alpha.size
     alpha_rows = np.empty(n)
     alpha_rows[perm] = alpha
-    t_A = t64[rows]
-    g_A = _q_matvec(kernel, X32[rows], t_A, X32, t64, alpha_rows) - 1.0
-    Q_AA = (t_A[:, None] * t_A[None, :]) * kernel.block(X32[rows], X32[rows])
+    g_A = exact_q.matvec(rows, alpha_rows) - 1.0
+    Q_AA = exact_q.block(rows)
     old = alpha[:m].copy()
     c = g_A - Q_AA @ old
     new = box_qp(Q_AA, c, C, old, 0.1 * tol)
@@ -703,9 +775,10 @@ def _solve_tail(X32, t64, kernel: Kernel, C, tol, alpha, bound, g, g_bar, perm, 
     alpha[:m] = new
     bound[:m] = np.where(new <= 0.0, 0, np.where(new >= C, 2, 1))
     g[:m] = g_A + Q_AA @ delta
-    moved_upper = np.where(new >= C, C, 0.0) - np.where(old >= C, C, 0.0)
+    moved_upper = np.zeros(n)
+    moved_upper[rows] = np.where(new >= C, C, 0.0) - np.where(old >= C, C, 0.0)
     if np.any(moved_upper != 0.0):
-        g_bar += _q_matvec(kernel, X32[perm], t64[perm], X32[rows], t_A, moved_upper)
+        g_bar += exact_q.matvec(perm, moved_upper)
     return 1
 
 
