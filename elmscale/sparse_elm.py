@@ -26,20 +26,22 @@ from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
 
 def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
                shrinking, max_iter, seed=0, alpha0=None, H=None, gradient0=None,
-               gram=None) -> dict:
+               gradient0_alpha=None, gram=None) -> dict:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
     Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
     ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
-    ``alpha0``, returned as ``gradient`` by the previous call); ``H``, the layer's
+    ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
+    call); ``H``, the layer's
     output on ``X`` when the caller already has it; ``gram``, ``K(X, X)`` in float64 when
     the caller solves the same rows many times (see ``solve_kernel_dual``).
     """
     if layer is None:
         alpha, n_iter, converged, g = solve_kernel_dual(
             X, t, kernel=kernel, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
-            max_iter=max_iter, alpha0=alpha0, gradient0=gradient0, gram=gram)
+            max_iter=max_iter, alpha0=alpha0, gradient0=gradient0,
+            gradient0_alpha=gradient0_alpha, gram=gram)
         f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
@@ -75,18 +77,19 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
         gram = kernel.block(Xp, Xp)
     alpha, gradient, path, previous_C = None, None, [], None
     for C in Cs:
+        start = alpha
         if (layer is None and alpha is not None and C > previous_C
                 and np.any(alpha >= previous_C)):
             # predictor: the variables at the old bound start at the new one (on a face
             # that does not change they all stay there), which saves the steps that
-            # would move them one by one; their gradient is then recomputed.  (Not
-            # for random nodes: there it cost dual coordinate descent more passes.)
-            alpha = np.where(alpha >= previous_C, float(C), alpha)
-            gradient = None
+            # would move them one by one.  (Not for random nodes: there it cost dual
+            # coordinate descent more passes.)
+            start = np.where(alpha >= previous_C, float(C), alpha)
         previous_C = float(C)
         r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C), tol=tol,
                        cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
-                       seed=seed, alpha0=alpha, H=H, gradient0=gradient, gram=gram)
+                       seed=seed, alpha0=start, H=H, gradient0=gradient,
+                       gradient0_alpha=alpha, gram=gram)
         gradient = r.pop("gradient")  # only the next C needs it
         path.append(r)
         alpha = r["alpha"]

@@ -86,6 +86,21 @@ def test_ill_conditioned_tail_is_solved_exactly(sigma, C):
     assert dual_objective(Q, alpha) <= ref + 1e-4 * abs(ref)
 
 
+@pytest.mark.parametrize("C", [1.0, 100.0])
+def test_a_precomputed_gram_gives_the_same_optimum(C):
+    X, t, Q = _gaussian_problem(8, n=300)
+    K = GAUSSIAN.block(X, X)
+    info = {}
+    alpha, _, ok, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, gram=K, info=info)
+    plain, _, ok_plain, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C)
+    assert ok and ok_plain
+    np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=0, atol=1e-9)
+    assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
+    assert dual_objective(Q, alpha) == pytest.approx(dual_objective(Q, plain), rel=1e-4)
+    with pytest.raises(ValueError, match=r"gram must be the \(300, 300\) kernel matrix"):
+        solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, gram=K[:10])
+
+
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("rank", [5, 40])
 def test_box_qp_is_exact(seed, rank):
@@ -268,7 +283,17 @@ def test_a_passed_gradient_is_the_exact_one_and_reaches_the_same_optimum():
                                            gradient0=g)
     assert ok1 and ok2 and kkt_violation(passed, Q @ passed - 1.0, 10.0) <= 1e-3
     assert dual_objective(Q, passed) == pytest.approx(dual_objective(Q, recomputed), rel=1e-4)
-    # a gradient is trusted only when nothing sits at the new bound (C smaller here)
-    stale = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha, gradient0=g * 0)
-    fresh = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha)
-    np.testing.assert_array_equal(stale[0], fresh[0])
+    np.testing.assert_allclose(g2, Q @ passed - 1.0, rtol=0, atol=1e-9)
+    # a smaller C clips alpha0: the gradient is carried to the clipped alpha exactly
+    clipped, _, ok3, g3 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha,
+                                            gradient0=g)
+    fresh, _, ok4, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha)
+    assert ok3 and ok4
+    np.testing.assert_allclose(g3, Q @ clipped - 1.0, rtol=0, atol=1e-9)
+    assert dual_objective(Q, clipped) == pytest.approx(dual_objective(Q, fresh), rel=1e-4)
+    # and from another alpha than alpha0 (a path's predictor moves alpha0)
+    moved = np.where(alpha >= 1.0, 10.0, alpha)
+    predicted, _, ok5, g5 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=moved,
+                                              gradient0=g, gradient0_alpha=alpha)
+    assert ok5 and kkt_violation(predicted, Q @ predicted - 1.0, 10.0) <= 1e-3
+    np.testing.assert_allclose(g5, Q @ predicted - 1.0, rtol=0, atol=1e-9)
