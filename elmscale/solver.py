@@ -699,7 +699,7 @@ def box_qp(Q, c, C, x0, tol):
     ``lam x``, far below any KKT tolerance.  Returns None if it does not finish in
     ``4 m + 20`` steps.
     """
-    from scipy.linalg import solve_triangular
+    from scipy.linalg.lapack import dpotrs, dtrtrs  # raw LAPACK: tiny systems, many calls
 
     m = c.size
     scale = max(float(np.trace(Q)) / max(m, 1), 1e-300)
@@ -712,9 +712,9 @@ def box_qp(Q, c, C, x0, tol):
                 if free:
                     F = np.asarray(free)
                     # Newton point on the face: Q_FF d = -grad_F
-                    d = -solve_triangular(L, solve_triangular(L, grad[F], lower=True,
-                                                              check_finite=False),
-                                          lower=True, trans="T", check_finite=False)
+                    d, info = dpotrs(L, -grad[F], lower=1)
+                    if info != 0:
+                        raise np.linalg.LinAlgError(f"dpotrs info {info}")
                     with np.errstate(divide="ignore", invalid="ignore"):
                         limit = np.where(d > 0.0, (C - x[F]) / d,
                                          np.where(d < 0.0, -x[F] / d, np.inf))
@@ -737,7 +737,9 @@ def box_qp(Q, c, C, x0, tol):
                     return np.clip(x, 0.0, C)
                 # extend the factor by variable k
                 if free:
-                    row = solve_triangular(L, Q_reg[free, k], lower=True, check_finite=False)
+                    row, info = dtrtrs(L, Q_reg[free, k], lower=1)
+                    if info != 0:
+                        raise np.linalg.LinAlgError(f"dtrtrs info {info}")
                     pivot = Q_reg[k, k] - row @ row
                 else:
                     row, pivot = np.zeros(0), Q_reg[k, k]
