@@ -17,7 +17,10 @@ float64: < 2e-16 relative, measured against numpy in tests/test_hidden.py).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _LOG2E = 1.4426950408889634
 # ln 2 split in a high part with few mantissa bits (k * hi is exact) and a low part.
@@ -89,6 +92,47 @@ def _vexp64(buf, kbuf):
 # that LLVM may not reorder, so it runs one element per add latency; allowing
 # reassociation (and only that) lets it vectorise.  The sums differ from the
 # sequential ones by rounding only.
+@intrinsic
+def _prefetch(typingctx, arr, index):
+    """LLVM's ``prefetch`` (read, keep in all cache levels) of ``&arr[index]``."""
+    sig = types.void(arr, index)
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]],
+                                           wraparound=False)
+        byte_pointer = ir.IntType(8).as_pointer()
+        int32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, int32, int32, int32]),
+            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(pointer, byte_pointer), ir.Constant(int32, 0),
+                          ir.Constant(int32, 3), ir.Constant(int32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def prefetch(a, i):
+    """Ask for ``a[i]`` (1-D) to be brought into cache, without waiting for it."""
+    _prefetch(a, i)
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def prefetch_row(A, i):
+    """Ask for row ``i`` of ``A`` (2-D, C order) to be brought into cache, a 64-byte line at
+    a time, without waiting for it.  For loops over rows in a random order: the
+    hardware prefetcher cannot guess the next row, and a dependent update (dual
+    coordinate descent's beta) stops the CPU from running ahead; prefetching the row
+    a few steps ahead made such a loop 1.8x faster here (200k x 200 float32 rows)."""
+    row = A[i]
+    step = max(1, 64 // row.itemsize)
+    for k in range(0, row.size, step):
+        _prefetch(row, k)
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def dot(a, b):
     """``sum(a * b)`` in float64 for 1-D arrays of float32 or float64."""

@@ -41,7 +41,7 @@ import mmap
 import numpy as np
 from numba import njit
 
-from ._jit import KERNEL_CODES, SEGMENT_BLOCK, dot, q_segment
+from ._jit import KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment
 from .hidden import Kernel
 
 SHRINK_EVERY = 1000
@@ -53,6 +53,8 @@ _TAU = 1e-12  # guard for a non-positive diagonal
 # at sigma = 1000, C = 500, 3.8 M steps were spent on the last 117 active variables.
 TAIL_SIZE = 1024
 TAIL_STEPS_PER_VARIABLE = 10
+TAIL_PASSES = 20  # the explicit solver's: passes with at most TAIL_SIZE variables active
+PREFETCH_AHEAD = 8  # rows of H asked for ahead of the explicit solver's random order
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -818,11 +820,9 @@ def kkt_violation(alpha, g, C):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
-    """Dual coordinate descent on beta = sum a_i t_i h_i (H float32, n x L)."""
+def _explicit_init(H, t, alpha, beta, diag):
+    """``diag_i = h_i.h_i`` and ``beta = sum_i a_i t_i h_i`` (H float32, n x L)."""
     n, L = H.shape
-    beta = np.zeros(L)
-    diag = np.empty(n)
     for i in range(n):
         hi = H[i]
         diag[i] = dot(hi, hi)
@@ -830,14 +830,32 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
             w = alpha[i] * t[i]
             for k in range(L):
                 beta[k] += w * hi[k]
-    np.random.seed(seed)
-    active = np.arange(n)
-    active_size = n
-    bound = np.inf  # shrinking threshold from the previous pass (LIBLINEAR)
-    n_iter = 0
-    converged = False
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active, istate, fstate,
+                    tail_size):
+    """Dual coordinate descent passes on beta = sum a_i t_i h_i (H float32, n x L).
+
+    Returns 0 when converged (checked exactly over every row), 1 at ``max_iter``
+    passes, 3 when the active set has stayed at most ``tail_size`` variables for
+    ``TAIL_PASSES`` passes (the caller solves it exactly, then calls again).  State:
+    ``active`` (the order; the first ``istate[0]`` are active), ``istate`` = (active
+    size, passes so far, random seed, passes in the tail, tail solves), ``fstate`` =
+    (shrinking threshold from the previous pass, LIBLINEAR's).
+    """
+    n, L = H.shape
+    np.random.seed(istate[2] + istate[4])
+    active_size = istate[0]
+    n_iter = istate[1]
+    bound = fstate[0]
+    status = 1
     while True:
         if max_iter >= 0 and n_iter >= max_iter:
+            status = 1
+            break
+        if active_size <= tail_size and istate[3] >= TAIL_PASSES:
+            status = 3
             break
         n_iter += 1
         # random order of the active variables for this pass (memory order, or
@@ -848,6 +866,12 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
         max_v = 0.0
         p = 0
         while p < active_size:
+            if p + PREFETCH_AHEAD < active_size:
+                ahead = active[p + PREFETCH_AHEAD]
+                prefetch_row(H, ahead)
+                prefetch(alpha, ahead)
+                prefetch(diag, ahead)
+                prefetch(t, ahead)
             i = active[p]
             hi = H[i]
             g = t[i] * dot(hi, beta) - 1.0
@@ -868,6 +892,7 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
                     for k in range(L):
                         beta[k] += w * hi[k]
             p += 1
+        istate[3] = istate[3] + 1 if active_size <= tail_size else 0
         # not below 10 tol: near the end a tighter bound shrinks the variables about to
         # violate, and each return to the full set finds a few of them (hundreds of
         # full passes measured on 200k rows)
@@ -876,30 +901,73 @@ def _solve_explicit(H, t, C, tol, shrinking, max_iter, alpha, seed):
             if active_size < n:
                 active_size = n
                 bound = np.inf
+                istate[3] = 0
                 continue
             # exact check over every row
             worst = 0.0
             for i in range(n):
                 worst = max(worst, _violation(alpha[i], t[i] * dot(H[i], beta) - 1.0, C))
             if worst <= tol:
-                converged = True
+                status = 0
                 break
-    return beta, n_iter, converged
+    istate[0] = active_size
+    istate[1] = n_iter
+    fstate[0] = bound
+    return status
+
+
+def _solve_explicit_tail(H32, t, C, tol, alpha, beta, rows):
+    """Solve the problem over ``rows`` exactly (``box_qp`` on ``Q_AA = M M'``, ``M = t h``),
+    the others fixed; updates alpha and beta.  Returns 1 if a move was taken."""
+    M = H32[rows].astype(np.float64) * t[rows, None]
+    old = alpha[rows]
+    g_A = M @ beta - 1.0
+    Q_AA = M @ M.T
+    c = g_A - Q_AA @ old
+    new = box_qp(Q_AA, c, C, old, 0.1 * tol)
+    if new is None:
+        return 0
+    delta = new - old
+    if not 0.5 * (new @ Q_AA @ new - old @ Q_AA @ old) + c @ delta < 0.0:
+        return 0
+    alpha[rows] = new
+    beta += M.T @ delta
+    return 1
 
 
 def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha0=None,
-                        random_state=0):
+                        random_state=0, tail_size=TAIL_SIZE, info=None):
     """Solve eq. 17 with an explicit mapping ``H`` (rows h(x_i)); returns ``(alpha, beta, n_iter, converged)``.
 
-    ``n_iter`` counts passes over the data (LIBLINEAR's convention).
+    ``n_iter`` counts passes over the data (LIBLINEAR's convention).  As in the
+    kernel solver, an active set of at most ``tail_size`` variables on which the
+    passes stall is solved exactly (``box_qp``; 0: never); ``info``, a dict if
+    given, receives ``passes`` and ``tails``.
     """
     H32 = np.ascontiguousarray(H, dtype=np.float32)
     t64 = np.asarray(t, dtype=np.float64)
     n = H32.shape[0]
+    C = float(C)
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
-    beta, n_iter, converged = _solve_explicit(H32, t64, float(C), float(tol), bool(shrinking),
-                                              int(max_iter), alpha, int(random_state))
-    return alpha, beta, int(n_iter), bool(converged)
+    beta = np.zeros(H32.shape[1])
+    diag = np.empty(n)
+    _explicit_init(H32, t64, alpha, beta, diag)
+    active = np.arange(n)
+    istate = np.array([n, 0, int(random_state), 0, 0], dtype=np.int64)
+    fstate = np.array([np.inf])
+    tails = 0
+    while True:
+        status = _explicit_phase(H32, t64, C, float(tol), bool(shrinking), int(max_iter), alpha,
+                                 beta, diag, active, istate, fstate, int(tail_size))
+        if status != 3:
+            break
+        tails += _solve_explicit_tail(H32, t64, C, float(tol), alpha, beta,
+                                      np.sort(active[:istate[0]]))
+        istate[3] = 0
+        istate[4] += 1
+    if info is not None:
+        info.update(passes=int(istate[1]), tails=tails)
+    return alpha, beta, int(istate[1]), status == 0
 
 
 def dual_objective(Q, alpha):

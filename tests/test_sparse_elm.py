@@ -137,12 +137,16 @@ def test_polynomial_kernel_with_varying_diagonal(pair_steps):
 
 
 @pytest.mark.parametrize("C", [0.5, 50.0])
-def test_explicit_solver_reaches_the_qp_optimum(C):
+@pytest.mark.parametrize("tail_size", [0, TAIL_SIZE])
+def test_explicit_solver_reaches_the_qp_optimum(C, tail_size):
     X, y = nonlinear_problem(120, d=3, seed=6)
     t = np.where(y == 1, 1.0, -1.0)
     H = HiddenLayer("sigmoid", 3, 30, seed=1).transform(X)
-    alpha, beta, _, converged = solve_explicit_dual(H, t, C=C)
+    info = {}
+    alpha, beta, _, converged = solve_explicit_dual(H, t, C=C, tail_size=tail_size, info=info)
     assert converged
+    if C == 50.0:  # the passes stall there: the exact tail solve is taken when allowed
+        assert (info["tails"] >= 1) == (tail_size > 0)
     Ht = H.astype(np.float64) * t[:, None]
     Q = Ht @ Ht.T
     np.testing.assert_allclose(beta, Ht.T @ alpha, rtol=1e-8, atol=1e-10)
@@ -242,17 +246,19 @@ def test_shrinking_and_a_small_cache_change_nothing_but_speed(C):
 
 @pytest.mark.parametrize("hidden", [None, "sigmoid"])
 def test_fit_path_warm_starts_and_matches_separate_fits(hidden):
-    X, y = nonlinear_problem(900, d=3, n_classes=3, seed=14)
+    # pairs of about 1,300 rows: more than TAIL_SIZE, so that the steps are not all
+    # spent on one exact tail solve (which would make warm and cold starts alike)
+    X, y = nonlinear_problem(2300, d=3, n_classes=3, seed=14)
     Cs = [10.0, 0.5, 2.0]
     base = SparseELMClassifier(hidden=hidden, n_hidden=60, sigma=0.5, random_state=0)
-    path = base.fit_path(X[:600], y[:600], Cs)
+    path = base.fit_path(X[:2000], y[:2000], Cs)
     assert [m.C for m in path] == Cs
     steps_path = steps_separate = 0
     for model, C in zip(path, Cs):
-        single = clone(base).set_params(C=C).fit(X[:600], y[:600])
+        single = clone(base).set_params(C=C).fit(X[:2000], y[:2000])
         assert np.all(model.kkt_violation_ <= 1e-3)
         np.testing.assert_allclose(model.objective_, single.objective_, rtol=1e-4)
-        agree = np.mean(model.predict(X[600:]) == single.predict(X[600:]))
+        agree = np.mean(model.predict(X[2000:]) == single.predict(X[2000:]))
         assert agree >= 0.99
         steps_path += model.n_iter_.sum()
         steps_separate += single.n_iter_.sum()
