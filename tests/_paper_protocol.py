@@ -98,10 +98,9 @@ def paper_test_accuracy(table: str, dataset: str, method: str, mapping: str) -> 
     raise KeyError((table, dataset, method, mapping))
 
 
-def protocol_run(name: str, estimator, param_grid, seed: int):
+def protocol_run(name: str, estimator, param_grid, seed: int, Cs=PAPER_C_GRID):
     """Cross-validate on the training part, refit, and return (test accuracy %, best params)."""
     X_tr, y_tr, X_te, y_te = paper_split(name, seed)
     cv = StratifiedKFold(n_splits=5, shuffle=True, random_state=seed)
-    search = path_grid_search(estimator, X_tr, y_tr, Cs=PAPER_C_GRID, param_grid=param_grid,
-                              cv=cv)
+    search = path_grid_search(estimator, X_tr, y_tr, Cs=Cs, param_grid=param_grid, cv=cv)
     return 100.0 * search.best_estimator_.score(X_te, y_te), search.best_params_
