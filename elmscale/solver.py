@@ -41,7 +41,8 @@ import mmap
 import numpy as np
 from numba import njit
 
-from ._jit import KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment
+from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment,
+                   shuffle_prefix)
 from .hidden import Kernel
 
 SHRINK_EVERY = 1000
@@ -848,18 +849,18 @@ def _explicit_init(H, t, alpha, beta, diag):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active, istate, fstate,
-                    tail_size):
+                    rng, tail_size):
     """Dual coordinate descent passes on beta = sum a_i t_i h_i (H float32, n x L).
 
     Returns 0 when converged (checked exactly over every row), 1 at ``max_iter``
     passes, 3 when the active set has stayed at most ``tail_size`` variables for
     ``TAIL_PASSES`` passes (the caller solves it exactly, then calls again).  State:
     ``active`` (the order; the first ``istate[0]`` are active), ``istate`` = (active
-    size, passes so far, random seed, passes in the tail, tail solves), ``fstate`` =
-    (shrinking threshold from the previous pass, LIBLINEAR's).
+    size, passes so far, passes in the tail), ``fstate`` =
+    (shrinking threshold from the previous pass, LIBLINEAR's), ``rng`` the shuffle's
+    state (``shuffle_prefix``).
     """
     n, L = H.shape
-    np.random.seed(istate[2] + istate[4])
     active_size = istate[0]
     n_iter = istate[1]
     bound = fstate[0]
@@ -868,15 +869,13 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
         if max_iter >= 0 and n_iter >= max_iter:
             status = 1
             break
-        if active_size <= tail_size and istate[3] >= TAIL_PASSES:
+        if active_size <= tail_size and istate[2] >= TAIL_PASSES:
             status = 3
             break
         n_iter += 1
         # random order of the active variables for this pass (memory order, or
         # blocks of rows in a random order, measured 10x more passes)
-        for p in range(active_size - 1, 0, -1):
-            q = np.random.randint(0, p + 1)
-            active[p], active[q] = active[q], active[p]
+        shuffle_prefix(active, active_size, rng)
         max_v = 0.0
         p = 0
         while p < active_size:
@@ -906,7 +905,7 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
                     for k in range(L):
                         beta[k] += w * hi[k]
             p += 1
-        istate[3] = istate[3] + 1 if active_size <= tail_size else 0
+        istate[2] = istate[2] + 1 if active_size <= tail_size else 0
         # not below 10 tol: near the end a tighter bound shrinks the variables about to
         # violate, and each return to the full set finds a few of them (hundreds of
         # full passes measured on 200k rows)
@@ -915,7 +914,7 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
             if active_size < n:
                 active_size = n
                 bound = np.inf
-                istate[3] = 0
+                istate[2] = 0
                 continue
             # exact check over every row
             worst = 0.0
@@ -967,18 +966,19 @@ def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha
     diag = np.empty(n)
     _explicit_init(H32, t64, alpha, beta, diag)
     active = np.arange(n)
-    istate = np.array([n, 0, int(random_state), 0, 0], dtype=np.int64)
+    istate = np.array([n, 0, 0], dtype=np.int64)
     fstate = np.array([np.inf])
+    # xorshift state from the seed (splitmix64's odd constant keeps it nonzero)
+    rng = np.array([(int(random_state) * 0x9E3779B97F4A7C15 + 1) % 2**64 or 1], dtype=np.uint64)
     tails = 0
     while True:
         status = _explicit_phase(H32, t64, C, float(tol), bool(shrinking), int(max_iter), alpha,
-                                 beta, diag, active, istate, fstate, int(tail_size))
+                                 beta, diag, active, istate, fstate, rng, int(tail_size))
         if status != 3:
             break
         tails += _solve_explicit_tail(H32, t64, C, float(tol), alpha, beta,
                                       np.sort(active[:istate[0]]))
-        istate[3] = 0
-        istate[4] += 1
+        istate[2] = 0
     if info is not None:
         info.update(passes=int(istate[1]), tails=tails)
     return alpha, beta, int(istate[1]), status == 0
