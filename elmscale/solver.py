@@ -711,7 +711,8 @@ def box_qp(Q, c, C, x0, tol):
     m = c.size
     scale = max(float(np.trace(Q)) / max(m, 1), 1e-300)
     for lam in (1e-12, 1e-10, 1e-8):
-        Q_reg = Q + (lam * scale) * np.eye(m)
+        Q_reg = Q.copy()
+        Q_reg.flat[::m + 1] += lam * scale  # (np.eye(m) alone cost 0.3 s at m = 4,096)
         try:
             x, free, L = _box_qp_start(Q_reg, c, C, x0)
             grad = Q_reg @ x + c
