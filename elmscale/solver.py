@@ -24,14 +24,20 @@ one-vs-one pair or a cross-validation fold can run anywhere:
     with ``G_bar = sum_{a_j = C} C Q[:, j]`` kept so that the gradient of
     shrunk variables is rebuilt from the free ones only.  On exit the
     gradient is recomputed exactly in float64 from the support vectors and the
-    solver continues if the largest violation exceeds ``tol``.
+    solver continues if the largest violation exceeds ``tol``.  A small
+    problem solved many times (a C path) may pass its float64 Gram matrix.
 ``solve_explicit_dual``
     For random hidden nodes (``Q = (t h)(t h)'``): dual coordinate descent of
     LIBLINEAR (Hsieh et al. 2008) on ``beta = sum_i a_i t_i h(x_i)``: O(L) per
-    step, no kernel columns, random order per pass, shrinking.
+    step, no kernel columns, random order per pass (rows prefetched ahead of
+    it), shrinking.
 
 Both accept a warm start ``alpha0`` (a path of increasing C reuses the last
-solution).
+solution).  Both end the same way when the steps stall on a small active set
+(ill-conditioned Q: wide kernels, large C, or random nodes, where Q has rank at
+most L): that reduced problem, the others fixed, is solved exactly by
+``box_qp``, a dense primal active-set method, and the steps resume from its
+solution; the exact final check is unchanged.
 """
 
 from __future__ import annotations
