@@ -603,7 +603,8 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     dense box QP (``box_qp``) once the steps stall on it (0: never; default
     ``TAIL_SIZE``, or the whole problem when ``gram`` is given: it is small then).  ``info``,
     a dict if given, receives counters: ``steps``, ``tails`` (exact tail solves
-    taken), ``exact_checks``.
+    taken), ``exact_checks``, ``column_entries`` (kernel column entries computed)
+    and ``shrinks`` (shrinking rounds).
     """
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
@@ -682,7 +683,8 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         counts["exact_checks"] += 1
         if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
             if info is not None:
-                info.update(counts, steps=int(istate[4]))
+                info.update(counts, steps=int(istate[4]), column_entries=int(istate[5]),
+                            shrinks=int(istate[6]))
             return alpha_rows, int(istate[4]), status == 0, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
