@@ -78,6 +78,11 @@ def _violation(a, g, C):
     return abs(g)
 
 
+def _bound_flags(alpha, C):
+    """The phase's int8 bound flags of ``alpha``: 0 at 0, 1 free, 2 at C."""
+    return np.where(alpha <= 0.0, 0, np.where(alpha >= C, 2, 1)).astype(np.int8)
+
+
 def _column_storage(n_slots, n):
     """(n_slots, n) float32 for the column cache, in transparent huge pages where Linux offers them.
 
@@ -622,7 +627,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     tol = float(tol)
     n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
-    bound = np.where(alpha <= 0.0, 0, np.where(alpha >= C, 2, 1)).astype(np.int8)
+    bound = _bound_flags(alpha, C)
     # the solver's own order (active variables first): perm[p] is the row at position p
     perm = np.arange(n)
     Xt = np.ascontiguousarray(X32.T)
@@ -652,7 +657,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     prev = (np.arange(n_slots) - 1) % n_slots
     nxt = (np.arange(n_slots) + 1) % n_slots
     istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
-    counts = {"steps": 0, "tails": 0, "exact_checks": 0}
+    counts = {"tails": 0, "exact_checks": 0}
     while True:
         status = _kernel_phase(Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
                                bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag,
@@ -803,6 +808,18 @@ def _box_qp_start(Q_reg, c, C, x0):
     return np.where(x > 0.5 * C, C, 0.0), [], np.zeros((0, 0))
 
 
+def _tail_solution(Q_AA, g_A, old, C, tol):
+    """The exact minimiser over a tail's variables (``Q_AA``, their exact gradient ``g_A``
+    at ``old``, the others fixed), or None if ``box_qp`` fails or it does not lower the
+    objective.  Shared by both solvers' tail solves."""
+    c = g_A - Q_AA @ old
+    new = box_qp(Q_AA, c, C, old, 0.1 * tol)
+    if new is None:
+        return None
+    gain = 0.5 * (new @ Q_AA @ new - old @ Q_AA @ old) + c @ (new - old)
+    return new if gain < 0.0 else None
+
+
 def _solve_tail(exact_q: ExactQ, C, tol, alpha, bound, g, g_bar, perm, m):
     """Solve the problem over the active positions ``[0, m)`` exactly, the others fixed.
 
@@ -818,16 +835,12 @@ def _solve_tail(exact_q: ExactQ, C, tol, alpha, bound, g, g_bar, perm, m):
     g_A = exact_q.matvec(rows, alpha_rows) - 1.0
     Q_AA = exact_q.block(rows)
     old = alpha[:m].copy()
-    c = g_A - Q_AA @ old
-    new = box_qp(Q_AA, c, C, old, 0.1 * tol)
+    new = _tail_solution(Q_AA, g_A, old, C, tol)
     if new is None:
         return 0
     delta = new - old
-    gain = 0.5 * (new @ Q_AA @ new - old @ Q_AA @ old) + c @ delta
-    if not gain < 0.0:
-        return 0
     alpha[:m] = new
-    bound[:m] = np.where(new <= 0.0, 0, np.where(new >= C, 2, 1))
+    bound[:m] = _bound_flags(new, C)
     g[:m] = g_A + Q_AA @ delta
     moved_upper = np.zeros(n)
     moved_upper[rows] = np.where(new >= C, C, 0.0) - np.where(old >= C, C, 0.0)
@@ -943,17 +956,11 @@ def _solve_explicit_tail(H32, t, C, tol, alpha, beta, rows):
     the others fixed; updates alpha and beta.  Returns 1 if a move was taken."""
     M = H32[rows].astype(np.float64) * t[rows, None]
     old = alpha[rows]
-    g_A = M @ beta - 1.0
-    Q_AA = M @ M.T
-    c = g_A - Q_AA @ old
-    new = box_qp(Q_AA, c, C, old, 0.1 * tol)
+    new = _tail_solution(M @ M.T, M @ beta - 1.0, old, C, tol)
     if new is None:
         return 0
-    delta = new - old
-    if not 0.5 * (new @ Q_AA @ new - old @ Q_AA @ old) + c @ delta < 0.0:
-        return 0
     alpha[rows] = new
-    beta += M.T @ delta
+    beta += M.T @ (new - old)
     return 1
 
 
