@@ -103,7 +103,7 @@ def _path_piece(piece, *, X, y, splits, estimator, Cs, scoring):
 def _pair_piece(piece, *, X, y_idx, splits, estimator, Cs):
     """Pair scores of one (fold, setting, one-vs-one pair) along ``Cs`` (increasing),
     warm-started, on the fold's validation rows: ``(n_C, n_validation_rows)``."""
-    from .sparse_elm import GRAM_BUDGET_MB, pair_path
+    from .sparse_elm import fits_gram_budget, pair_path
 
     fold, params, (a, b) = piece
     train, test = splits[fold]
@@ -115,7 +115,7 @@ def _pair_piece(piece, *, X, y_idx, splits, estimator, Cs):
     path = pair_path((rows, t), X=X, kernel=kernel, layer=layer, Cs=Cs, seed=seed,
                      **est._solver_options())
     scores = np.empty((len(Cs), test.size))
-    if layer is None and 8 * test.size * rows.size <= min(est.cache_size, GRAM_BUDGET_MB) * 2**20:
+    if layer is None and fits_gram_budget(test.size, rows.size, est.cache_size):
         # one kernel block for every C of the path
         K_test = kernel.block(X[test], X[rows])
         for c, result in enumerate(path):

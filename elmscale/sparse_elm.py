@@ -33,9 +33,9 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
     ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
     ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
-    call); ``H``, the layer's
-    output on ``X`` when the caller already has it; ``gram``, ``K(X, X)`` in float64 when
-    the caller solves the same rows many times (see ``solve_kernel_dual``).
+    call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
+    ``K(X, X)`` in float64 when the caller solves the same rows many times (see
+    ``solve_kernel_dual``).
     """
     if layer is None:
         alpha, n_iter, converged, g = solve_kernel_dual(
@@ -67,6 +67,12 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
 GRAM_BUDGET_MB = 64
 
 
+def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
+    """Whether an ``n_rows x n_cols`` float64 kernel block may be kept whole: within
+    ``GRAM_BUDGET_MB`` and the estimator's ``cache_size`` (MB)."""
+    return 8 * n_rows * n_cols <= min(cache_size, GRAM_BUDGET_MB) * 2**20
+
+
 def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, max_iter
               ) -> list[dict]:
     """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
@@ -78,8 +84,8 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
     Xp = X[rows]
     H = None if layer is None else layer.transform(Xp)
     gram = None
-    if kernel is not None and len(Cs) > 1 and 8 * rows.size**2 <= min(cache_size,
-                                                                       GRAM_BUDGET_MB) * 2**20:
+    if kernel is not None and len(Cs) > 1 and fits_gram_budget(rows.size, rows.size,
+                                                                cache_size):
         # small enough to keep K whole (float64): every C of the path reads its columns
         # and exact products instead of computing them
         gram = kernel.block(Xp, Xp)
