@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ._errors import DataError
+from ._files import atomic_write
 from ._threads import thread_budget
 from .data import _is_numeric_type
 
@@ -166,31 +166,29 @@ def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
 def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=None) -> int:
     """Score one file, streamed; returns the rows written.  ``on_rows(k)`` after each batch."""
     out = Path(job.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
     rows = 0
-    writer = None
-    try:
-        with thread_budget(n_threads):
-            for batch in _batches(job):
-                table = _score_batch(model, job, batch)
-                if writer is None:
-                    writer = (pacsv.CSVWriter(tmp, table.schema) if out.suffix == ".csv"
-                              else pq.ParquetWriter(tmp, table.schema, compression="zstd"))
-                writer.write_table(table)
-                rows += table.num_rows
-                if on_rows is not None:
-                    on_rows(table.num_rows)
-        if writer is None:
-            raise DataError(f"{job.input}: no rows; expected rows to score")
-        writer.close()
+
+    def write(tmp):
+        nonlocal rows
         writer = None
-        os.replace(tmp, out)
-    except BaseException:
-        if writer is not None:
-            writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
+        try:
+            with thread_budget(n_threads):
+                for batch in _batches(job):
+                    table = _score_batch(model, job, batch)
+                    if writer is None:
+                        writer = (pacsv.CSVWriter(tmp, table.schema) if out.suffix == ".csv"
+                                  else pq.ParquetWriter(tmp, table.schema, compression="zstd"))
+                    writer.write_table(table)
+                    rows += table.num_rows
+                    if on_rows is not None:
+                        on_rows(table.num_rows)
+            if writer is None:
+                raise DataError(f"{job.input}: no rows; expected rows to score")
+        finally:
+            if writer is not None:
+                writer.close()
+
+    atomic_write(out, write)
     return rows
 
 

@@ -46,7 +46,6 @@ import inspect
 import math
 import os
 import re
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +62,7 @@ from sklearn.datasets import load_svmlight_file
 from sklearn.preprocessing import MinMaxScaler
 
 from elmscale._errors import DataError
+from elmscale._files import atomic_write
 
 __all__ = [
     "Dataset",
@@ -893,9 +893,8 @@ def write_parquet(
             "expected a positive integer"
         )
     schema = pa.schema(fields)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
-    try:
+
+    def write(tmp):
         with pq.ParquetWriter(
             tmp, schema, compression=compression, use_dictionary=False, write_statistics=True
         ) as writer:
@@ -911,11 +910,8 @@ def write_parquet(
                 start += size
             if n == 0:
                 writer.write_table(schema.empty_table())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return dest
+
+    return atomic_write(dest, write)
 
 
 # --------------------------------------------------------------------------- dispatch

@@ -8,12 +8,12 @@ interrupted write leaves nothing.  The heatmap needs matplotlib (``pip install
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from ._files import atomic_write
 
 __all__ = ["cv_results_frame", "plot_cv_heatmap", "write_cv_results"]
 
@@ -36,27 +36,15 @@ def cv_results_frame(cv_results: dict) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def _atomic_write(path: Path, write) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_cv_results(cv_results: dict, path) -> Path:
     """Write ``cv_results`` to ``path``: CSV for ``.csv``, JSON (a list of rows) for ``.json``."""
     path = Path(path)
     frame = cv_results_frame(cv_results)
     if path.suffix == ".csv":
-        return _atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+        return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
     if path.suffix == ".json":
         rows = frame.assign(params=[json.loads(p) for p in frame["params"]]).to_dict("records")
-        return _atomic_write(path, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
+        return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
     raise ValueError(f"{path}: expected a .csv or .json file name")
 
 
@@ -88,6 +76,6 @@ def plot_cv_heatmap(cv_results: dict, path, *, x: str = "C", y: str = "sigma",
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     path = Path(path)
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     plt.close(fig)
     return path

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._files import atomic_write
 from .pipeline import Pipeline, make_estimator
 
 __all__ = ["Compute", "resolve_compute", "run_pipeline"]
@@ -329,9 +330,8 @@ def _new_run_dir(pipeline: Pipeline) -> Path:
 
 
 def _write_json(path: Path, value) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(value, indent=2, default=str) + "\n"
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray_address=None,
