@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from ._errors import DataError
 from ._files import atomic_write
+from ._models import final_estimator
 from ._threads import thread_budget
 from .data import _is_numeric_type
 
@@ -51,10 +52,6 @@ class ScoreJob:
     decision: bool
     batch_rows: int
     n_rows: int | None
-
-
-def _final(model):
-    return model[-1] if hasattr(model, "steps") else model
 
 
 def _inputs(path: Path) -> list[Path]:
@@ -116,9 +113,9 @@ def plan_jobs(model, input_path, output_path, *, features=None, id_columns: Sequ
     to_dir = input_path.is_dir() or output_path.suffix.lower() not in (".parquet", ".pq", ".csv")
     if to_dir and output_path.suffix.lower() in (".parquet", ".pq", ".csv"):
         raise DataError(f"{output_path}: the input is a directory; expected an output directory")
-    if decision and not hasattr(_final(model), "decision_function"):
+    if decision and not hasattr(final_estimator(model), "decision_function"):
         raise DataError("decision values: the model is not a classifier")
-    n_expected = int(_final(model).n_features_in_)
+    n_expected = int(final_estimator(model).n_features_in_)
     jobs = []
     for file in files:
         schema, n_rows = _schema(file)
@@ -158,7 +155,7 @@ def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
         if scores.ndim == 1:
             out["decision"] = pa.array(scores)
         else:
-            for j, cls in enumerate(_final(model).classes_):
+            for j, cls in enumerate(final_estimator(model).classes_):
                 out[f"decision_{cls}"] = pa.array(scores[:, j])
     return pa.table(out)
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._models import final_estimator
+
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 ESTIMATORS = ("ELMClassifier", "ELMRegressor")
@@ -128,15 +130,11 @@ def _write_table_atomically(columns: dict, path: Path) -> None:
         raise
 
 
-def _final_estimator(model):
-    return model[-1] if hasattr(model, "steps") else model
-
-
 def _evaluate(model, X, y) -> dict:
     from sklearn.metrics import accuracy_score, r2_score
 
     pred = model.predict(X)
-    if hasattr(_final_estimator(model), "classes_"):
+    if hasattr(final_estimator(model), "classes_"):
         return {"accuracy": float(accuracy_score(y, pred))}
     return {"r2": float(r2_score(y, pred))}
 
@@ -220,14 +218,14 @@ def cmd_predict(args) -> int:
 
     _require_input(args.model, "model")
     model = load(args.model)
-    n_features = getattr(_final_estimator(model), "n_features_in_", None)
+    n_features = getattr(final_estimator(model), "n_features_in_", None)
     data = _load(args.data, _scoring_label(args.data, args.label), "data",
                  **({"n_features": n_features} if _is_libsvm(args.data) else {}))
     try:
         pred = model.predict(data.X)
         columns = {"prediction": pred}
         if args.decision:
-            est = _final_estimator(model)
+            est = final_estimator(model)
             if not hasattr(est, "decision_function"):
                 raise UsageError("--decision applies to classifiers only")
             scores = np.asarray(model.decision_function(data.X))

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ._models import final_estimator
 from ._threads import thread_budget
 from .gram import GramStats, accumulate_gram
 from .hidden import DEFAULT_BLOCK_ROWS, Kernel, iter_row_blocks, layer_from_dict
@@ -275,9 +276,8 @@ def metric_sums(model, X, y) -> np.ndarray:
     error, sum y, sum y^2, rows]`` for regressors (see :func:`metrics_from_sums`)."""
     from sklearn.base import is_classifier
 
-    final = model[-1] if hasattr(model, "steps") else model
     pred = model.predict(X)
-    if is_classifier(final):
+    if is_classifier(final_estimator(model)):
         return np.array([float(np.sum(pred == y)), float(len(y))])
     y = np.asarray(y, dtype=np.float64)
     return np.array([float(np.sum((pred - y) ** 2)), y.sum(), np.square(y).sum(), len(y)])

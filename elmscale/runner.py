@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ._files import atomic_write
+from ._models import final_estimator
 from .pipeline import Pipeline, make_estimator
 
 __all__ = ["Compute", "resolve_compute", "run_pipeline"]
@@ -291,7 +292,7 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
     if not data["test"]:
         return
     test = str(data["test"])
-    final = model[-1] if hasattr(model, "steps") else model
+    final = final_estimator(model)
     if _is_parquet(test):
         dataset = open_parquet(test, features=features or data["features"],
                                label=data["label"])
