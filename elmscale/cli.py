@@ -369,14 +369,14 @@ def cmd_run(args) -> int:
 def cmd_score(args) -> int:
     from . import load
     from .batch_scoring import plan_jobs, score_jobs
-    from .persistence import read_metadata
+    from .persistence import saved_features
 
     _require_input(args.model, "model")
     _require_input(args.input, "input")
     model = load(args.model)
     features = args.features
     if features is None:
-        features = (read_metadata(args.model).get("input") or {}).get("features")
+        features = saved_features(args.model)
     elif "," in features:
         features = [f.strip() for f in features.split(",")]
     jobs = plan_jobs(model, args.input, args.output, features=features,

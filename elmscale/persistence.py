@@ -301,3 +301,9 @@ def read_metadata(path) -> dict:
     """The verified ``metadata.json`` of a model file (for ``elmscale info``)."""
     path = Path(path)
     return _verify(path, _read_members(path))
+
+
+def saved_features(path) -> list[str] | None:
+    """The feature columns a model file says it was trained on (``input.features``), or
+    None when it does not say."""
+    return (read_metadata(path).get("input") or {}).get("features")

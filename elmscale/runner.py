@@ -365,12 +365,11 @@ def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray
     try:
         log.info("run %s: %s", run_dir, plan)
         if pipeline["run"]["task"] == "score":
-            model_path = str(pipeline["output"]["model"])
-            from .persistence import read_metadata
+            from .persistence import saved_features
 
+            model_path = str(pipeline["output"]["model"])
             model = load(model_path)
-            features = (read_metadata(model_path).get("input") or {}).get("features")
-            features = features or pipeline["data"]["features"]
+            features = saved_features(model_path) or pipeline["data"]["features"]
         else:
             model, features = _fit(pipeline, compute, run_dir, metrics)
             _evaluate(pipeline, model, features, compute, metrics)
