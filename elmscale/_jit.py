@@ -88,10 +88,6 @@ def _vexp64(buf, kbuf):
         bits[j] += kbuf[j]
 
 
-# Dot products.  A plain ``s += a[j] * b[j]`` loop is a chain of dependent adds
-# that LLVM may not reorder, so it runs one element per add latency; allowing
-# reassociation (and only that) lets it vectorise.  The sums differ from the
-# sequential ones by rounding only.
 @intrinsic
 def _prefetch(typingctx, arr, index):
     """LLVM's ``prefetch`` (read, keep in all cache levels) of ``&arr[index]``."""
@@ -149,6 +145,10 @@ def shuffle_prefix(a, m, state):
     state[0] = x
 
 
+# Dot products.  A plain ``s += a[j] * b[j]`` loop is a chain of dependent adds
+# that LLVM may not reorder, so it runs one element per add latency; allowing
+# reassociation (and only that) lets it vectorise.  The sums differ from the
+# sequential ones by rounding only.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def dot(a, b):
     """``sum(a * b)`` in float64 for 1-D arrays of float32 or float64."""
