@@ -19,11 +19,36 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
 from ._errors import DataError, ModelFileError
-from .elm import ELMClassifier, ELMRegressor
-from .hidden import ConcatenatedLayers, HiddenLayer, Kernel
-from .parquet_units import ParquetDataset, open_parquet
-from .persistence import load, save
-from .sparse_elm import SparseELMClassifier
+
+# The estimators (and scikit-learn, which they import: 1.6 s here) load on first use,
+# so that a Ray or Dask worker running elmscale's numerics starts without them.
+_LAZY = {
+    "ELMClassifier": "elm",
+    "ELMRegressor": "elm",
+    "ConcatenatedLayers": "hidden",
+    "HiddenLayer": "hidden",
+    "Kernel": "hidden",
+    "ParquetDataset": "parquet_units",
+    "open_parquet": "parquet_units",
+    "load": "persistence",
+    "save": "persistence",
+    "SparseELMClassifier": "sparse_elm",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ConcatenatedLayers",

@@ -158,6 +158,23 @@ def dot(a, b):
     return s
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def weighted_row_sum(M, rows, coef, cols, out):
+    """``out = coef @ M[rows][:, cols]`` (all columns when ``cols`` is empty), float64,
+    reading only the rows needed and copying none: a precomputed symmetric kernel
+    matrix's products with a sparse vector (``M[:, rows] @ coef`` by symmetry)."""
+    out[:] = 0.0
+    for k in range(rows.shape[0]):
+        row = M[rows[k]]
+        c = coef[k]
+        if cols.shape[0] == 0:
+            for j in range(out.shape[0]):
+                out[j] += c * row[j]
+        else:
+            for j in range(out.shape[0]):
+                out[j] += c * row[cols[j]]
+
+
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def exp_inplace_f64(a):
     """``a = exp(a)`` for a 2-D C-contiguous float64 array (used by tests and kernels)."""

@@ -100,37 +100,6 @@ def _path_piece(piece, *, X, y, splits, estimator, Cs, scoring):
                      for fitted in est.fit_path(X[train], y[train], Cs)])
 
 
-def _pair_piece(piece, *, X, y_idx, splits, estimator, Cs):
-    """Pair scores of one (fold, setting, one-vs-one pair) along ``Cs`` (increasing),
-    warm-started, on the fold's validation rows: ``(n_C, n_validation_rows)``."""
-    from .sparse_elm import fits_gram_budget, pair_path
-
-    fold, params, (a, b) = piece
-    train, test = splits[fold]
-    est = clone(estimator).set_params(**params)
-    rows = train[(y_idx[train] == a) | (y_idx[train] == b)]
-    t = np.where(y_idx[rows] == a, 1.0, -1.0)
-    layer, seed = est._layer_and_seed(X.shape[1])
-    kernel = None if layer is not None else est._kernel_obj()
-    path = pair_path((rows, t), X=X, kernel=kernel, layer=layer, Cs=Cs, seed=seed,
-                     **est._solver_options())
-    scores = np.empty((len(Cs), test.size))
-    if layer is None and fits_gram_budget(test.size, rows.size, est.cache_size):
-        # one kernel block for every C of the path
-        K_test = kernel.block(X[test], X[rows])
-        for c, result in enumerate(path):
-            sv = np.flatnonzero(result["alpha"] > 0)
-            scores[c] = K_test[:, sv] @ (result["alpha"][sv] * t[sv])
-        return scores
-    for c, result in enumerate(path):
-        if layer is not None:
-            scores[c] = layer.scores(X[test], result["beta"])
-            continue
-        sv = result["alpha"] > 0
-        scores[c] = kernel.block_matvec(X[test], X[rows[sv]], result["alpha"][sv] * t[sv])
-    return scores
-
-
 class GridSearchCV(BaseEstimator):
     """Grid search along C paths, in scikit-learn's shape, on Ray or in this process.
 
@@ -205,6 +174,7 @@ class GridSearchCV(BaseEstimator):
 
     def fit(self, X, y):
         from .sparse_elm import SparseELMClassifier, decision_to_class_index, ovo_decision
+        from .sparse_paths import pair_validation_scores
 
         X, y = check_X_y(X, y, dtype=[np.float64, np.float32])
         classifier = is_classifier(self.estimator)
@@ -224,18 +194,25 @@ class GridSearchCV(BaseEstimator):
                                  "scores accuracy only")
             classes, y_idx = np.unique(y, return_inverse=True)
             pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
-            pieces = [(k, s, pair) for k in range(len(splits)) for s in settings
+            # pieces name their setting by index; each setting goes to the tasks as plain
+            # values (kernel or layer spec, seed, solver options), so that a task needs
+            # no estimator, and scikit-learn is not imported on the workers
+            pieces = [(k, s, pair) for k in range(len(splits)) for s in range(len(settings))
                       for pair in pairs]
+            resolved = []
+            for setting in settings:
+                est = clone(base).set_params(**setting)
+                resolved.append((*est._problem_spec(X.shape[1]), est._solver_options()))
             shared = {"X": np.ascontiguousarray(X, dtype=np.float32), "y_idx": y_idx,
-                      "splits": splits}
-            fn, extra = _pair_piece, {"estimator": base, "Cs": Cs}
+                      "splits": splits, "settings": resolved}
+            fn, extra = pair_validation_scores, {"Cs": Cs}
         else:
             pieces = [(k, s) for k in range(len(splits)) for s in settings]
             shared = {"X": X, "y": y, "splits": splits}
             fn, extra = _path_piece, {"estimator": base, "Cs": Cs,
                                       "scoring": self.scoring}
         self.n_pieces_ = len(pieces)
-        results = self._run(fn, pieces, shared, extra)
+        results = self._run(fn, pieces, shared, extra, settings)
 
         scores = np.empty((len(settings), len(Cs), len(splits)))
         if pairwise:
@@ -261,7 +238,7 @@ class GridSearchCV(BaseEstimator):
             self.best_estimator_ = best
         return self
 
-    def _run(self, fn, pieces, shared, extra):
+    def _run(self, fn, pieces, shared, extra, settings):
         bar = None
         if self.progress:
             from tqdm.auto import tqdm
@@ -274,6 +251,8 @@ class GridSearchCV(BaseEstimator):
 
         def describe(piece):
             fold, params = piece[0], piece[1]
+            if isinstance(params, int):  # a sparse-ELM piece names its setting by index
+                params = settings[params]
             pair = f", pair {piece[2]}" if len(piece) > 2 else ""
             return f"fold {fold}, parameters {params}{pair}"
 

@@ -1,7 +1,7 @@
 """The sparse ELM classifier (paper Sections IV-V): a dual QP without bias, one-vs-one.
 
 Each one-vs-one pair is an independent pure function of (rows, labels,
-parameters), ``fit_binary``, so that pairs can later run as Ray tasks.  The
+parameters), ``sparse_paths.fit_binary``, so that pairs run as Ray tasks too.  The
 model keeps only the support vectors: ``decision_function`` costs
 O(n_rows x n_SV x n_features).
 """
@@ -19,95 +19,9 @@ from sklearn.utils.multiclass import _ovr_decision_function, check_classificatio
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from ._threads import map_in_threads, thread_budget
-from .hidden import (DEFAULT_BLOCK_ROWS, HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel,
-                     iter_row_blocks)
-from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
-
-
-def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
-               shrinking, max_iter, seed=0, alpha0=None, H=None, gradient0=None,
-               gradient0_alpha=None, gram=None) -> dict:
-    """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
-
-    Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
-    ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
-    ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
-    ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
-    call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
-    ``K(X, X)`` in float64 when the caller solves the same rows many times (see
-    ``solve_kernel_dual``).
-    """
-    if layer is None:
-        alpha, n_iter, converged, g = solve_kernel_dual(
-            X, t, kernel=kernel, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
-            max_iter=max_iter, alpha0=alpha0, gradient0=gradient0,
-            gradient0_alpha=gradient0_alpha, gram=gram)
-        f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
-        beta = None
-    else:
-        if H is None:
-            H = layer.transform(X)
-        alpha, beta, n_iter, converged = solve_explicit_dual(
-            H, t, C=C, tol=tol, shrinking=shrinking, max_iter=max_iter, alpha0=alpha0,
-            random_state=seed)
-        # in blocks: a float64 copy of the whole of H is 1.6 GB at a million rows
-        f = np.empty(H.shape[0])
-        for rows in iter_row_blocks(H.shape[0], DEFAULT_BLOCK_ROWS):
-            f[rows] = H[rows].astype(np.float64) @ beta
-        g = t * f - 1.0
-    objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
-    return {"alpha": alpha, "beta": beta, "n_iter": n_iter, "converged": converged,
-            "objective": objective, "kkt_violation": kkt_violation(alpha, g, C), "gradient": g}
-
-
-# The largest K (MB, float64) a C path keeps whole.  Larger ones cost more than they
-# save, and pieces side by side contend on them: a 6,000-row grid (pairs of 4,500 rows,
-# K 162 MB) took 14-30 s on two threads with K kept, 3.5 s without; at 2,400 rows (46 MB)
-# the COD-RNA grid's paths ran 1.2x faster with it.
-GRAM_BUDGET_MB = 64
-
-
-def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
-    """Whether an ``n_rows x n_cols`` float64 kernel block may be kept whole: within
-    ``GRAM_BUDGET_MB`` and the estimator's ``cache_size`` (MB)."""
-    return 8 * n_rows * n_cols <= min(cache_size, GRAM_BUDGET_MB) * 2**20
-
-
-def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, max_iter
-              ) -> list[dict]:
-    """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
-
-    ``pair`` is ``(rows, t)``: the rows of ``X`` in the problem and their +1 / -1 targets.
-    A pure function of its arguments, so it runs in a thread or in a Ray task alike.
-    """
-    rows, t = pair
-    Xp = X[rows]
-    H = None if layer is None else layer.transform(Xp)
-    gram = None
-    if kernel is not None and len(Cs) > 1 and fits_gram_budget(rows.size, rows.size,
-                                                                cache_size):
-        # small enough to keep K whole (float64): every C of the path reads its columns
-        # and exact products instead of computing them
-        gram = kernel.block(Xp, Xp)
-    alpha, gradient, path, previous_C = None, None, [], None
-    for C in Cs:
-        start = alpha
-        if (layer is None and alpha is not None and C > previous_C
-                and np.any(alpha >= previous_C)):
-            # predictor: the variables at the old bound start at the new one (on a face
-            # that does not change they all stay there), which saves the steps that
-            # would move them one by one.  (Not for random nodes: there it cost dual
-            # coordinate descent more passes.)
-            start = np.where(alpha >= previous_C, float(C), alpha)
-        previous_C = float(C)
-        r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C), tol=tol,
-                       cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
-                       seed=seed, alpha0=start, H=H, gradient0=gradient,
-                       gradient0_alpha=alpha, gram=gram)
-        gradient = r.pop("gradient")  # only the next C needs it
-        path.append(r)
-        alpha = r["alpha"]
-    return path
+from .hidden import DEFAULT_BLOCK_ROWS, HIDDEN_KINDS, KERNELS, Kernel, iter_row_blocks
+# the binary problems are in sparse_paths (no scikit-learn there, for Ray workers)
+from .sparse_paths import build_problem, pair_path
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -197,7 +111,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def _kernel_obj(self) -> Kernel:
-        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
+        return build_problem(("kernel", self.kernel, self.sigma, self.degree))[0]
 
     def save(self, path) -> None:
         """Save the fitted model (see ``elmscale.persistence`` for the format)."""
@@ -205,14 +119,20 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
         save(self, path)
 
-    def _layer_and_seed(self, n_features: int):
-        """The random layer (None for kernels) and the solver's seed, from ``random_state``."""
+    def _problem_spec(self, n_features: int):
+        """``(spec, seed)``: the kernel or random layer as plain values (``build_problem``
+        makes it; a grid piece does so itself, so that a bad setting fails in the piece
+        that names it) and the solver's seed, from ``random_state``."""
         seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
-        layer = None
         if self.hidden is not None:
-            layer = HiddenLayer(self.hidden, n_features, int(self.n_hidden), seed,
-                                weight_scale=float(self.weight_scale))
-        return layer, seed
+            return ("hidden", self.hidden, n_features, self.n_hidden, seed,
+                    self.weight_scale), seed
+        return ("kernel", self.kernel, self.sigma, self.degree), seed
+
+    def _layer_and_seed(self, n_features: int):
+        """The random layer (None for kernels) and the solver's seed."""
+        spec, seed = self._problem_spec(n_features)
+        return (build_problem(spec)[1] if self.hidden is not None else None), seed
 
     def _prepare(self, X, y):
         if self.n_threads == 0:

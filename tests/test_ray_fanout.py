@@ -196,3 +196,13 @@ def test_random_node_pieces_share_one_layer():
                                 C=first.cv_results_["params"][0]["C"]).fit(X[train], y[train])
     assert abs(alone.score(X[test], y[test]) - first.cv_results_["split0_test_score"][0]) \
         <= 2.0 / len(test)
+
+
+def test_a_task_imports_elmscale_numerics_without_scikit_learn():
+    # what a grid piece or a one-vs-one pair task imports on a worker: scikit-learn
+    # (1.6 s of a worker's 2 s start) must stay out of it
+    code = ("import sys, elmscale.ray_fanout, elmscale.sparse_paths; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
