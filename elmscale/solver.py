@@ -104,6 +104,42 @@ def _column_storage(n_slots, n):
     return np.empty((n_slots, n), np.float32)
 
 
+class KernelSolverState:
+    """What ``solve_kernel_dual`` keeps between calls on the same rows (a C path): the
+    solver's order of the rows (shrinking permutes them), the rows' data, targets and
+    diagonal in that order, and the LRU cache of Q's columns.  The columns do not
+    depend on C, so each C of a path starts with the last one's columns cached.
+
+    Made by ``solve_kernel_dual`` (``state=None``); pass ``KernelSolverState(...)`` from
+    the caller to keep it.  Only for the same ``X``, ``t``, kernel and ``cache_size``.
+    """
+
+    def __init__(self, X, t, kernel: Kernel, cache_size):
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        n = X32.shape[0]
+        self.key = (n, kernel.kind, float(kernel.sigma), int(kernel.degree), float(cache_size))
+        self.perm = np.arange(n)  # perm[p]: the row at the solver's position p
+        self.Xt = np.ascontiguousarray(X32.T)
+        self.tp = np.ascontiguousarray(t, dtype=np.float32)  # +-1, exact in float32
+        if kernel.kind == "polynomial":
+            X64 = X32.astype(np.float64)
+            diag = (1.0 + np.einsum("ij,ij->i", X64, X64)) ** int(kernel.degree)
+        else:
+            diag = np.ones(n)
+        self.dinv = 1.0 / np.maximum(diag, _TAU)
+        self.unit_diag = bool(np.all(diag == 1.0))
+        self.diag = 1.0 / self.dinv
+        # the cache (col_len[s] entries of slot s valid, in the solver's order); owner
+        # of each slot; a circular doubly linked list (head = most recently used)
+        n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
+        self.cols = _column_storage(n_slots, n)
+        self.col_len = np.zeros(n_slots, np.int64)
+        self.slot_of = np.full(n, -1, np.int64)
+        self.owner = np.full(n_slots, -1, np.int64)
+        self.prev = (np.arange(n_slots) - 1) % n_slots
+        self.nxt = (np.arange(n_slots) + 1) % n_slots
+
+
 _NO_ROWS = np.empty(0, np.int64)  # weighted_row_sum: every column
 
 
@@ -588,7 +624,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
 
 def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
                       max_iter=-1, alpha0=None, pair_steps=True, gradient0=None,
-                      gradient0_alpha=None, tail_size=None, gram=None, info=None):
+                      gradient0_alpha=None, tail_size=None, gram=None, state=None, info=None):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
@@ -607,6 +643,8 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     ``gram``: a precomputed float64 ``K(X, X)`` (n x n), for a small problem solved
     many times (``pair_path`` passes one along a C path): columns and exact
     products are read from it instead of computed from ``X``.
+    ``state``: a ``KernelSolverState`` kept from the previous call on the same rows (a C
+    path): its cached columns are reused.
     ``tail_size``: the largest shrunk active set that is solved exactly as a
     dense box QP (``box_qp``) once the steps stall on it (0: never; default
     ``TAIL_SIZE``, or the whole problem when ``gram`` is given: it is small then).  ``info``,
@@ -628,43 +666,32 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
     C = float(C)
     tol = float(tol)
-    n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
-    alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
-    bound = _bound_flags(alpha, C)
-    # the solver's own order (active variables first): perm[p] is the row at position p
-    perm = np.arange(n)
-    Xt = np.ascontiguousarray(X32.T)
-    tp = t64.astype(np.float32)  # +-1, exact in float32
-    if kernel.kind == "polynomial":
-        X64 = X32.astype(np.float64)
-        diag = (1.0 + np.einsum("ij,ij->i", X64, X64)) ** degree
-    else:
-        diag = np.ones(n)
-    dinv = 1.0 / np.maximum(diag, _TAU)
-    unit_diag = bool(np.all(diag == 1.0))
-    diag = 1.0 / dinv
+    if state is None:
+        state = KernelSolverState(X32, t64, kernel, cache_size)
+    elif state.key != (n, kernel.kind, sigma, degree, float(cache_size)):
+        raise ValueError("state was made for other rows, kernel or cache_size")
+    perm, Xt, tp, diag, dinv = state.perm, state.Xt, state.tp, state.diag, state.dinv
+    alpha_rows = (np.zeros(n) if alpha0 is None
+                  else np.clip(np.array(alpha0, dtype=np.float64), 0, C))
     if gradient0 is not None and alpha0 is not None:
         reference = alpha0 if gradient0_alpha is None else gradient0_alpha
-        g, g_bar = _gradient_from(exact_q, alpha, C, np.asarray(reference, dtype=np.float64),
-                                  np.asarray(gradient0, dtype=np.float64))
+        g_rows, g_bar_rows = _gradient_from(exact_q, alpha_rows, C,
+                                            np.asarray(reference, dtype=np.float64),
+                                            np.asarray(gradient0, dtype=np.float64))
     else:
-        g, g_bar = exact_gradient(exact_q, alpha, C)
-    alpha_start, g_start = alpha.copy(), g.copy()  # an exact pair, for the final check
-    # LRU cache of Q columns (in the solver's order; col_len[s] entries valid): storage,
-    # owner of each slot, circular doubly linked list (head = most recently used).
-    cols = _column_storage(n_slots, n)
+        g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
+    alpha_start, g_start = alpha_rows, g_rows  # an exact pair, for the final check
+    # the solver works in its own order (active variables first)
+    alpha, g, g_bar = alpha_rows[perm], g_rows[perm], g_bar_rows[perm]
+    bound = _bound_flags(alpha, C)
     gram_arg = gram if gram is not None else np.empty((0, 0))
-    col_len = np.zeros(n_slots, np.int64)
-    slot_of = np.full(n, -1, np.int64)
-    owner = np.full(n_slots, -1, np.int64)
-    prev = (np.arange(n_slots) - 1) % n_slots
-    nxt = (np.arange(n_slots) + 1) % n_slots
     istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
     counts = {"tails": 0, "exact_checks": 0}
     while True:
         status = _kernel_phase(Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
-                               bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, unit_diag,
-                               g, g_bar, perm, cols, col_len, slot_of, owner, prev, nxt, istate,
+                               bool(pair_steps), int(max_iter), alpha, bound, diag, dinv,
+                               state.unit_diag, g, g_bar, perm, state.cols, state.col_len,
+                               state.slot_of, state.owner, state.prev, state.nxt, istate,
                                int(tail_size))
         if status == 3:
             counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from .hidden import DEFAULT_BLOCK_ROWS, HiddenLayer, Kernel, iter_row_blocks
-from .solver import kkt_violation, solve_explicit_dual, solve_kernel_dual
+from .solver import KernelSolverState, kkt_violation, solve_explicit_dual, solve_kernel_dual
 
 
 def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
                shrinking, max_iter, seed=0, alpha0=None, H=None, gradient0=None,
-               gradient0_alpha=None, gram=None) -> dict:
+               gradient0_alpha=None, gram=None, state=None) -> dict:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
     Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
@@ -26,14 +26,15 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
     ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
     call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
-    ``K(X, X)`` in float64 when the caller solves the same rows many times (see
+    ``K(X, X)`` in float64 when the caller solves the same rows many times, and
+    ``state``, the kernel solver's state kept from the last call on them (see
     ``solve_kernel_dual``).
     """
     if layer is None:
         alpha, n_iter, converged, g = solve_kernel_dual(
             X, t, kernel=kernel, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
             max_iter=max_iter, alpha0=alpha0, gradient0=gradient0,
-            gradient0_alpha=gradient0_alpha, gram=gram)
+            gradient0_alpha=gradient0_alpha, gram=gram, state=state)
         f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
@@ -81,6 +82,8 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
         # small enough to keep K whole (float64): every C of the path reads its columns
         # and exact products instead of computing them
         gram = kernel.block(Xp, Xp)
+    # the solver's column cache, kept along the path: Q's columns do not depend on C
+    state = None if kernel is None else KernelSolverState(Xp, t, kernel, cache_size)
     alpha, gradient, path, previous_C = None, None, [], None
     for C in Cs:
         start = alpha
@@ -95,7 +98,7 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
         r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C), tol=tol,
                        cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
                        seed=seed, alpha0=start, H=H, gradient0=gradient,
-                       gradient0_alpha=alpha, gram=gram)
+                       gradient0_alpha=alpha, gram=gram, state=state)
         gradient = r.pop("gradient")  # only the next C needs it
         path.append(r)
         alpha = r["alpha"]

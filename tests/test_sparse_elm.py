@@ -11,8 +11,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
 from elmscale.hidden import HiddenLayer, Kernel
-from elmscale.solver import (TAIL_SIZE, box_qp, dual_objective, kkt_violation, solve_explicit_dual,
-                             solve_kernel_dual)
+from elmscale.solver import (TAIL_SIZE, KernelSolverState, box_qp, dual_objective, kkt_violation,
+                             solve_explicit_dual, solve_kernel_dual)
 
 
 # The polynomial kernel is left out of the contract checks for now: on their
@@ -99,6 +99,33 @@ def test_a_precomputed_gram_gives_the_same_optimum(C):
     assert dual_objective(Q, alpha) == pytest.approx(dual_objective(Q, plain), rel=1e-4)
     with pytest.raises(ValueError, match=r"gram must be the \(300, 300\) kernel matrix"):
         solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, gram=K[:10])
+
+
+@pytest.mark.parametrize("use_gram", [False, True])
+def test_a_kept_solver_state_reuses_columns_and_gives_the_same_optimum(use_gram):
+    """A C path's solves sharing one KernelSolverState (its cache, in the order the
+    last solve's shrinking left) reach the same optimum as fresh solves, computing
+    fewer column entries; a state made for other rows is refused."""
+    X, t, Q = _gaussian_problem(9, n=800)
+    gram = GAUSSIAN.block(X, X) if use_gram else None
+    state = KernelSolverState(X, t, GAUSSIAN, 200.0)
+    alpha, started_reordered = None, []
+    for C in (0.5, 5.0, 50.0, 500.0):
+        kept, fresh = {}, {}
+        plain, _, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, alpha0=alpha,
+                                           gram=gram, info=fresh)
+        started_reordered.append(not np.array_equal(state.perm, np.arange(800)))
+        alpha, _, ok, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, alpha0=alpha, gram=gram,
+                                            state=state, info=kept)
+        assert ok
+        np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=0, atol=1e-9)
+        assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
+        assert dual_objective(Q, alpha) == pytest.approx(dual_objective(Q, plain), rel=1e-4)
+        if C > 0.5:
+            assert kept["column_entries"] < fresh["column_entries"]
+    assert started_reordered[-1]  # the last solve began in the order shrinking had left
+    with pytest.raises(ValueError, match="state was made for other rows"):
+        solve_kernel_dual(X[:300], t[:300], kernel=GAUSSIAN, C=1.0, state=state)
 
 
 @pytest.mark.parametrize("seed", range(4))
