@@ -138,6 +138,9 @@ class KernelSolverState:
         self.owner = np.full(n_slots, -1, np.int64)
         self.prev = (np.arange(n_slots) - 1) % n_slots
         self.nxt = (np.arange(n_slots) + 1) % n_slots
+        # (u, Q u) exactly: the last solution's variables at the bound and their G_bar,
+        # from which the next C's G_bar is a scaling (see ``product_from``)
+        self.known_bar = None
 
 
 _NO_ROWS = np.empty(0, np.int64)  # weighted_row_sum: every column
@@ -194,25 +197,41 @@ def exact_gradient(Q: ExactQ, alpha, C):
     return g, g_bar
 
 
-def _gradient_from(Q: ExactQ, alpha, C, alpha_ref, g_ref):
+def product_from(Q: ExactQ, u, known):
+    """``Q u`` exactly, from ``known = (w, Q w)``, an exact product kept from before, when
+    ``u`` is ``w`` scaled (a path's predictor moves every variable at the bound by the
+    same factor) or differs from it in fewer entries than it has; else computed."""
+    if known is not None:
+        w, Qw = known
+        support = u != 0.0
+        if np.array_equal(support, w != 0.0):
+            if not support.any():
+                return np.zeros(u.size)
+            ratio = u[support] / w[support]
+            if np.all(ratio == ratio[0]):
+                return Qw * ratio[0]
+        diff = u - w
+        if np.count_nonzero(diff) < np.count_nonzero(u):
+            return Qw + Q.matvec(None, diff)
+    return Q.matvec(None, u)
+
+
+def _gradient_from(Q: ExactQ, alpha, C, alpha_ref, g_ref, known_bar=None):
     """``(Q alpha - 1, G_bar)`` exactly from ``g_ref``, the exact gradient at ``alpha_ref``.
 
     ``g_ref + Q (alpha - alpha_ref)``, a product over the changed variables only.
     When they are exactly the variables at the bound, all moved by the same amount
     (a path's predictor), that product is a multiple of G_bar, so one product
-    gives both.
+    gives both.  ``G_bar`` itself comes from ``known_bar`` (see ``product_from``).
     """
     delta = alpha - alpha_ref
     changed = np.flatnonzero(delta)
     at_upper = alpha >= C
-    if not at_upper.any():
-        g_bar = np.zeros(alpha.size)
-        return (g_ref + Q.matvec(None, delta) if changed.size else g_ref.copy()), g_bar
-    g_bar = Q.matvec(None, np.where(at_upper, alpha, 0.0))
+    g_bar = product_from(Q, np.where(at_upper, alpha, 0.0), known_bar)
     if changed.size == 0:
         return g_ref.copy(), g_bar
-    if (changed.size == np.count_nonzero(at_upper) and np.all(at_upper[changed])
-            and np.all(delta[changed] == delta[changed[0]])):
+    if (at_upper.any() and changed.size == np.count_nonzero(at_upper)
+            and np.all(at_upper[changed]) and np.all(delta[changed] == delta[changed[0]])):
         return g_ref + g_bar * (delta[changed[0]] / C), g_bar
     return g_ref + Q.matvec(None, delta), g_bar
 
@@ -666,7 +685,8 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
     C = float(C)
     tol = float(tol)
-    if state is None:
+    kept = state is not None
+    if not kept:
         state = KernelSolverState(X32, t64, kernel, cache_size)
     elif state.key != (n, kernel.kind, sigma, degree, float(cache_size)):
         raise ValueError("state was made for other rows, kernel or cache_size")
@@ -677,10 +697,12 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         reference = alpha0 if gradient0_alpha is None else gradient0_alpha
         g_rows, g_bar_rows = _gradient_from(exact_q, alpha_rows, C,
                                             np.asarray(reference, dtype=np.float64),
-                                            np.asarray(gradient0, dtype=np.float64))
+                                            np.asarray(gradient0, dtype=np.float64),
+                                            state.known_bar)
     else:
         g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
     alpha_start, g_start = alpha_rows, g_rows  # an exact pair, for the final check
+    bar_start = (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)  # exact too
     # the solver works in its own order (active variables first)
     alpha, g, g_bar = alpha_rows[perm], g_rows[perm], g_bar_rows[perm]
     bound = _bound_flags(alpha, C)
@@ -717,15 +739,20 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
             g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
         counts["exact_checks"] += 1
         if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
+            if kept:
+                upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
+                state.known_bar = (upper, g_bar_rows if g_bar_rows is not None
+                                   else product_from(exact_q, upper, bar_start))
             if info is not None:
                 info.update(counts, steps=int(istate[4]), column_entries=int(istate[5]),
                             shrinks=int(istate[6]))
             return alpha_rows, int(istate[4]), status == 0, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
+        upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
         if g_bar_rows is None:
-            g_bar_rows = exact_q.matvec(None, np.where(alpha_rows >= C, alpha_rows, 0.0))
-        alpha_start, g_start = alpha_rows, g_rows
+            g_bar_rows = product_from(exact_q, upper, bar_start)
+        alpha_start, g_start, bar_start = alpha_rows, g_rows, (upper, g_bar_rows)
         g[:] = g_rows[perm]
         g_bar[:] = g_bar_rows[perm]
         istate[1] = n

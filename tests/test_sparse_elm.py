@@ -121,6 +121,9 @@ def test_a_kept_solver_state_reuses_columns_and_gives_the_same_optimum(use_gram)
         np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=0, atol=1e-9)
         assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
         assert dual_objective(Q, alpha) == pytest.approx(dual_objective(Q, plain), rel=1e-4)
+        upper, bar = state.known_bar  # kept for the next C's G_bar: exact
+        np.testing.assert_array_equal(upper, np.where(alpha >= C, alpha, 0.0))
+        np.testing.assert_allclose(bar, Q @ upper, rtol=0, atol=1e-9)
         if C > 0.5:
             assert kept["column_entries"] < fresh["column_entries"]
     assert started_reordered[-1]  # the last solve began in the order shrinking had left
