@@ -117,7 +117,7 @@ class KernelSolverState:
     def __init__(self, X, t, kernel: Kernel, cache_size):
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         n = X32.shape[0]
-        self.key = (n, kernel.kind, float(kernel.sigma), int(kernel.degree), float(cache_size))
+        self.key = (n, kernel.kind, float(kernel.sigma), int(kernel.degree))
         self.perm = np.arange(n)  # perm[p]: the row at the solver's position p
         self.Xt = np.ascontiguousarray(X32.T)
         self.tp = np.ascontiguousarray(t, dtype=np.float32)  # +-1, exact in float32
@@ -663,7 +663,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     many times (``pair_path`` passes one along a C path): columns and exact
     products are read from it instead of computed from ``X``.
     ``state``: a ``KernelSolverState`` kept from the previous call on the same rows (a C
-    path): its cached columns are reused.
+    path): its cached columns are reused (its cache size, not ``cache_size``, holds).
     ``tail_size``: the largest shrunk active set that is solved exactly as a
     dense box QP (``box_qp``) once the steps stall on it (0: never; default
     ``TAIL_SIZE``, or the whole problem when ``gram`` is given: it is small then).  ``info``,
@@ -688,8 +688,8 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     kept = state is not None
     if not kept:
         state = KernelSolverState(X32, t64, kernel, cache_size)
-    elif state.key != (n, kernel.kind, sigma, degree, float(cache_size)):
-        raise ValueError("state was made for other rows, kernel or cache_size")
+    elif state.key != (n, kernel.kind, sigma, degree):
+        raise ValueError("state was made for other rows or another kernel")
     perm, Xt, tp, diag, dinv = state.perm, state.Xt, state.tp, state.diag, state.dinv
     alpha_rows = (np.zeros(n) if alpha0 is None
                   else np.clip(np.array(alpha0, dtype=np.float64), 0, C))

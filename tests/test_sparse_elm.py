@@ -127,7 +127,7 @@ def test_a_kept_solver_state_reuses_columns_and_gives_the_same_optimum(use_gram)
         if C > 0.5:
             assert kept["column_entries"] < fresh["column_entries"]
     assert started_reordered[-1]  # the last solve began in the order shrinking had left
-    with pytest.raises(ValueError, match="state was made for other rows"):
+    with pytest.raises(ValueError, match="state was made for other rows or another kernel"):
         solve_kernel_dual(X[:300], t[:300], kernel=GAUSSIAN, C=1.0, state=state)
 
 
