@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _jit
+from ._memory import empty_huge
 
 HIDDEN_KINDS = ("sigmoid", "sinusoid", "multiquadric", "gaussian")
 KERNELS = ("gaussian", "laplacian", "polynomial")
@@ -241,7 +242,7 @@ class Kernel:
         """The kernel block ``K(A, B)``, ``(len(A), len(B))``.  Caller bounds the size."""
         A32 = _as_float32_rows(A)
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
-        out = np.empty((A32.shape[0], Bt.shape[1]), dtype=dtype)
+        out = empty_huge((A32.shape[0], Bt.shape[1]), dtype)
         _jit.kernel_block(A32, Bt, _jit.KERNEL_CODES[self.kind], float(self.sigma),
                           int(self.degree), out)
         return out

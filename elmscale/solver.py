@@ -42,8 +42,6 @@ solution; the exact final check is unchanged.
 
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 from numba import njit
 # raw LAPACK for box_qp's tiny systems.  Imported here, not on first use: scipy brings
@@ -52,6 +50,7 @@ from scipy.linalg.lapack import dpotrs, dtrtrs
 
 from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment,
                    shuffle_prefix, weighted_row_sum)
+from ._memory import empty_huge
 from .hidden import Kernel
 
 SHRINK_EVERY = 1000
@@ -86,24 +85,6 @@ def _bound_flags(alpha, C):
     return np.where(alpha <= 0.0, 0, np.where(alpha >= C, 2, 1)).astype(np.int8)
 
 
-def _column_storage(n_slots, n):
-    """(n_slots, n) float32 for the column cache, in transparent huge pages where Linux offers them.
-
-    A fresh 200 MB array costs 0.2-0.5 s of page faults here when first
-    touched, a fifth of a whole fit at COD-RNA scale; 2 MB pages cut that by
-    an order of magnitude (measured 0.02-0.19 s).  Elsewhere: ``np.empty``.
-    """
-    nbytes = int(n_slots) * int(n) * 4
-    if nbytes >= 1 << 24 and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            buffer.madvise(mmap.MADV_HUGEPAGE)
-            return np.frombuffer(buffer, dtype=np.float32).reshape(n_slots, n)
-        except (OSError, ValueError):
-            pass
-    return np.empty((n_slots, n), np.float32)
-
-
 class KernelSolverState:
     """What ``solve_kernel_dual`` keeps between calls on the same rows (a C path): the
     solver's order of the rows (shrinking permutes them), the rows' data, targets and
@@ -132,7 +113,7 @@ class KernelSolverState:
         # the cache (col_len[s] entries of slot s valid, in the solver's order); owner
         # of each slot; a circular doubly linked list (head = most recently used)
         n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
-        self.cols = _column_storage(n_slots, n)
+        self.cols = empty_huge((n_slots, n), np.float32)
         self.col_len = np.zeros(n_slots, np.int64)
         self.slot_of = np.full(n, -1, np.int64)
         self.owner = np.full(n_slots, -1, np.int64)
