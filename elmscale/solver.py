@@ -60,6 +60,7 @@ _TAU = 1e-12  # guard for a non-positive diagonal
 # reduced problem over them is solved exactly (``box_qp``).  Single and pair steps
 # crawl there when Q is ill-conditioned (wide kernels, large C): on 2,400 COD-RNA rows
 # at sigma = 1000, C = 500, 3.8 M steps were spent on the last 117 active variables.
+DEFAULT_STEP_CAP = 10_000_000  # steps when max_iter < 0 (LIBSVM's max(1e7, 100 n))
 TAIL_SIZE = 1024
 TAIL_STEPS_PER_VARIABLE = 10
 # The explicit solver's: passes with at most EXPLICIT_TAIL_SIZE variables active.  Its
@@ -628,7 +629,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
-    Q columns; ``max_iter`` < 0 means no limit (steps).  ``pair_steps`` (default)
+    Q columns; ``max_iter`` in steps, < 0 for LIBSVM's cap, max(1e7, 100 n).  ``pair_steps`` (default)
     moves two variables per step: i, the largest violation, and the j whose joint
     exact step gains most; ``False`` gives the paper's one-variable steps.
     Measured on COD-RNA (29,768 rows, sigma 0.5): 3x fewer steps at C = 1 and
@@ -666,6 +667,11 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
     C = float(C)
     tol = float(tol)
+    if max_iter < 0:
+        # LIBSVM's own cap: a problem whose scale puts tol below the float32 columns'
+        # resolution (say, a polynomial kernel on unscaled features, Q near 1e13) would
+        # otherwise step for ever; the caller reports it as not converged
+        max_iter = max(DEFAULT_STEP_CAP, 100 * n)
     kept = state is not None
     if not kept:
         state = KernelSolverState(X32, t64, kernel, cache_size)

@@ -60,7 +60,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         Kernel-column cache in MB (float32 columns).
     shrinking : bool, default=True
     max_iter : int, default=-1
-        Steps (kernels) or passes (random nodes) per binary problem; -1: no limit.
+        Steps (kernels) or passes (random nodes) per binary problem; -1: no limit
+        for random nodes, and LIBSVM's cap of max(10^7, 100 n) steps for kernels.
         A ``ConvergenceWarning`` is raised when it stops the solver.
     n_threads, random_state : as in ``ELMClassifier``.
 
@@ -184,9 +185,12 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
     def _warn_if_not_converged(self):
         if self.kkt_violation_.size and not np.all(self.converged_):
-            warnings.warn(f"SparseELMClassifier stopped at max_iter={self.max_iter} before "
-                          f"reaching tol={self.tol:g} (largest KKT violation "
-                          f"{self.kkt_violation_.max():.3g}); increase max_iter",
+            limit = (f"max_iter={self.max_iter}" if self.max_iter >= 0
+                     else "the default step cap, max(1e7, 100 n)")
+            warnings.warn(f"SparseELMClassifier stopped at {limit} before reaching "
+                          f"tol={self.tol:g} (largest KKT violation "
+                          f"{self.kkt_violation_.max():.3g}); increase max_iter, or scale "
+                          "the features",
                           ConvergenceWarning, stacklevel=3)
 
     @_fit_context(prefer_skip_nested_validation=True)
