@@ -93,7 +93,8 @@ class KernelSolverState:
     depend on C, so each C of a path starts with the last one's columns cached.
 
     Made by ``solve_kernel_dual`` (``state=None``); pass ``KernelSolverState(...)`` from
-    the caller to keep it.  Only for the same ``X``, ``t``, kernel and ``cache_size``.
+    the caller to keep it, only with the same ``X``, ``t`` and kernel (the solver checks
+    the row count and the kernel).  Its cache is ``cache_size`` MB of float32 columns.
     """
 
     def __init__(self, X, t, kernel: Kernel, cache_size):
@@ -629,9 +630,10 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
-    Q columns; ``max_iter`` in steps, < 0 for LIBSVM's cap, max(1e7, 100 n).  ``pair_steps`` (default)
-    moves two variables per step: i, the largest violation, and the j whose joint
-    exact step gains most; ``False`` gives the paper's one-variable steps.
+    Q columns; ``max_iter`` in steps, < 0 for LIBSVM's cap, max(1e7, 100 n).
+    ``pair_steps`` (default) moves two variables per step: i, the largest violation,
+    and the j whose joint exact step gains most; ``False`` gives the paper's
+    one-variable steps.
     Measured on COD-RNA (29,768 rows, sigma 0.5): 3x fewer steps at C = 1 and
     10x at C = 1000, 1.4x and 2.5x less time.  The
     gradient ``Q alpha - 1`` returned is the exact float64 one, so that callers
