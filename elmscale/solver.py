@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-# raw LAPACK for box_qp's tiny systems.  Imported here, not on first use: scipy brings
-# its own OpenBLAS, and thread limits set before it loads (a Ray task's) miss it.
-from scipy.linalg.lapack import dpotrs, dtrtrs
+# numba's matrix products call scipy's BLAS, an OpenBLAS of its own: loaded here, not on
+# first use, since thread limits set before it loads (a Ray task's) miss it
+import scipy.linalg  # noqa: F401
 
 from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment,
                    shuffle_prefix, weighted_row_sum)
@@ -752,85 +752,167 @@ def box_qp(Q, c, C, x0, tol):
 
     A primal active-set method.  It starts from ``x0`` if the Newton point of
     ``x0``'s face is nearly inside the box, else with every variable at the bound
-    nearer to ``x0`` (``_box_qp_start``), then repeats: minimise over the free variables with the others fixed; if
-    that point leaves the box, step to the first bound and fix the variable there;
-    else free the bounded variable whose gradient points into the box most, if by
-    more than ``tol``, or stop.  Freeing one variable at a time extends the Cholesky
-    factor of ``Q_FF`` by a row (O(k^2)); a variable fixed again costs a new
-    factorisation.  Measured on the tails met here (hundreds of variables; from tens
-    to hundreds free at the optimum), that is 10-20x faster than freeing every
-    violator at once or than starting from ``x0``'s free set.  Each step lowers the
-    objective, so it ends.  ``lam I`` (1e-12 of the mean diagonal, more if a
-    factorisation fails) makes a singular ``Q`` definite; it moves the gradient by
-    ``lam x``, far below any KKT tolerance.  Returns None if it does not finish in
-    ``4 m + 20`` steps.
+    nearer to ``x0`` (``_box_qp_start``), then repeats (``_box_qp_steps``): minimise
+    over the free variables with the others fixed; if that point leaves the box,
+    step to the first bound and fix the variable there; else free the bounded
+    variable whose gradient points into the box most, if by more than ``tol``, or
+    stop.  Freeing one variable at a time extends the Cholesky factor of ``Q_FF`` by
+    a row (O(k^2)); a variable fixed again costs a new factorisation.  Measured on
+    the tails met here (hundreds of variables; from tens to hundreds free at the
+    optimum), that is 10-20x faster than freeing every violator at once or than
+    starting from ``x0``'s free set.  Each step lowers the objective, so it ends.
+    ``lam I`` (1e-12 of the mean diagonal, more if a factorisation fails) makes a
+    singular ``Q`` definite; it moves the gradient by ``lam x``, far below any KKT
+    tolerance.  Returns None if it does not finish in ``4 m + 20`` steps.
     """
     m = c.size
     scale = max(float(np.trace(Q)) / max(m, 1), 1e-300)
     for lam in (1e-12, 1e-10, 1e-8):
-        Q_reg = Q.copy()
+        Q_reg = np.array(Q, dtype=np.float64, order="C")
         Q_reg.flat[::m + 1] += lam * scale  # (np.eye(m) alone cost 0.3 s at m = 4,096)
         try:
             x, free, L = _box_qp_start(Q_reg, c, C, x0)
-            grad = Q_reg @ x + c
-            # Q's rows of the free variables, in the factor's order: contiguous, so that
-            # the gradient update is one matrix-vector product (gathering Q[:, F] on
-            # every step cost more than the rest of the step on 4,000-row tails)
-            rows_F = np.empty((max(16, 2 * len(free)), m))
-            rows_F[:len(free)] = Q_reg[free]
-            for _ in range(4 * m + 20):
-                size = len(free)
-                if size:
-                    F = np.asarray(free)
-                    # Newton point on the face: Q_FF d = -grad_F
-                    d, info = dpotrs(L, -grad[F], lower=1)
-                    if info != 0:
-                        raise np.linalg.LinAlgError(f"dpotrs info {info}")
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        limit = np.where(d > 0.0, (C - x[F]) / d,
-                                         np.where(d < 0.0, -x[F] / d, np.inf))
-                    step = min(float(limit.min()), 1.0)
-                    x[F] += step * d
-                    grad += (step * d) @ rows_F[:size]
-                    if step < 1.0:
-                        hit = limit <= step
-                        snapped = np.where(d[hit] > 0.0, C, 0.0)
-                        grad += (snapped - x[F[hit]]) @ rows_F[:size][hit]
-                        x[F[hit]] = snapped
-                        keep = np.flatnonzero(~hit)
-                        rows_F[:keep.size] = rows_F[keep]
-                        free = [free[j] for j in keep]
-                        F = np.asarray(free, dtype=np.intp)
-                        L = np.linalg.cholesky(Q_reg[np.ix_(F, F)]) if free else np.zeros((0, 0))
-                        continue
-                violation = np.where(x <= 0.0, -grad, grad)
-                violation[free] = 0.0
-                k = int(np.argmax(violation))
-                if violation[k] <= tol:
-                    return np.clip(x, 0.0, C)
-                # extend the factor by variable k
-                if free:
-                    row, info = dtrtrs(L, Q_reg[free, k], lower=1)
-                    if info != 0:
-                        raise np.linalg.LinAlgError(f"dtrtrs info {info}")
-                    pivot = Q_reg[k, k] - row @ row
-                else:
-                    row, pivot = np.zeros(0), Q_reg[k, k]
-                if not pivot > 0.0:
-                    raise np.linalg.LinAlgError("not positive definite")
-                grown = np.zeros((size + 1, size + 1))
-                grown[:size, :size] = L
-                grown[size, :size] = row
-                grown[size, size] = np.sqrt(pivot)
-                L = grown
-                if size == rows_F.shape[0]:
-                    rows_F = np.concatenate([rows_F, np.empty_like(rows_F)])
-                rows_F[size] = Q_reg[k]
-                free.append(k)
-            return None
         except np.linalg.LinAlgError:
             continue
+        status = _box_qp_steps(Q_reg, np.ascontiguousarray(c, dtype=np.float64), float(C), x,
+                               np.asarray(free, dtype=np.int64),
+                               np.ascontiguousarray(L, dtype=np.float64), float(tol), 4 * m + 20)
+        if status == 1:
+            return np.clip(x, 0.0, C)
+        if status == 0:
+            return None
     return None
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _cholesky_into(Q, F, size, L):
+    """``L[:size, :size]`` = the lower Cholesky factor of ``Q[F][:, F]``; False if not
+    positive definite."""
+    for i in range(size):
+        qi = Q[F[i]]
+        for j in range(i + 1):
+            acc = qi[F[j]]
+            for k in range(j):
+                acc -= L[i, k] * L[j, k]
+            if i == j:
+                if not acc > 0.0:
+                    return False
+                L[i, i] = np.sqrt(acc)
+            else:
+                L[i, j] = acc / L[j, j]
+    return True
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _box_qp_steps(Q, c, C, x, free0, L0, tol, max_steps):
+    """``box_qp``'s active-set steps from ``x`` with the free variables ``free0`` and
+    their factor ``L0``.  Updates ``x``; returns 1 at the optimum, 0 when the steps
+    run out, -1 when a factorisation fails (the caller regularises more)."""
+    m = c.size
+    grad = Q @ x + c
+    size = free0.size
+    cap = min(m, max(16, 2 * size))  # grown by doubling: tails reach 4,096 variables
+    L = np.zeros((cap, cap))
+    F = np.empty(m, np.int64)
+    is_free = np.zeros(m, np.bool_)
+    # Q's rows of the free variables, in the factor's order: contiguous, so that the
+    # gradient update reads rows, never gathers a column
+    rows_F = np.empty((cap, m))
+    for k in range(size):
+        F[k] = free0[k]
+        is_free[free0[k]] = True
+        rows_F[k] = Q[free0[k]]
+        for j in range(k + 1):
+            L[k, j] = L0[k, j]
+    y = np.empty(m)
+    d = np.empty(m)
+    limit = np.empty(m)
+    for _ in range(max_steps):
+        if size > 0:
+            # Newton point on the face: L L' d = -grad_F
+            for i in range(size):
+                acc = -grad[F[i]]
+                for k in range(i):
+                    acc -= L[i, k] * y[k]
+                y[i] = acc / L[i, i]
+            for i in range(size - 1, -1, -1):
+                acc = y[i]
+                for k in range(i + 1, size):
+                    acc -= L[k, i] * d[k]
+                d[i] = acc / L[i, i]
+            step = 1.0
+            for k in range(size):
+                xk = x[F[k]]
+                if d[k] > 0.0:
+                    limit[k] = (C - xk) / d[k]
+                elif d[k] < 0.0:
+                    limit[k] = -xk / d[k]
+                else:
+                    limit[k] = np.inf
+                step = min(step, limit[k])
+            for k in range(size):
+                x[F[k]] += step * d[k]
+                coef = step * d[k]
+                row = rows_F[k]
+                for j in range(m):
+                    grad[j] += coef * row[j]
+            if step < 1.0:
+                kept = 0
+                for k in range(size):
+                    v = F[k]
+                    if limit[k] <= step:
+                        snapped = C if d[k] > 0.0 else 0.0
+                        coef = snapped - x[v]
+                        row = rows_F[k]
+                        for j in range(m):
+                            grad[j] += coef * row[j]
+                        x[v] = snapped
+                        is_free[v] = False
+                    else:
+                        if kept != k:
+                            F[kept] = v
+                            rows_F[kept] = rows_F[k]
+                        kept += 1
+                size = kept
+                if not _cholesky_into(Q, F, size, L):
+                    return -1
+                continue
+        k_best = -1
+        v_best = tol
+        for i in range(m):
+            if is_free[i]:
+                continue
+            v = -grad[i] if x[i] <= 0.0 else grad[i]
+            if v > v_best:
+                v_best = v
+                k_best = i
+        if k_best < 0:
+            return 1
+        if size == cap:
+            cap = min(m, 2 * cap)
+            grown = np.zeros((cap, cap))
+            grown[:size, :size] = L[:size, :size]
+            L = grown
+            rows = np.empty((cap, m))
+            rows[:size] = rows_F[:size]
+            rows_F = rows
+        # extend the factor by k_best: L row = L^-1 Q[F, k]
+        qk = Q[k_best]
+        pivot = Q[k_best, k_best]
+        for i in range(size):
+            acc = qk[F[i]]
+            for k in range(i):
+                acc -= L[i, k] * L[size, k]
+            L[size, i] = acc / L[i, i]
+            pivot -= L[size, i] * L[size, i]
+        if not pivot > 0.0:
+            return -1
+        L[size, size] = np.sqrt(pivot)
+        F[size] = k_best
+        is_free[k_best] = True
+        rows_F[size] = qk
+        size += 1
+    return 0
 
 
 def _box_qp_start(Q_reg, c, C, x0):
