@@ -175,6 +175,19 @@ def weighted_row_sum(M, rows, coef, cols, out):
                 out[j] += c * row[cols[j]]
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def signed_block(M, rows, signs, out):
+    """``out[a, b] = signs[a] signs[b] M[rows[a], rows[b]]``: a kernel matrix's block of
+    ``Q = t t' K`` in one pass (``signs = t[rows]``), without numpy's temporaries."""
+    m = rows.shape[0]
+    for a in range(m):
+        row = M[rows[a]]
+        sa = signs[a]
+        o = out[a]
+        for b in range(m):
+            o[b] = sa * signs[b] * row[rows[b]]
+
+
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy")
 def exp_inplace_f64(a):
     """``a = exp(a)`` for a 2-D C-contiguous float64 array (used by tests and kernels)."""

@@ -49,7 +49,7 @@ from numba import njit
 import scipy.linalg  # noqa: F401
 
 from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment,
-                   shuffle_prefix, weighted_row_sum)
+                   shuffle_prefix, signed_block, weighted_row_sum)
 from ._memory import empty_huge
 from .hidden import Kernel
 
@@ -163,8 +163,11 @@ class ExactQ:
     def block(self, rows):
         """``Q[rows][:, rows]``, dense."""
         t_rows = self.t[rows]
-        K = (self.gram[np.ix_(rows, rows)] if self.gram is not None
-             else self.kernel.block(self.X32[rows], self.X32[rows]))
+        if self.gram is not None:
+            out = np.empty((t_rows.size, t_rows.size))
+            signed_block(self.gram, np.asarray(rows, np.int64), t_rows, out)
+            return out
+        K = self.kernel.block(self.X32[rows], self.X32[rows])
         return (t_rows[:, None] * t_rows[None, :]) * K
 
 
