@@ -126,7 +126,7 @@ class KernelSolverState:
         self.known_bar = None
 
 
-_NO_ROWS = np.empty(0, np.int64)  # weighted_row_sum: every column
+_ALL_COLUMNS = np.empty(0, np.int64)  # weighted_row_sum's cols: every column
 
 
 class ExactQ:
@@ -155,7 +155,7 @@ class ExactQ:
             # in place (numpy's fancy indexing would copy the block first: 2-5x slower)
             out = np.empty(t_rows.size)
             weighted_row_sum(self.gram, nz, coef,
-                             _NO_ROWS if rows is None else np.asarray(rows, np.int64), out)
+                             _ALL_COLUMNS if rows is None else np.asarray(rows, np.int64), out)
             return t_rows * out
         A = self.X32 if rows is None else self.X32[rows]
         return t_rows * self.kernel.block_matvec(A, self.X32[nz], coef)
@@ -788,21 +788,30 @@ def box_qp(Q, c, C, x0, tol):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _cholesky_into(Q, F, size, L):
-    """``L[:size, :size]`` = the lower Cholesky factor of ``Q[F][:, F]``; False if not
-    positive definite."""
+def _extend_factor(Q, F, size, L):
+    """Row ``size`` of the lower Cholesky factor ``L`` of ``Q[F][:, F]``, the rows above
+    it done (forward substitution, O(size^2)); False if not positive definite."""
+    q = Q[F[size]]
+    pivot = q[F[size]]
     for i in range(size):
-        qi = Q[F[i]]
-        for j in range(i + 1):
-            acc = qi[F[j]]
-            for k in range(j):
-                acc -= L[i, k] * L[j, k]
-            if i == j:
-                if not acc > 0.0:
-                    return False
-                L[i, i] = np.sqrt(acc)
-            else:
-                L[i, j] = acc / L[j, j]
+        acc = q[F[i]]
+        for k in range(i):
+            acc -= L[i, k] * L[size, k]
+        L[size, i] = acc / L[i, i]
+        pivot -= L[size, i] * L[size, i]
+    if not pivot > 0.0:
+        return False
+    L[size, size] = np.sqrt(pivot)
+    return True
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _cholesky_into(Q, F, size, L):
+    """``L[:size, :size]`` = the lower Cholesky factor of ``Q[F][:, F]``, row by row;
+    False if not positive definite."""
+    for i in range(size):
+        if not _extend_factor(Q, F, i, L):
+            return False
     return True
 
 
@@ -899,21 +908,11 @@ def _box_qp_steps(Q, c, C, x, free0, L0, tol, max_steps):
             rows = np.empty((cap, m))
             rows[:size] = rows_F[:size]
             rows_F = rows
-        # extend the factor by k_best: L row = L^-1 Q[F, k]
-        qk = Q[k_best]
-        pivot = Q[k_best, k_best]
-        for i in range(size):
-            acc = qk[F[i]]
-            for k in range(i):
-                acc -= L[i, k] * L[size, k]
-            L[size, i] = acc / L[i, i]
-            pivot -= L[size, i] * L[size, i]
-        if not pivot > 0.0:
-            return -1
-        L[size, size] = np.sqrt(pivot)
         F[size] = k_best
+        if not _extend_factor(Q, F, size, L):
+            return -1
         is_free[k_best] = True
-        rows_F[size] = qk
+        rows_F[size] = Q[k_best]
         size += 1
     return 0
 
