@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from ._threads import map_in_threads, thread_budget
 from .hidden import DEFAULT_BLOCK_ROWS, HIDDEN_KINDS, KERNELS, Kernel, iter_row_blocks
 # the binary problems are in sparse_paths (no scikit-learn there, for Ray workers)
-from .sparse_paths import build_problem, pair_path
+from .sparse_paths import build_problem, pair_path, pair_problem
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -148,10 +148,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         layer, seed = self._layer_and_seed(X.shape[1])
         pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
-        rows_of = []
-        for a, b in pairs:
-            rows = np.flatnonzero((y_idx == a) | (y_idx == b))
-            rows_of.append((rows, np.where(y_idx[rows] == a, 1.0, -1.0)))
+        every_row = np.arange(y_idx.size)
+        rows_of = [pair_problem(every_row, y_idx, a, b) for a, b in pairs]
         return X32, y_idx, layer, pairs, rows_of, seed
 
     def _solver_options(self) -> dict:

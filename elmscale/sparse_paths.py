@@ -112,6 +112,13 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
     return path
 
 
+def pair_problem(rows, y_idx, a, b):
+    """``(rows, t)`` of the one-vs-one pair (a, b) among ``rows``: those of class a or b,
+    with t = +1 for a and -1 for b."""
+    rows = rows[(y_idx[rows] == a) | (y_idx[rows] == b)]
+    return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
+
+
 def build_problem(spec) -> tuple[Kernel | None, HiddenLayer | None]:
     """``(kernel, layer)``, one of them None, from a spec of plain values:
     ``("kernel", kind, sigma, degree)`` or ``("hidden", kind, n_features, n_hidden, seed,
@@ -135,16 +142,15 @@ def pair_validation_scores(piece, *, X, y_idx, splits, settings, Cs):
     spec, seed, options = settings[s]
     kernel, layer = build_problem(spec)
     train, test = splits[fold]
-    rows = train[(y_idx[train] == a) | (y_idx[train] == b)]
-    t = np.where(y_idx[rows] == a, 1.0, -1.0)
+    rows, t = pair_problem(train, y_idx, a, b)
     path = pair_path((rows, t), X=X, kernel=kernel, layer=layer, Cs=Cs, seed=seed, **options)
-    scores = np.empty((len(Cs), test.size))
     if layer is None and fits_gram_budget(test.size, rows.size, options["cache_size"]):
         # one kernel block and one product for every C of the path (gathering each C's
         # support-vector columns cost more than the zeros it skips)
         K_test = kernel.block(X[test], X[rows])
         coef = np.stack([result["alpha"] * t for result in path], axis=1)
         return (K_test @ coef).T
+    scores = np.empty((len(Cs), test.size))
     for c, result in enumerate(path):
         if layer is not None:
             scores[c] = layer.scores(X[test], result["beta"])
