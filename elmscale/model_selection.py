@@ -90,11 +90,12 @@ def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, re
 # --------------------------------------------------------------------------- GridSearchCV
 
 
-def _path_piece(piece, *, X, y, splits, estimator, Cs, scoring):
-    """Scores of one (fold, setting): ``fit_path`` along ``Cs`` on the training rows."""
-    fold, params = piece
+def _path_piece(piece, *, X, y, splits, settings, estimator, Cs, scoring):
+    """Scores of one (fold, setting index): ``fit_path`` along ``Cs`` on the training
+    rows."""
+    fold, s = piece
     train, test = splits[fold]
-    est = clone(estimator).set_params(**params)
+    est = clone(estimator).set_params(**settings[s])
     scorer = check_scoring(est, scoring)
     return np.array([scorer(fitted, X[test], y[test])
                      for fitted in est.fit_path(X[train], y[train], Cs)])
@@ -194,9 +195,8 @@ class GridSearchCV(BaseEstimator):
                                  "scores accuracy only")
             classes, y_idx = np.unique(y, return_inverse=True)
             pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
-            # pieces name their setting by index; each setting goes to the tasks as plain
-            # values (kernel or layer spec, seed, solver options), so that a task needs
-            # no estimator, and scikit-learn is not imported on the workers
+            # each setting goes to the tasks as plain values (kernel or layer spec, seed,
+            # solver options): a task needs no estimator, and the workers no scikit-learn
             pieces = [(k, s, pair) for k in range(len(splits)) for s in range(len(settings))
                       for pair in pairs]
             resolved = []
@@ -207,8 +207,8 @@ class GridSearchCV(BaseEstimator):
                       "splits": splits, "settings": resolved}
             fn, extra = pair_validation_scores, {"Cs": Cs}
         else:
-            pieces = [(k, s) for k in range(len(splits)) for s in settings]
-            shared = {"X": X, "y": y, "splits": splits}
+            pieces = [(k, s) for k in range(len(splits)) for s in range(len(settings))]
+            shared = {"X": X, "y": y, "splits": splits, "settings": settings}
             fn, extra = _path_piece, {"estimator": base, "Cs": Cs,
                                       "scoring": self.scoring}
         self.n_pieces_ = len(pieces)
@@ -226,8 +226,8 @@ class GridSearchCV(BaseEstimator):
                                                                      classes.size))
                         scores[s, c, k] = np.mean(guess == y_idx[test])
         else:
-            for (k, setting), result in zip(pieces, results):
-                scores[settings.index(setting), :, k] = result
+            for (k, s), result in zip(pieces, results):
+                scores[s, :, k] = result
         self._set_results(candidates, keys, scores, len(splits))
         if self.refit:
             best = clone(base).set_params(**self.best_params_)
@@ -250,11 +250,9 @@ class GridSearchCV(BaseEstimator):
                 bar.update(done - bar.n)
 
         def describe(piece):
-            fold, params = piece[0], piece[1]
-            if isinstance(params, int):  # a sparse-ELM piece names its setting by index
-                params = settings[params]
+            # every piece names its setting by index: (fold, setting[, pair])
             pair = f", pair {piece[2]}" if len(piece) > 2 else ""
-            return f"fold {fold}, parameters {params}{pair}"
+            return f"fold {piece[0]}, parameters {settings[piece[1]]}{pair}"
 
         try:
             if self.ray_address is not None:
