@@ -730,9 +730,9 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         else:
             g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
         counts["exact_checks"] += 1
+        upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
         if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
             if kept:
-                upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
                 state.known_bar = (upper, g_bar_rows if g_bar_rows is not None
                                    else product_from(exact_q, upper, bar_start))
             if info is not None:
@@ -741,7 +741,6 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
             return alpha_rows, int(istate[4]), status == 0, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
-        upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
         if g_bar_rows is None:
             g_bar_rows = product_from(exact_q, upper, bar_start)
         alpha_start, g_start, bar_start = alpha_rows, g_rows, (upper, g_bar_rows)
