@@ -370,6 +370,7 @@ def cmd_score(args) -> int:
     from . import load
     from .batch_scoring import plan_jobs, score_jobs
     from .persistence import saved_features
+    from .runner import resolve_compute
 
     _require_input(args.model, "model")
     _require_input(args.input, "input")
@@ -383,15 +384,14 @@ def cmd_score(args) -> int:
                      id_columns=args.id or (), decision=args.decision,
                      batch_rows=args.batch_rows)
     client = None
-    scheduler = args.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
-    ray_address = args.ray_address or os.environ.get("RAY_ADDRESS")
-    if scheduler:
+    target = resolve_compute(None, scheduler=args.scheduler, ray_address=args.ray_address)
+    if target["dask_address"]:
         from distributed import Client
 
-        client = Client(scheduler)
+        client = Client(target["dask_address"])
     try:
         summary = score_jobs(model, jobs, client=client,
-                             ray_address=None if client is not None else ray_address,
+                             ray_address=None if client is not None else target["ray"],
                              progress=not args.quiet)
     finally:
         if client is not None:

@@ -30,17 +30,20 @@ import numpy as np
 
 from ._files import atomic_write
 from ._models import final_estimator
-from .pipeline import Pipeline, make_estimator
+from .pipeline import SCHEMA, Pipeline, make_estimator
 
 __all__ = ["Compute", "resolve_compute", "run_pipeline"]
 
 log = logging.getLogger("elmscale.run")
 
 
-def resolve_compute(pipeline: Pipeline, *, scheduler=None, scheduler_file=None,
+def resolve_compute(pipeline: Pipeline | None, *, scheduler=None, scheduler_file=None,
                     ray_address=None) -> dict:
-    """Dask and Ray targets after precedence: flag > environment > file > local."""
-    compute = pipeline["compute"]
+    """Dask and Ray targets after precedence: flag > environment > file > local.
+
+    ``pipeline`` None (``elmscale score``, which has no file): flag > environment > none.
+    """
+    compute = pipeline["compute"] if pipeline is not None else SCHEMA["compute"]
     dask_address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or compute["scheduler"]
     dask_file = scheduler_file or (None if dask_address else compute["scheduler_file"])
     ray = ray_address or os.environ.get("RAY_ADDRESS") or compute["ray_address"]
