@@ -8,15 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def atomic_write(path, write: Callable[[Path], object]) -> Path:
+def atomic_write(path, write: Callable[[Path], object], *, make_dirs: bool = True) -> Path:
     """Call ``write(tmp)`` on a temporary name next to ``path``, then rename it to ``path``.
 
     On any failure the temporary file is removed and the error raised; ``path`` is
     either the complete new file or untouched.  Temporary names are ``.<name>.<hex>.tmp``
-    (``batch_scoring`` clears stale ones left by a killed process).
+    (``batch_scoring`` clears stale ones left by a killed process).  ``make_dirs``
+    False: a missing parent directory is an error (``FileNotFoundError``), not created.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_dirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         write(tmp)

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ._files import atomic_write
 from ._models import final_estimator
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
@@ -115,19 +114,14 @@ def _write_table_atomically(columns: dict, path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".parquet", ".pq"):
         raise UsageError(f"output {path}: expected a .csv or .parquet file name")
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
+
+    def write(tmp: Path) -> None:
         if suffix == ".csv":
             pacsv.write_csv(table, tmp)
         else:
             pq.write_table(table, tmp, compression="zstd", use_dictionary=False)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_write(path, write, make_dirs=False)
 
 
 def _evaluate(model, X, y) -> dict:

@@ -46,14 +46,13 @@ import datetime as _dt
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ._errors import ModelFileError
+from ._files import atomic_write
 from .hidden import HiddenLayer
 
 FORMAT_NAME = "elmscale-model"
@@ -160,7 +159,6 @@ def save(model, path, *, features=None, label=None) -> Path:
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(model)
-    path = Path(path)
     arrays: dict[str, np.ndarray] = {}
     metadata = {
         "format": FORMAT_NAME,
@@ -176,19 +174,14 @@ def save(model, path, *, features=None, label=None) -> Path:
     members.update({member: _npy_bytes(a) for member, a in arrays.items()})
     sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n"
                    for member, data in members.items())
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
+
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
             for member, data in members.items():
                 zf.writestr(member, data)
             zf.writestr("SHA256SUMS", sums)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+
+    return atomic_write(path, write, make_dirs=False)
 
 
 # -- reading -------------------------------------------------------------------
