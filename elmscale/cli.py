@@ -22,10 +22,9 @@ import numpy as np
 
 from ._files import atomic_write
 from ._models import final_estimator
+from .pipeline import ESTIMATORS
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
-
-ESTIMATORS = ("ELMClassifier", "ELMRegressor")
 
 
 class UsageError(Exception):
@@ -88,19 +87,17 @@ def _load(path: str, label, what: str, **kw):
 def _make_estimator(name: str, params: dict, scale: bool):
     from sklearn.pipeline import make_pipeline
 
-    from . import ELMClassifier, ELMRegressor
     from .data import Scaler
+    from .pipeline import estimator_class, make_estimator
 
-    classes = {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor}
-    if name not in classes:
+    if name not in ESTIMATORS:
         raise UsageError(f"--estimator must be one of {', '.join(ESTIMATORS)}; got {name!r}")
-    est = classes[name]()
-    valid = est.get_params(deep=False)
+    valid = estimator_class(name)().get_params(deep=False)
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise UsageError(f"unknown parameter(s) {unknown} for {name}; valid: {sorted(valid)}")
-    est.set_params(**params)
-    est._validate_params()  # parameter errors are usage errors: report them before reading data
+    # parameter errors are usage errors: make_estimator validates them before data are read
+    est = make_estimator(name, params)
     return make_pipeline(Scaler(), est) if scale else est
 
 

@@ -201,7 +201,7 @@ def _check_values(p: Pipeline) -> None:
         problems.append(f"compute.scheduler_file: {compute['scheduler_file']}: no such file")
 
 
-def _estimator_class(name: str):
+def estimator_class(name: str):
     """The estimator class of one of ``ESTIMATORS``."""
     from . import ELMClassifier, ELMRegressor, SparseELMClassifier
 
@@ -210,14 +210,14 @@ def _estimator_class(name: str):
 
 
 def make_estimator(name: str, params: dict):
-    est = _estimator_class(name)()
+    est = estimator_class(name)()
     est.set_params(**params)
     est._validate_params()
     return est
 
 
 def _check_estimator_params(name: str, params: dict, problems: list, where="model.params"):
-    valid = _estimator_class(name)().get_params(deep=False)
+    valid = estimator_class(name)().get_params(deep=False)
     unknown = [k for k in params if k not in valid]
     for key in unknown:
         problems.append(f"unknown key {where}.{key} for {name}{_closest(key, valid)}")

@@ -50,6 +50,24 @@ def test_train_predict_round_trip(tmp_path, csv_data, capsys):
     assert (tmp_path / "pred.csv").read_text().splitlines()[0] == '"prediction"'
 
 
+def test_train_takes_every_pipeline_estimator(tmp_path, csv_data, capsys):
+    from elmscale.pipeline import ESTIMATORS
+
+    assert "SparseELMClassifier" in ESTIMATORS
+    train, test = csv_data
+    model = tmp_path / "sparse.elm"
+    assert main(["train", str(train), str(model), "--label", "target", "--estimator",
+                 "SparseELMClassifier", "-p", "C=10", "--test", str(test)]) == 0
+    assert "trained SparseELMClassifier" in capsys.readouterr().out
+    assert elmscale.load(model)[-1].__class__.__name__ == "SparseELMClassifier"
+    assert main(["predict", str(model), str(test), str(tmp_path / "p.csv"), "--label",
+                 "target", "--decision"]) == 0
+    assert main(["train", str(train), str(model), "--label", "target", "--estimator",
+                 "SparseELMClassifier", "-p", "n_hidden_units=5"]) == 2
+    assert "unknown parameter(s) ['n_hidden_units'] for SparseELMClassifier" in \
+        capsys.readouterr().err
+
+
 def test_convert_libsvm_to_parquet(tmp_path):
     src = tmp_path / "tiny.svm"
     src.write_text("+1 1:0.5 3:-1\n-1 2:0.25\n+1 1:1 2:1 3:1\n")
