@@ -30,6 +30,8 @@ from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
 
 # Kernel scoring: rows per block so that a block of K stays near 32 MB.
 _KERNEL_BLOCK_BYTES = 32 * 2**20
+# precision="auto" looks at the hidden outputs of the first rows only.
+_PRECISION_SAMPLE_ROWS = 4096
 
 
 class _BaseELM(BaseEstimator):
@@ -88,7 +90,7 @@ class _BaseELM(BaseEstimator):
         """``precision``, or for "auto" the choice for ``n_rows`` rows like the first of ``X``."""
         if self.precision != "auto":
             return self.precision
-        sample = layer.transform(X[: min(len(X), 4096)])
+        sample = layer.transform(X[: min(len(X), _PRECISION_SAMPLE_ROWS)])
         mean_square = float(np.mean(np.square(sample, dtype=np.float64)))
         return choose_precision(mean_square * (X.shape[0] if n_rows is None else n_rows), C_max)
 
@@ -111,7 +113,7 @@ class _BaseELM(BaseEstimator):
         from . import dataplane
 
         layer = self._new_layer(dataset.n_features)
-        first_rows, _ = dataset.units()[0].read(with_labels=False)
+        first_rows, _ = dataset.units()[0].head(_PRECISION_SAMPLE_ROWS).read(with_labels=False)
         self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
         ug = dataplane.gram(dataset, layer, targets=self._target_kind, n_folds=n_folds,
                             fold_seed=fold_seed, precision=self.precision_,

@@ -123,6 +123,17 @@ class WorkUnit:
             y = np.concatenate(labels) if labels else np.empty(0)
         return X, y
 
+    def head(self, n_rows: int) -> WorkUnit:
+        """The unit of this unit's first ``n_rows`` rows (all of them if it has fewer)."""
+        n_rows = max(0, min(int(n_rows), self.n_rows))
+        pieces, left = [], n_rows
+        for file, group, offset, length in self.pieces:
+            if left == 0:
+                break
+            pieces.append((file, group, offset, min(length, left)))
+            left -= pieces[-1][3]
+        return replace(self, n_rows=n_rows, pieces=tuple(pieces))
+
     def _labels(self, column: pa.ChunkedArray, file: str, group: int) -> np.ndarray:
         if column.null_count:
             raise DataError(f"{file}: label column '{self.label}' has {column.null_count} null "
