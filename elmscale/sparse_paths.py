@@ -92,6 +92,16 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
     column_cache = cache_size if gram is None else min(cache_size, GRAM_COLUMN_CACHE_MB)
     state = None if kernel is None else KernelSolverState(Xp, t, kernel, column_cache)
     alpha, gradient, path, previous_C = None, None, [], None
+    if gram is not None:
+        # Q 1: at a path's first (smallest) C most variables end at the bound, so every
+        # variable starts there when that beats the zero start, 1/2 C^2 1'Q1 - n C < 0;
+        # the start is then one box QP's, not a thousand steps' (COD-RNA, 2,400 rows,
+        # C = 0.01: 5-12 ms against 18-23)
+        q1 = t * (gram @ t)
+        state.known_bar = (np.ones(t.size), q1)  # (u, Q u), exact, for the first G_bar
+        first = float(Cs[0])
+        if 0.5 * first**2 * q1.sum() < t.size * first:
+            alpha, gradient, previous_C = np.full(t.size, first), first * q1 - 1.0, first
     for C in Cs:
         start = alpha
         if (layer is None and alpha is not None and C > previous_C
