@@ -72,9 +72,10 @@ EXPLICIT_TAIL_SIZE = 4096
 # solved as one dense box QP over every row, given up after FACE_QP_STEPS_PER_ROW
 # active-set steps per row or at twice as many free.  Wide kernels keep few variables
 # free and ill-conditioned, where coordinate steps crawl: on a 2,400-row COD-RNA fold's
-# 14 x 14 paths the steps took 2.3-2.8 s, 1.25-1.36 s with this (16: 1.39 s, 64: 1.31-
-# 1.37 s, 128: 1.30-1.39 s); kernels with many free variables keep the coordinate steps.
-FACE_QP_MAX_FREE = 32
+# 14 x 14 paths the steps took 2.3-2.8 s, 1.18-1.27 s with this (32: 1.22-1.30 s, 128:
+# 1.22-1.30 s).  Hundreds free (narrow kernels, large C) keep the coordinate steps: each
+# active-set step there costs a product with every free row of Q, and hundreds are taken.
+FACE_QP_MAX_FREE = 64
 FACE_QP_STEPS_PER_ROW = 1
 PREFETCH_AHEAD = 8  # rows of H asked for ahead of the explicit solver's random order
 
@@ -851,12 +852,11 @@ def _extend_factor(K, t, lam, F, size, L):
     v = F[size]
     q = K[v]
     pivot = q[v] + lam
+    row = L[size]
     for i in range(size):
-        acc = t[v] * t[F[i]] * q[F[i]]
-        for k in range(i):
-            acc -= L[i, k] * L[size, k]
-        L[size, i] = acc / L[i, i]
-        pivot -= L[size, i] * L[size, i]
+        # (a vectorised dot: the factorisations of 300-variable faces dominated a scalar one)
+        row[i] = (t[v] * t[F[i]] * q[F[i]] - dot(L[i, :i], row[:i])) / L[i, i]
+        pivot -= row[i] * row[i]
     if not pivot > 0.0:
         return False
     L[size, size] = np.sqrt(pivot)
@@ -911,10 +911,7 @@ def _box_qp_steps(K, t, lam, C, x, grad, free0, L0, tol, max_steps, max_free):
         if size > 0:
             # Newton point on the face: L L' d = -grad_F
             for i in range(size):
-                acc = -grad[F[i]]
-                for k in range(i):
-                    acc -= L[i, k] * y[k]
-                y[i] = acc / L[i, i]
+                y[i] = (-grad[F[i]] - dot(L[i, :i], y[:i])) / L[i, i]
             for i in range(size - 1, -1, -1):
                 acc = y[i]
                 for k in range(i + 1, size):
