@@ -37,7 +37,9 @@ solution).  Both end the same way when the steps stall on a small active set
 (ill-conditioned Q: wide kernels, large C, or random nodes, where Q has rank at
 most L): that reduced problem, the others fixed, is solved exactly by
 ``box_qp``, a dense primal active-set method, and the steps resume from its
-solution; the exact final check is unchanged.
+solution; the exact final check is unchanged.  On a C path with K kept whole, a
+warm start with few free variables (wide kernels) goes to ``box_qp``'s method over
+every row before any step (``face_qp_max_free``).
 """
 
 from __future__ import annotations
