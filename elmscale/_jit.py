@@ -278,6 +278,7 @@ def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
 
 # Parallel loops run over up to 256 chunks of rows so that scratch buffers are
 # allocated once per chunk: allocating them per row made the layer 5x slower.
+_PARALLEL_CHUNKS = 256
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def hidden_block(X, W, b, kind, out):
     """``out = h(X)``: X (n, d) float32, W (d, m) float32, b (m,) float32.
@@ -287,7 +288,7 @@ def hidden_block(X, W, b, kind, out):
     """
     n = X.shape[0]
     m = W.shape[1]
-    n_chunks = min(n, 256)
+    n_chunks = min(n, _PARALLEL_CHUNKS)
     for c in prange(n_chunks):
         row = np.empty(m, np.float32)
         buf = np.empty(m, np.float64)
@@ -307,7 +308,7 @@ def hidden_block_scores(X, W, b, kind, coef, out):
     m = W.shape[1]
     n_out = coef.shape[1]
     coef_t = np.ascontiguousarray(coef.T)
-    n_chunks = min(n, 256)
+    n_chunks = min(n, _PARALLEL_CHUNKS)
     for c in prange(n_chunks):
         row = np.empty(m, np.float32)
         buf = np.empty(m, np.float64)
@@ -329,16 +330,18 @@ KERNEL_CODES = {"gaussian": 0, "laplacian": 1, "polynomial": 2}
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def _kernel_row(a_row, Bt, kind, sigma, degree, acc, kbuf):
-    """``acc[j] = K(a_row, B[j])`` in float64 for every column j of ``Bt``."""
+def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, acc, kbuf):
+    """``acc[j] = K(a_row, B[start + j])`` in float64 for the columns ``start <= j < stop``
+    of ``Bt`` (a range, not a slice of ``Bt``: a 2-D slice's rows are not contiguous
+    and its loops do not vectorise)."""
     d = a_row.shape[0]
-    m = Bt.shape[1]
+    m = stop - start
     for j in range(m):
         acc[j] = 0.0
     if kind == 2:
         for k in range(d):
             a = np.float64(a_row[k])
-            bk = Bt[k]
+            bk = Bt[k, start:stop]
             for j in range(m):
                 acc[j] += a * np.float64(bk[j])
         for j in range(m):
@@ -350,7 +353,7 @@ def _kernel_row(a_row, Bt, kind, sigma, degree, acc, kbuf):
         return
     for k in range(d):
         a = np.float64(a_row[k])
-        bk = Bt[k]
+        bk = Bt[k, start:stop]
         for j in range(m):
             diff = a - np.float64(bk[j])
             acc[j] += diff * diff
@@ -378,7 +381,7 @@ def kernel_block(A, Bt, kind, sigma, degree, out):
     for i in prange(n):
         acc = np.empty(m, np.float64)
         kbuf = np.empty(m, np.int64)
-        _kernel_row(A[i], Bt, kind, sigma, degree, acc, kbuf)
+        _kernel_row(A[i], Bt, 0, m, kind, sigma, degree, acc, kbuf)
         for j in range(m):
             out[i, j] = acc[j]
 
@@ -387,19 +390,32 @@ def kernel_block(A, Bt, kind, sigma, degree, out):
 def kernel_block_matvec(A, Bt, kind, sigma, degree, coef, out):
     """``out[i, :] = sum_j K(A[i], B[j]) * coef[j, :]`` without storing the block.
 
-    The fused scoring kernel: memory O(m) per thread, cost O(n m d).
+    The fused scoring kernel: memory O(m) per thread, cost O(n m d).  Each row goes
+    through B's columns ``_MATVEC_COLUMNS`` at a time, so that its scratch stays in L1
+    (measured: the exact product of 5,204 support vectors with 29,768 rows, one
+    thread, 275 ms against 305 ms with whole rows).
     """
     n = A.shape[0]
     m = Bt.shape[1]
     n_out = coef.shape[1]
     coef_t = np.ascontiguousarray(coef.T)
-    for i in prange(n):
-        acc = np.empty(m, np.float64)
-        kbuf = np.empty(m, np.int64)
-        _kernel_row(A[i], Bt, kind, sigma, degree, acc, kbuf)
-        for c in range(n_out):
-            out[i, c] = dot(acc, coef_t[c])
+    n_chunks = min(n, _PARALLEL_CHUNKS)
+    width = min(m, _MATVEC_COLUMNS)
+    for c in prange(n_chunks):
+        acc = np.empty(width, np.float64)
+        kbuf = np.empty(width, np.int64)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            for o in range(n_out):
+                out[i, o] = 0.0
+            for s in range(0, m, width):
+                e = min(s + width, m)
+                a = acc[:e - s]
+                _kernel_row(A[i], Bt, s, e, kind, sigma, degree, a, kbuf[:e - s])
+                for o in range(n_out):
+                    out[i, o] += dot(a, coef_t[o, s:e])
 
+
+_MATVEC_COLUMNS = 1024  # kernel_block_matvec's columns at a time: 8 KB of float64 scratch
 
 SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1
 
@@ -429,7 +445,7 @@ def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc6
         ts = t[s:e]
         if kind == 2:
             a = acc64[:m]
-            _kernel_row(xi, Xt[:, s:e], kind, sigma, degree, a, kbuf64[:m])
+            _kernel_row(xi, Xt, s, e, kind, sigma, degree, a, kbuf64[:m])
             for j in range(m):
                 o[j] = ti * ts[j] * a[j]
             continue
