@@ -54,24 +54,24 @@ import numpy as np
 from ._errors import ModelFileError
 from ._files import atomic_write
 from .hidden import HiddenLayer
+from .pipeline import ESTIMATORS, estimator_class
 
 FORMAT_NAME = "elmscale-model"
 FORMAT_VERSION = 1
 
 
+SUPPORTED_ESTIMATORS = ESTIMATORS + ("Scaler", "Pipeline")
+
+
 def _registry() -> dict:
+    """Class of each of ``SUPPORTED_ESTIMATORS``: the pipelines' estimators, as
+    ``pipeline.estimator_class`` maps them, and the two containers."""
     from sklearn.pipeline import Pipeline
 
     from .data import Scaler
-    from .elm import ELMClassifier, ELMRegressor
-    from .sparse_elm import SparseELMClassifier
 
-    return {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
-            "SparseELMClassifier": SparseELMClassifier, "Scaler": Scaler, "Pipeline": Pipeline}
-
-
-SUPPORTED_ESTIMATORS = ("ELMClassifier", "ELMRegressor", "SparseELMClassifier", "Scaler",
-                        "Pipeline")
+    return {**{name: estimator_class(name) for name in ESTIMATORS}, "Scaler": Scaler,
+            "Pipeline": Pipeline}
 
 
 def _library_version() -> str:
