@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-# numba's matrix products call scipy's BLAS, an OpenBLAS of its own: loaded here, not on
-# first use, since thread limits set before it loads (a Ray task's) miss it
+# numba loads scipy's BLAS, an OpenBLAS of its own, on its first compiled call (to serve
+# matrix products in njit code, which this module no longer makes): loaded here, so that
+# it exists before a Ray task sets its thread limits, which would otherwise miss it
 import scipy.linalg  # noqa: F401
 
 from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment,
