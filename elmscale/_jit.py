@@ -279,6 +279,8 @@ def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
 # Parallel loops run over up to 256 chunks of rows so that scratch buffers are
 # allocated once per chunk: allocating them per row made the layer 5x slower.
 _PARALLEL_CHUNKS = 256
+
+
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def hidden_block(X, W, b, kind, out):
     """``out = h(X)``: X (n, d) float32, W (d, m) float32, b (m,) float32.
@@ -327,6 +329,7 @@ def hidden_block_scores(X, W, b, kind, coef, out):
 # ---------------------------------------------------------------------------
 
 KERNEL_CODES = {"gaussian": 0, "laplacian": 1, "polynomial": 2}
+_MATVEC_COLUMNS = 1024  # kernel_block_matvec's columns at a time: 8 KB of float64 scratch
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -414,8 +417,6 @@ def kernel_block_matvec(A, Bt, kind, sigma, degree, coef, out):
                 for o in range(n_out):
                     out[i, o] += dot(a, coef_t[o, s:e])
 
-
-_MATVEC_COLUMNS = 1024  # kernel_block_matvec's columns at a time: 8 KB of float64 scratch
 
 SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1
 

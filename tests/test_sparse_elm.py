@@ -11,9 +11,9 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
 from elmscale.hidden import HiddenLayer, Kernel
-from elmscale.sparse_paths import pair_path
 from elmscale.solver import (TAIL_SIZE, KernelSolverState, box_qp, dual_objective, kkt_violation,
                              solve_explicit_dual, solve_kernel_dual)
+from elmscale.sparse_paths import pair_path
 
 
 # The polynomial kernel is left out of the contract checks: on their unscaled data
