@@ -143,6 +143,40 @@ def prefetch_row(A, i):
         _prefetch(row, k)
 
 
+# Atomic loads and stores of int64 array entries, for the solver's helper thread: a plain
+# load in a spin loop may be hoisted out of it, and without acquire / release
+# ordering the data written before a flag need not be visible after it.
+def _int64_pointer(context, builder, array_type, array_value, index):
+    array = context.make_array(array_type)(context, builder, array_value)
+    return cgutils.get_item_pointer(context, builder, array_type, array, [index],
+                                    wraparound=False)
+
+
+@intrinsic
+def atomic_load_acquire(typingctx, arr, index):
+    """``arr[index]`` (int64, 1-D) read with acquire ordering."""
+    sig = types.int64(arr, index)
+
+    def codegen(context, builder, signature, args):
+        pointer = _int64_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.load_atomic(pointer, "acquire", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_store_release(typingctx, arr, index, value):
+    """``arr[index] = value`` (int64, 1-D) written with release ordering."""
+    sig = types.void(arr, index, types.int64)
+
+    def codegen(context, builder, signature, args):
+        pointer = _int64_pointer(context, builder, signature.args[0], args[0], args[1])
+        builder.store_atomic(args[2], pointer, "release", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def shuffle_prefix(a, m, state):
     """Fisher-Yates shuffle of ``a[:m]`` in place, with xorshift64 (``state[0]``, uint64,

@@ -44,6 +44,9 @@ every row before any step (``face_qp_max_free``).
 
 from __future__ import annotations
 
+import threading
+
+import numba
 import numpy as np
 from numba import njit
 # numba loads scipy's BLAS, an OpenBLAS of its own, on its first compiled call (to serve
@@ -51,8 +54,9 @@ from numba import njit
 # it exists before a Ray task sets its thread limits, which would otherwise miss it
 import scipy.linalg  # noqa: F401
 
-from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, dot, prefetch, prefetch_row, q_segment,
-                   shuffle_prefix, signed_block, weighted_row_sum)
+from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, atomic_load_acquire, atomic_store_release, dot,
+                   prefetch, prefetch_row, q_segment, shuffle_prefix, signed_block,
+                   weighted_row_sum)
 from ._memory import empty_huge
 from .hidden import Kernel
 
@@ -278,24 +282,25 @@ def _flag_violation(g, flag):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score,
-                   viol):
-    """``g[:n_active] += delta * col (+ delta2 * col2 if two)``, then the variable with the
-    largest ``v^2 / Q_ii``.
+def _update_select_range(start, end, g, bound, dinv, col, delta, col2, delta2, two, unit_diag,
+                         score, viol):
+    """``g[start:end] += delta * col (+ delta2 * col2 if two)``, then the variable with the
+    largest ``v^2 / Q_ii`` among them.
 
     One pass in blocks over contiguous arrays (the solver keeps the active
     variables first), so that the update and the violations vectorise; the
     arg-max is looked for only in a block whose maximum beats the best so far.
     The pass is memory-bound, so it reads few bytes per variable: ``bound``
     (int8: 0 at 0, 1 free, 2 at C) rather than alpha, and no diagonal when it
-    is all ones.  Returns ``(index, largest violation)``; index -1 when nothing
-    violates.
+    is all ones.  Returns ``(index, its score, largest squared violation)``; index
+    -1 when nothing violates.  ``start`` is a multiple of ``_BLOCK`` or the blocks
+    shift (the result does not depend on them).
     """
     best = 0.0
     i_sel = -1
     max_v = 0.0
-    for s in range(0, n_active, _BLOCK):
-        e = min(s + _BLOCK, n_active)
+    for s in range(start, end, _BLOCK):
+        e = min(s + _BLOCK, end)
         m = e - s
         gs = g[s:e]
         b_s = bound[s:e]
@@ -322,23 +327,32 @@ def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit
             i_sel = s + _first_index(score, m, bm)
     if unit_diag:
         max_v = best
+    return i_sel, best, max_v
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score,
+                   viol):
+    """``_update_select_range`` over the active variables; returns ``(index, largest
+    violation)``."""
+    i_sel, _, max_v = _update_select_range(0, n_active, g, bound, dinv, col, delta, col2, delta2,
+                                           two, unit_diag, score, viol)
     return i_sel, np.sqrt(max_v)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _select_partner(i, n_active, g, bound, diag, col_i, score):
-    """The violating variable j that, moved together with i, lowers the objective most.
+def _select_partner_range(gi, qii, start, end, g, bound, diag, col_i, score):
+    """The violating variable j in ``[start, end)`` that, moved together with i (gradient
+    ``gi``, diagonal ``qii``), lowers the objective most; ``(j, its gain)``.
 
     The gain of the exact two-variable Newton step (bounds ignored; the step
     itself respects them), computed along the column of i in one vectorised
-    pass, as LIBSVM's second-order selection does; -1 when there is none.
+    pass, as LIBSVM's second-order selection does; j = -1 when there is none.
     """
-    gi = g[i]
-    qii = diag[i]
     best = 0.0
     j_sel = -1
-    for s in range(0, n_active, _BLOCK):
-        e = min(s + _BLOCK, n_active)
+    for s in range(start, end, _BLOCK):
+        e = min(s + _BLOCK, end)
         m = e - s
         gs = g[s:e]
         b_s = bound[s:e]
@@ -358,7 +372,7 @@ def _select_partner(i, n_active, g, bound, diag, col_i, score):
         if bm > best:
             best = bm
             j_sel = s + _first_index(score, m, bm)
-    return j_sel
+    return j_sel, best
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -417,9 +431,172 @@ def _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi,
                   out)
 
 
+# The helper thread.  With two cores, a second thread takes the far half of each long
+# pass of a step (the kernel columns, the partner's selection, the gradient's update,
+# G_bar's update) while the solver's thread does the near half: the halves touch
+# disjoint entries, and every decision stays on the solver's thread, so the result is
+# the same to the bit as on one thread (a helper's best counts only when strictly
+# better, as the first maximum would in one pass).  The two meet through ``ctrl``
+# (int64): [0] the number of the job posted (solver), [1] of the job done (helper),
+# [2] its kind, [3:8] integer arguments, [8] an integer result; ``fargs`` (float64):
+# [0:2] arguments, [2:4] results.  A hand-over costs about 0.1 us (measured: a round
+# trip between two threads, 0.06 us), so passes shorter than ``SPLIT_MIN`` stay whole.
+_JOB_STOP = 0
+_JOB_COLUMN = 1
+_JOB_PARTNER = 2
+_JOB_UPDATE = 3
+_JOB_G_BAR = 4
+SPLIT_MIN = 4096
+HELPER_MIN_ROWS = 2 * SPLIT_MIN  # problems smaller than this never start a helper
+_NO_HELPER = np.zeros(0, np.int64)
+_NO_FARGS = np.zeros(0)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _post(ctrl, job, a0, a1, a2, a3, a4):
+    """Hand the helper a job (arguments first, then the job number, with release)."""
+    ctrl[2] = job
+    ctrl[3] = a0
+    ctrl[4] = a1
+    ctrl[5] = a2
+    ctrl[6] = a3
+    ctrl[7] = a4
+    atomic_store_release(ctrl, 0, ctrl[0] + 1)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _wait(ctrl):
+    """Spin until the helper has done the last job posted."""
+    posted = ctrl[0]
+    while atomic_load_acquire(ctrl, 1) != posted:
+        pass
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _split_point(ctrl, start, end):
+    """Where a pass over ``[start, end)`` is cut (a multiple of ``_BLOCK`` from ``start``);
+    ``start`` when there is no helper or the pass is short."""
+    if ctrl.shape[0] == 0 or end - start < SPLIT_MIN:
+        return start
+    return start + (end - start) // 2 // _BLOCK * _BLOCK
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _add_column(g_bar, w, col, start, end):
+    for k in range(start, end):
+        g_bar[k] += w * col[k]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _helper_loop(ctrl, fargs, Xt, t32, gram, perm, kind, sigma, degree, cols, g, g_bar, bound,
+                 diag, dinv, unit_diag):
+    """The helper thread's body: do the jobs posted in ``ctrl`` until ``_JOB_STOP``.  It
+    spins between jobs; it runs only while a phase of steps runs (see ``_run_phase``)."""
+    xi = np.empty(Xt.shape[0], np.float32)
+    acc32 = np.empty(SEGMENT_BLOCK, np.float32)
+    kbuf32 = np.empty(SEGMENT_BLOCK, np.int32)
+    acc64 = np.empty(SEGMENT_BLOCK)
+    kbuf64 = np.empty(SEGMENT_BLOCK, np.int64)
+    score = np.empty(_BLOCK)
+    viol = np.empty(_BLOCK)
+    done = atomic_load_acquire(ctrl, 1)
+    while True:
+        posted = atomic_load_acquire(ctrl, 0)
+        if posted == done:
+            continue
+        job = ctrl[2]
+        if job == _JOB_STOP:
+            atomic_store_release(ctrl, 1, posted)
+            return
+        a0, a1, a2, a3, a4 = ctrl[3], ctrl[4], ctrl[5], ctrl[6], ctrl[7]
+        if job == _JOB_COLUMN:
+            _column_segment(Xt, t32, gram, perm, a0, a1, a2, kind, sigma, degree, xi, acc32,
+                            kbuf32, acc64, kbuf64, cols[a3])
+        elif job == _JOB_PARTNER:
+            j, best = _select_partner_range(fargs[0], fargs[1], a1, a2, g, bound, diag, cols[a3],
+                                            score)
+            ctrl[8] = j
+            fargs[2] = best
+        elif job == _JOB_UPDATE:
+            i_sel, best, max_v = _update_select_range(a1, a2, g, bound, dinv, cols[a3], fargs[0],
+                                                      cols[a4], fargs[1], a0 != 0, unit_diag,
+                                                      score, viol)
+            ctrl[8] = i_sel
+            fargs[2] = best
+            fargs[3] = max_v
+        elif job == _JOB_G_BAR:
+            _add_column(g_bar, fargs[0], cols[a3], a1, a2)
+        done = posted
+        atomic_store_release(ctrl, 1, posted)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _column_fill(i, start, end, s, Xt, t32, gram, perm, kind, sigma, degree, cols, xi, acc32,
+                 kbuf32, acc64, kbuf64, ctrl):
+    """``cols[s][start:end]`` = Q's column i there, the far half on the helper if any."""
+    mid = _split_point(ctrl, start, end)
+    if mid > start:
+        _post(ctrl, _JOB_COLUMN, i, mid, end, s, 0)
+        _column_segment(Xt, t32, gram, perm, i, start, mid, kind, sigma, degree, xi, acc32,
+                        kbuf32, acc64, kbuf64, cols[s])
+        _wait(ctrl)
+    else:
+        _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi, acc32,
+                        kbuf32, acc64, kbuf64, cols[s])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _select_partner(i, n_active, g, bound, diag, cols, s, score, ctrl, fargs):
+    """``_select_partner_range`` over the active variables (column i in slot ``s``)."""
+    gi = g[i]
+    qii = diag[i]
+    mid = _split_point(ctrl, 0, n_active)
+    if mid == 0:
+        return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s], score)[0]
+    fargs[0] = gi
+    fargs[1] = qii
+    _post(ctrl, _JOB_PARTNER, 0, mid, n_active, s, 0)
+    j, best = _select_partner_range(gi, qii, 0, mid, g, bound, diag, cols[s], score)
+    _wait(ctrl)
+    return ctrl[8] if fargs[2] > best else j
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, two, unit_diag, score,
+                         viol, ctrl, fargs):
+    """``_update_select`` with Q's columns in slots ``s`` and ``s2``, the far half of the
+    active variables on the helper if any."""
+    mid = _split_point(ctrl, 0, n_active)
+    if mid == 0:
+        return _update_select(n_active, g, bound, dinv, cols[s], di, cols[s2], dj, two, unit_diag,
+                              score, viol)
+    fargs[0] = di
+    fargs[1] = dj
+    _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
+    i_sel, best, max_v = _update_select_range(0, mid, g, bound, dinv, cols[s], di, cols[s2], dj,
+                                              two, unit_diag, score, viol)
+    _wait(ctrl)
+    if fargs[2] > best:
+        i_sel = ctrl[8]
+    return i_sel, np.sqrt(max(max_v, fargs[3]))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _update_g_bar(g_bar, w, cols, s, n, ctrl, fargs):
+    """``g_bar[:n] += w * cols[s][:n]``, the far half on the helper if any."""
+    mid = _split_point(ctrl, 0, n)
+    if mid == 0:
+        _add_column(g_bar, w, cols[s], 0, n)
+        return
+    fargs[0] = w
+    _post(ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
+    _add_column(g_bar, w, cols[s], 0, mid)
+    _wait(ctrl)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len, slot_of,
-                  owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, stats):
+                  owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, stats, ctrl):
     """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front.
 
     Returns the slot, which is the new head."""
@@ -433,8 +610,8 @@ def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col
         col_len[s] = 0
     if col_len[s] < length:
         stats[0] += length - col_len[s]
-        _column_segment(Xt, t32, gram, perm, i, col_len[s], length, kind, sigma, degree, xi,
-                        acc32, kbuf32, acc64, kbuf64, cols[s])
+        _column_fill(i, col_len[s], length, s, Xt, t32, gram, perm, kind, sigma, degree, cols,
+                     xi, acc32, kbuf32, acc64, kbuf64, ctrl)
         col_len[s] = length
     if s != head:
         nxt[prev[s]] = nxt[s]
@@ -520,7 +697,7 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
 @njit(cache=True, nogil=True, error_model="numpy")
 def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
                   alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of,
-                  owner, prev, nxt, istate, tail_size):
+                  owner, prev, nxt, istate, tail_size, ctrl, fargs):
     """Steps (two variables each with ``pair_steps``) on the active variables, positions
     ``[0, n_active)``.
 
@@ -594,11 +771,11 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
         i = i_sel
         s = _fetch_column(i, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len,
                           slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64,
-                          istate[5:])
+                          istate[5:], ctrl)
         head = s
         j = -1
         if pair_steps:
-            j = _select_partner(i, n_active, g, bound, diag, cols[s], score)
+            j = _select_partner(i, n_active, g, bound, diag, cols, s, score, ctrl, fargs)
         if j < 0:
             di = min(max(alpha[i] - g[i] / diag[i], 0.0), C) - alpha[i]
             dj = 0.0
@@ -606,7 +783,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
         else:
             s2 = _fetch_column(j, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols,
                                col_len, slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64,
-                               kbuf64, istate[5:])
+                               kbuf64, istate[5:], ctrl)
             head = s2
             di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
                                  np.float64(cols[s][j]), C)
@@ -620,17 +797,14 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
             if (old >= C) != (new >= C):
                 # G_bar = sum over a_j = C of C Q[:, j], over every variable
                 istate[8] += 1
-                col = cols[sv]
                 if col_len[sv] < n:
                     istate[9] += n - col_len[sv]
-                    _column_segment(Xt, t32, gram, perm, v, col_len[sv], n, kind, sigma, degree,
-                                    xi, acc32, kbuf32, acc64, kbuf64, col)
+                    _column_fill(v, col_len[sv], n, sv, Xt, t32, gram, perm, kind, sigma, degree,
+                                 cols, xi, acc32, kbuf32, acc64, kbuf64, ctrl)
                     col_len[sv] = n
-                w = C if new >= C else -C
-                for k in range(n):
-                    g_bar[k] += w * col[k]
-        i_sel, max_v = _update_select(n_active, g, bound, dinv, cols[s], di, cols[s2], dj, j >= 0,
-                                      unit_diag, score, viol)
+                _update_g_bar(g_bar, C if new >= C else -C, cols, sv, n, ctrl, fargs)
+        i_sel, max_v = _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, j >= 0,
+                                            unit_diag, score, viol, ctrl, fargs)
     istate[0] = head
     istate[1] = n_active
     istate[2] = 1 if unshrunk else 0
@@ -639,10 +813,31 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
     return status
 
 
+def _run_phase(args, helper):
+    """``_kernel_phase(*args)``, with a helper thread for the far halves of its passes
+    when ``helper``: started here, and stopped however the phase ends."""
+    if not helper:
+        return _kernel_phase(*args, _NO_HELPER, _NO_FARGS)
+    ctrl = np.zeros(9, np.int64)
+    fargs = np.zeros(4)
+    (Xt, tp, gram, kind, sigma, degree, _, _, _, _, _, _, bound, diag, dinv, unit_diag, g, g_bar,
+     perm, cols) = args[:20]
+    thread = threading.Thread(
+        target=_helper_loop, daemon=True, name="elmscale-solver-helper",
+        args=(ctrl, fargs, Xt, tp, gram, perm, kind, sigma, degree, cols, g, g_bar, bound, diag,
+              dinv, unit_diag))
+    thread.start()
+    try:
+        return _kernel_phase(*args, ctrl, fargs)
+    finally:
+        _post(ctrl, _JOB_STOP, 0, 0, 0, 0, 0)
+        thread.join()
+
+
 def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
                       max_iter=-1, alpha0=None, pair_steps=True, gradient0=None,
                       gradient0_alpha=None, tail_size=None, gram=None, state=None,
-                      face_qp_max_free=None, info=None):
+                      face_qp_max_free=None, helper=None, info=None):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
@@ -670,10 +865,16 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     ``face_qp_max_free``: with ``gram`` and ``alpha0``, a start with at most this many
     free variables is first solved as one dense box QP over every row (``box_qp``'s
     method on the kept K; 0: never; default ``FACE_QP_MAX_FREE``); the steps and the
-    exact check follow as usual.  ``info``, a dict if given, receives counters:
-    ``steps``, ``tails`` (exact tail solves taken), ``face_qp`` (1 if that QP solved
-    the start), ``exact_checks``, ``column_entries`` (kernel column entries computed)
-    and ``shrinks`` (shrinking rounds).
+    exact check follow as usual.  ``helper``: run a second thread beside the steps,
+    which takes the far half of every long pass (columns, selection, updates) and
+    gives the same result to the bit (default: when numba's thread count for this
+    thread is at least 2 and there are ``HELPER_MIN_ROWS`` rows or more; inside
+    ``thread_budget(1)`` or ``map_in_threads``, never).  ``info``, a dict if given,
+    receives counters: ``steps``, ``tails`` (exact tail solves taken), ``face_qp`` (1
+    if that QP solved the start), ``exact_checks``, ``column_entries`` (kernel column
+    entries computed), ``shrinks`` (shrinking rounds), ``shrunk_active_sum`` (the
+    active sizes they left, summed), ``g_bar_updates`` and ``g_bar_entries`` (column
+    entries computed for them) and ``helper`` (1 if a helper thread ran).
     """
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
@@ -689,6 +890,9 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
     if face_qp_max_free is None:
         face_qp_max_free = FACE_QP_MAX_FREE
+    if helper is None:
+        helper = numba.get_num_threads() >= 2 and n >= HELPER_MIN_ROWS
+    helper = bool(helper)
     C = float(C)
     tol = float(tol)
     if max_iter < 0:
@@ -696,7 +900,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         # resolution (say, a polynomial kernel on unscaled features, Q near 1e13) would
         # otherwise step for ever; the caller reports it as not converged
         max_iter = max(DEFAULT_STEP_CAP, 100 * n)
-    counts = {"tails": 0, "exact_checks": 0, "face_qp": 0}
+    counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(helper)}
     kept = state is not None
     if not kept:
         state = KernelSolverState(X32, t64, kernel, cache_size)
@@ -733,11 +937,11 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     gram_arg = gram if gram is not None else np.empty((0, 0))
     istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
     while True:
-        status = _kernel_phase(Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
-                               bool(pair_steps), int(max_iter), alpha, bound, diag, dinv,
-                               state.unit_diag, g, g_bar, perm, state.cols, state.col_len,
-                               state.slot_of, state.owner, state.prev, state.nxt, istate,
-                               int(tail_size))
+        args = (Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
+                bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, state.unit_diag, g,
+                g_bar, perm, state.cols, state.col_len, state.slot_of, state.owner, state.prev,
+                state.nxt, istate, int(tail_size))
+        status = _run_phase(args, helper)
         if status == 3:
             counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,
                                            int(istate[1]))
@@ -768,7 +972,8 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
                                    else product_from(exact_q, upper, bar_start))
             if info is not None:
                 info.update(counts, steps=int(istate[4]), column_entries=int(istate[5]),
-                            shrinks=int(istate[6]))
+                            shrinks=int(istate[6]), shrunk_active_sum=int(istate[7]),
+                            g_bar_updates=int(istate[8]), g_bar_entries=int(istate[9]))
             return alpha_rows, int(istate[4]), status == 0, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
