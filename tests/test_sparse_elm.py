@@ -1,5 +1,7 @@
 """Sparse ELM: the dual solvers against a general QP solver, and the estimator's contract."""
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -10,9 +12,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
+from elmscale._threads import thread_budget
 from elmscale.hidden import HiddenLayer, Kernel
-from elmscale.solver import (TAIL_SIZE, KernelSolverState, box_qp, dual_objective, kkt_violation,
-                             solve_explicit_dual, solve_kernel_dual)
+from elmscale.solver import (HELPER_MIN_ROWS, TAIL_SIZE, KernelSolverState, box_qp,
+                             dual_objective, kkt_violation, solve_explicit_dual,
+                             solve_kernel_dual)
 from elmscale.sparse_paths import pair_path
 
 
@@ -395,3 +399,41 @@ def test_a_passed_gradient_is_the_exact_one_and_reaches_the_same_optimum():
                                               gradient0=g, gradient0_alpha=alpha)
     assert ok5 and kkt_violation(predicted, Q @ predicted - 1.0, 10.0) <= 1e-3
     np.testing.assert_allclose(g5, Q @ predicted - 1.0, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("C, sigma", [(1.0, 0.5), (10.0, 1.0)])
+def test_the_helper_thread_changes_nothing_but_speed(C, sigma):
+    # more rows than HELPER_MIN_ROWS, 6 features (a remainder after the four-feature
+    # passes), a 5 MB cache (evictions, extended columns), shrinking, and variables
+    # reaching C (G_bar's updates, used by the rebuilds): every pass the helper splits,
+    # and every decision, must come out the same to the bit
+    X, y = nonlinear_problem(HELPER_MIN_ROWS + 500, d=6, seed=21)
+    t = np.where(y == 1, 1.0, -1.0)
+    runs = {}
+    for helper in (False, True):
+        info = {}
+        runs[helper] = solve_kernel_dual(X, t, kernel=Kernel("gaussian", sigma=sigma), C=C,
+                                         cache_size=5, helper=helper, info=info)
+        assert info["helper"] == int(helper)
+        assert info["shrinks"] > 0 and info["g_bar_updates"] > 0
+    (alone, n_alone, ok_alone, g_alone), (helped, n_helped, ok_helped, g_helped) = (
+        runs[False], runs[True])
+    assert ok_alone and ok_helped and n_alone == n_helped
+    np.testing.assert_array_equal(helped, alone)
+    np.testing.assert_array_equal(g_helped, g_alone)
+    assert not [th for th in threading.enumerate() if th.name == "elmscale-solver-helper"]
+
+
+def test_the_helper_thread_follows_the_thread_budget():
+    X, y = nonlinear_problem(HELPER_MIN_ROWS, d=3, seed=22)
+    t = np.where(y == 1, 1.0, -1.0)
+    for n_threads in (1, 2):
+        info = {}
+        with thread_budget(n_threads) as granted:
+            solve_kernel_dual(X, t, kernel=GAUSSIAN, C=1.0, info=info)
+        assert info["helper"] == int(granted >= 2)
+    info = {}
+    with thread_budget(2):
+        solve_kernel_dual(X[:HELPER_MIN_ROWS - 1], t[:HELPER_MIN_ROWS - 1], kernel=GAUSSIAN,
+                          C=1.0, info=info)
+    assert info["helper"] == 0  # too small to gain from one
