@@ -483,8 +483,12 @@ def _split_point(ctrl, start, end):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _add_column(g_bar, w, col, start, end):
-    for k in range(start, end):
-        g_bar[k] += w * col[k]
+    """``g_bar[start:end] += w * col[start:end]``, through slices: a loop over
+    ``range(start, end)`` indexes with a sign check that stops it vectorising (4x)."""
+    gs = g_bar[start:end]
+    cs = col[start:end]
+    for k in range(end - start):
+        gs[k] += w * cs[k]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
