@@ -8,8 +8,8 @@ Two solvers, both pure functions of arrays (no Dask, no Ray), so that a
 one-vs-one pair or a cross-validation fold can run anywhere:
 
 ``solve_kernel_dual``
-    LIBSVM-style: kernel columns (float32; see ``_jit.q_segment`` for their
-    accuracy) in an LRU cache with a budget in MB and O(1) lookup (prev/next
+    LIBSVM-style: kernel columns (float32, see ``_jit.q_segment`` for their
+    accuracy; float64 when Q's scale needs it, ``column_dtype``) in an LRU cache with a budget in MB and O(1) lookup (prev/next
     arrays of slots).  The active variables are kept first, in every
     per-variable array and in every cached column (LIBSVM's swap_index, done
     as one stable partition per shrinking round), so that the step's pass over
@@ -39,7 +39,8 @@ most L): that reduced problem, the others fixed, is solved exactly by
 ``box_qp``, a dense primal active-set method, and the steps resume from its
 solution; the exact final check is unchanged.  On a C path with K kept whole, a
 warm start with few free variables (wide kernels) goes to ``box_qp``'s method over
-every row before any step (``face_qp_max_free``).
+every row before any step (``face_qp_max_free``).  With two cores a helper thread
+takes the far half of each long pass of a step (``helper``), to the same result.
 """
 
 from __future__ import annotations
@@ -102,6 +103,19 @@ def _bound_flags(alpha, C):
     return np.where(alpha <= 0.0, 0, np.where(alpha >= C, 2, 1)).astype(np.int8)
 
 
+def column_dtype(largest_diagonal, tol):
+    """float32 for Q's cached columns, as LIBSVM's, unless their rounding (2^-24 of Q's
+    largest entry, its diagonal's) would pass ``tol / 10``: then float64.
+
+    Without a bias, Q keeps the kernel's constant part, which scaling does not remove
+    for a polynomial kernel: on features near 100, (1 + u.v)^2 reaches 4e8, float32
+    columns are off by 24, and the steps never come within tol (measured: 1,000,000
+    steps, a violation of 38, on 80 rows; LIBSVM's equality constraint cancels the
+    constant part).  Gaussian and laplacian columns (diagonal 1) stay float32.
+    """
+    return np.dtype(np.float64 if largest_diagonal * 2.0**-24 > 0.1 * tol else np.float32)
+
+
 class KernelSolverState:
     """What ``solve_kernel_dual`` keeps between calls on the same rows (a C path): the
     solver's order of the rows (shrinking permutes them), the rows' data, targets and
@@ -110,10 +124,12 @@ class KernelSolverState:
 
     Made by ``solve_kernel_dual`` (``state=None``); pass ``KernelSolverState(...)`` from
     the caller to keep it, only with the same ``X``, ``t`` and kernel (the solver checks
-    the row count and the kernel).  Its cache is ``cache_size`` MB of float32 columns.
+    the row count and the kernel).  Its cache is ``cache_size`` MB of columns, float32
+    unless float32's rounding of Q's largest entries would pass a tenth of ``tol``
+    (``COLUMN_DTYPE_RULE``): then float64.
     """
 
-    def __init__(self, X, t, kernel: Kernel, cache_size):
+    def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         n = X32.shape[0]
         self.key = (n, kernel.kind, float(kernel.sigma), int(kernel.degree))
@@ -130,8 +146,9 @@ class KernelSolverState:
         self.diag = 1.0 / self.dinv
         # the cache (col_len[s] entries of slot s valid, in the solver's order); owner
         # of each slot; a circular doubly linked list (head = most recently used)
-        n_slots = int(max(2, min(n, cache_size * 2**20 // (4 * max(n, 1)))))
-        self.cols = empty_huge((n_slots, n), np.float32)
+        dtype = column_dtype(float(self.diag.max(initial=1.0)), tol)
+        n_slots = int(max(2, min(n, cache_size * 2**20 // (dtype.itemsize * max(n, 1)))))
+        self.cols = empty_huge((n_slots, n), dtype)
         self.col_len = np.zeros(n_slots, np.int64)
         self.slot_of = np.full(n, -1, np.int64)
         self.owner = np.full(n_slots, -1, np.int64)
@@ -907,7 +924,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(helper)}
     kept = state is not None
     if not kept:
-        state = KernelSolverState(X32, t64, kernel, cache_size)
+        state = KernelSolverState(X32, t64, kernel, cache_size, tol)
     elif state.key != (n, kernel.kind, sigma, degree):
         raise ValueError("state was made for other rows or another kernel")
     perm, Xt, tp, diag, dinv = state.perm, state.Xt, state.tp, state.diag, state.dinv

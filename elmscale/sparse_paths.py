@@ -90,7 +90,7 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
         gram = kernel.block(Xp, Xp)
     # the solver's column cache, kept along the path: Q's columns do not depend on C
     column_cache = cache_size if gram is None else min(cache_size, GRAM_COLUMN_CACHE_MB)
-    state = None if kernel is None else KernelSolverState(Xp, t, kernel, column_cache)
+    state = None if kernel is None else KernelSolverState(Xp, t, kernel, column_cache, tol)
     alpha, gradient, path, previous_C = None, None, [], None
     if gram is not None:
         # Q 1: at a path's first (smallest) C most variables end at the bound, so every

@@ -15,18 +15,19 @@ from elmscale import SparseELMClassifier
 from elmscale._threads import thread_budget
 from elmscale.hidden import HiddenLayer, Kernel
 from elmscale.solver import (HELPER_MIN_ROWS, TAIL_SIZE, KernelSolverState, box_qp,
-                             dual_objective, kkt_violation, solve_explicit_dual,
+                             column_dtype, dual_objective, kkt_violation, solve_explicit_dual,
                              solve_kernel_dual)
 from elmscale.sparse_paths import pair_path
 
 
-# The polynomial kernel is left out of the contract checks: on their unscaled data
-# (check_fit_idempotent draws features around 100) its Q entries reach 1e13, tol=1e-3
-# is below what float32 columns resolve, and each fit runs to the default step cap
-# (25 s, not converged, with a warning to scale the features).  Its exactness is
-# checked below on scaled data.
+# The polynomial kernel runs the contract checks at degree 2: on their unscaled data
+# (features around 100) the default degree 3 gives Q entries of 1e13, whose float64
+# sums resolve a gradient to about 1e-2, not tol=1e-3, so each fit runs to the step
+# cap (not converged, with a warning to scale the features).  Degree 2 (4e8) is solved
+# with float64 columns (``column_dtype``).
 @parametrize_with_checks([
     SparseELMClassifier(),
+    SparseELMClassifier(kernel="polynomial", degree=2),
     SparseELMClassifier(hidden="sigmoid", n_hidden=50),
 ])
 def test_sklearn_contract(estimator, check):
@@ -437,3 +438,22 @@ def test_the_helper_thread_follows_the_thread_budget():
         solve_kernel_dual(X[:HELPER_MIN_ROWS - 1], t[:HELPER_MIN_ROWS - 1], kernel=GAUSSIAN,
                           C=1.0, info=info)
     assert info["helper"] == 0  # too small to gain from one
+
+
+def test_a_polynomial_kernel_on_unscaled_features_gets_float64_columns_and_converges():
+    # features near 100: (1 + u.v)^2 near 4e8, which float32 columns round by about 24
+    rng = np.random.default_rng(0)
+    X = 100 + rng.normal(size=(80, 2))
+    t = np.where(rng.integers(0, 2, 80) == 1, 1.0, -1.0)
+    kernel = Kernel("polynomial", degree=2)
+    assert KernelSolverState(X, t, kernel, 1.0).cols.dtype == np.float64
+    assert KernelSolverState(X / 100, t, kernel, 1.0).cols.dtype == np.float32
+    assert KernelSolverState(X, t, GAUSSIAN, 1.0).cols.dtype == np.float32
+    assert column_dtype(1e4, 1e-3) == np.float64 and column_dtype(1e3, 1e-3) == np.float32
+    alpha, n_iter, converged, g = solve_kernel_dual(X, t, kernel=kernel, C=1.0)
+    X32 = X.astype(np.float32)
+    exact = kernel.block(X32, X32) @ (alpha * t) * t - 1.0
+    assert converged and kkt_violation(alpha, exact, 1.0) <= 1e-3
+    Q = kernel.block(X32, X32) * np.outer(t, t)
+    reference = box_qp(Q, -np.ones(80), 1.0, np.zeros(80), 1e-4)
+    assert dual_objective(Q, alpha) == pytest.approx(dual_objective(Q, reference), rel=1e-6)
