@@ -57,13 +57,17 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     tol : float, default=1e-3
         KKT tolerance, checked on exit with an exact float64 gradient.
     cache_size : float, default=200
-        Kernel-column cache in MB (float32 columns).
+        Kernel-column cache in MB (float32 columns; float64 when the kernel's scale
+        needs them, as a polynomial kernel on unscaled features may).
     shrinking : bool, default=True
     max_iter : int, default=-1
         Steps (kernels) or passes (random nodes) per binary problem; -1: no limit
         for random nodes, and LIBSVM's cap of max(10^7, 100 n) steps for kernels.
         A ``ConvergenceWarning`` is raised when it stops the solver.
-    n_threads, random_state : as in ``ELMClassifier``.
+    n_threads, random_state : as in ``ELMClassifier``.  With two threads or more, one
+        binary problem of 8,192 rows or more uses two: a helper thread takes half of
+        each long pass of the solver's steps (the same solution to the bit); several
+        one-vs-one pairs run side by side, one thread each.
 
     Attributes
     ----------
