@@ -509,17 +509,20 @@ def _add_column(g_bar, w, col, start, end):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _step_scratch(d):
+    """A step's scratch: ``xi`` (d floats) for a column's row, the kernel blocks' and the
+    passes' buffers (the solver's thread and the helper each have their own)."""
+    return (np.empty(d, np.float32), np.empty(SEGMENT_BLOCK, np.float32),
+            np.empty(SEGMENT_BLOCK, np.int32), np.empty(SEGMENT_BLOCK),
+            np.empty(SEGMENT_BLOCK, np.int64), np.empty(_BLOCK), np.empty(_BLOCK))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _helper_loop(ctrl, fargs, Xt, t32, gram, perm, kind, sigma, degree, cols, g, g_bar, bound,
                  diag, dinv, unit_diag):
     """The helper thread's body: do the jobs posted in ``ctrl`` until ``_JOB_STOP``.  It
     spins between jobs; it runs only while a phase of steps runs (see ``_run_phase``)."""
-    xi = np.empty(Xt.shape[0], np.float32)
-    acc32 = np.empty(SEGMENT_BLOCK, np.float32)
-    kbuf32 = np.empty(SEGMENT_BLOCK, np.int32)
-    acc64 = np.empty(SEGMENT_BLOCK)
-    kbuf64 = np.empty(SEGMENT_BLOCK, np.int64)
-    score = np.empty(_BLOCK)
-    viol = np.empty(_BLOCK)
+    xi, acc32, kbuf32, acc64, kbuf64, score, viol = _step_scratch(Xt.shape[0])
     done = atomic_load_acquire(ctrl, 1)
     while True:
         posted = atomic_load_acquire(ctrl, 0)
@@ -737,13 +740,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
     """
     n = Xt.shape[1]
     d = Xt.shape[0]
-    xi = np.empty(d, np.float32)
-    acc32 = np.empty(SEGMENT_BLOCK, np.float32)
-    kbuf32 = np.empty(SEGMENT_BLOCK, np.int32)
-    acc64 = np.empty(SEGMENT_BLOCK)
-    kbuf64 = np.empty(SEGMENT_BLOCK, np.int64)
-    score = np.empty(_BLOCK)
-    viol = np.empty(_BLOCK)
+    xi, acc32, kbuf32, acc64, kbuf64, score, viol = _step_scratch(d)
     zero = np.zeros(n, np.float32)  # the column of a step of size 0
     order = np.empty(n, np.int64)
     tmp64 = np.empty(n)
