@@ -1302,14 +1302,16 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
     passes, 3 when the active set has stayed at most ``tail_size`` variables for
     ``TAIL_PASSES`` passes (the caller solves it exactly, then calls again).  State:
     ``active`` (the order; the first ``istate[0]`` are active), ``istate`` = (active
-    size, passes so far, passes in the tail), ``fstate`` =
-    (shrinking threshold from the previous pass, LIBLINEAR's), ``rng`` the shuffle's
-    state (``shuffle_prefix``).
+    size, passes so far, passes in the tail), ``fstate`` = (the shrinking thresholds
+    from the previous pass, LIBLINEAR's: the largest gradient of a variable that may
+    decrease, the smallest of one that may increase), ``rng`` the shuffle's state
+    (``shuffle_prefix``).
     """
     n, L = H.shape
     active_size = istate[0]
     n_iter = istate[1]
-    bound = fstate[0]
+    up_bound = fstate[0]
+    down_bound = fstate[1]
     status = 1
     while True:
         if max_iter >= 0 and n_iter >= max_iter:
@@ -1322,7 +1324,8 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
         # random order of the active variables for this pass (memory order, or
         # blocks of rows in a random order, measured 10x more passes)
         shuffle_prefix(active, active_size, rng)
-        max_v = 0.0
+        up_max = 0.0  # largest g > 0 of a variable that may decrease
+        down_min = 0.0  # smallest g < 0 of one that may increase
         p = 0
         while p < active_size:
             if p + PREFETCH_AHEAD < active_size:
@@ -1335,14 +1338,16 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
             hi = H[i]
             g = t[i] * dot(hi, beta) - 1.0
             a = alpha[i]
-            if shrinking and ((a <= 0.0 and g > bound) or (a >= C and g < -bound)):
+            if shrinking and ((a <= 0.0 and g > up_bound) or (a >= C and g < down_bound)):
                 active_size -= 1
                 active[p] = active[active_size]
                 active[active_size] = i
                 continue
+            if a > 0.0 and g > up_max:
+                up_max = g
+            if a < C and g < down_min:
+                down_min = g
             v = _violation(a, g, C)
-            if v > max_v:
-                max_v = v
             if v > 0.0 and diag[i] > _TAU:
                 new = min(max(a - g / diag[i], 0.0), C)
                 w = (new - a) * t[i]
@@ -1352,14 +1357,22 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
                         beta[k] += w * hi[k]
             p += 1
         istate[2] = istate[2] + 1 if active_size <= tail_size else 0
-        # not below 10 tol: near the end a tighter bound shrinks the variables about to
-        # violate, and each return to the full set finds a few of them (hundreds of
-        # full passes measured on 200k rows)
-        bound = max(max_v, 10.0 * tol) if max_v > 0.0 else np.inf
+        # LIBLINEAR's two thresholds: a variable at 0 goes when its gradient passes the
+        # largest one of those that may decrease, one at C when below the smallest of
+        # those that may increase.  One symmetric bound, max(up_max, -down_min), let the
+        # other side's violations keep variables at 0 (1M rows, 200 nodes, C = 1:
+        # 246 M steps against 260 M, 6,471 passes against 6,759).  Neither nearer to 0
+        # than 10 tol: near the end a tighter bound shrinks the
+        # variables about to violate, and each return to the full set finds a few of
+        # them (hundreds of full passes measured on 200k rows).
+        up_bound = max(up_max, 10.0 * tol) if up_max > 0.0 else np.inf
+        down_bound = min(down_min, -10.0 * tol) if down_min < 0.0 else -np.inf
+        max_v = max(up_max, -down_min)
         if max_v <= tol:
             if active_size < n:
                 active_size = n
-                bound = np.inf
+                up_bound = np.inf
+                down_bound = -np.inf
                 istate[2] = 0
                 continue
             # exact check over every row
@@ -1371,7 +1384,8 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
                 break
     istate[0] = active_size
     istate[1] = n_iter
-    fstate[0] = bound
+    fstate[0] = up_bound
+    fstate[1] = down_bound
     return status
 
 
@@ -1407,7 +1421,7 @@ def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha
     _explicit_init(H32, t64, alpha, beta, diag)
     active = np.arange(n)
     istate = np.array([n, 0, 0], dtype=np.int64)
-    fstate = np.array([np.inf])
+    fstate = np.array([np.inf, -np.inf])
     # xorshift state from the seed (splitmix64's odd constant keeps it nonzero)
     rng = np.array([(int(random_state) * 0x9E3779B97F4A7C15 + 1) % 2**64 or 1], dtype=np.uint64)
     tails = 0
