@@ -9,10 +9,11 @@ one-vs-one pair or a cross-validation fold can run anywhere:
 
 ``solve_kernel_dual``
     LIBSVM-style: kernel columns (float32, see ``_jit.q_segment`` for their
-    accuracy; float64 when Q's scale needs it, ``column_dtype``) in an LRU cache with a budget in MB and O(1) lookup (prev/next
-    arrays of slots).  The active variables are kept first, in every
-    per-variable array and in every cached column (LIBSVM's swap_index, done
-    as one stable partition per shrinking round), so that the step's pass over
+    accuracy; float64 when Q's scale needs it, ``column_dtype``) in an LRU cache
+    with a budget in MB and O(1) lookup (prev/next arrays of slots).  The active
+    variables are kept first, in every per-variable array and in every cached
+    column (LIBSVM's swap_index, done as one stable partition per shrinking
+    round), so that the step's pass over
     them is contiguous and vectorises, and a column of a shrunk problem is
     computed only for the active part.  Each step takes i with the largest
     ``v_i^2 / Q_ii`` (``v_i`` its KKT violation; for the gaussian kernel
