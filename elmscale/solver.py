@@ -1363,8 +1363,9 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
         # its gradient passes a quarter of the largest one of those that may decrease,
         # one at C when below a quarter of the smallest of those that may increase.
         # Shrinking is a guess that the end checks (every variable comes back, and the
-        # exact check covers every row), and one outlier kept LIBLINEAR's own bounds
-        # high for hundreds of passes over most rows.  Measured on 1M rows, 200 nodes,
+        # exact check covers every row), and LIBLINEAR's own bounds, the last pass's
+        # largest violations, kept 615,000 of 1M rows active at pass 100 and 33,000 at
+        # pass 1,000.  Measured on 1M rows, 200 nodes,
         # C = 1 (the solve): one symmetric bound max(up_max, -down_min) 260 M steps,
         # 64-70 s; LIBLINEAR's two 246 M, 64 s; a half 202 M, 50 s; a quarter 185 M,
         # 43 s (8 returns to the full set); an eighth 186 M, 46 s (28 returns).
