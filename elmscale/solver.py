@@ -13,9 +13,8 @@ one-vs-one pair or a cross-validation fold can run anywhere:
     with a budget in MB and O(1) lookup (prev/next arrays of slots).  The active
     variables are kept first, in every per-variable array and in every cached
     column (LIBSVM's swap_index, done as one stable partition per shrinking
-    round), so that the step's pass over
-    them is contiguous and vectorises, and a column of a shrunk problem is
-    computed only for the active part.  Each step takes i with the largest
+    round), so that the step's pass over them is contiguous and vectorises, and
+    a column of a shrunk problem is computed only for the active part.  Each step takes i with the largest
     ``v_i^2 / Q_ii`` (``v_i`` its KKT violation; for the gaussian kernel
     ``Q_ii = 1`` and this is the paper's rule, eqs. 41-42), then by default a
     partner j with the largest gain of the joint exact step along Q's column i
@@ -128,7 +127,7 @@ class KernelSolverState:
     the caller to keep it, only with the same ``X``, ``t`` and kernel (the solver checks
     the row count and the kernel).  Its cache is ``cache_size`` MB of columns, float32
     unless float32's rounding of Q's largest entries would pass a tenth of ``tol``
-    (``COLUMN_DTYPE_RULE``): then float64.
+    (``column_dtype``): then float64.
     """
 
     def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
@@ -458,8 +457,8 @@ def _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi,
 # better, as the first maximum would in one pass).  The two meet through ``ctrl``
 # (int64): [0] the number of the job posted (solver), [1] of the job done (helper),
 # [2] its kind, [3:8] integer arguments, [8] an integer result; ``fargs`` (float64):
-# [0:2] arguments, [2:4] results.  A hand-over costs about 0.1 us (measured: a round
-# trip between two threads, 0.06 us), so passes shorter than ``SPLIT_MIN`` stay whole.
+# [0:2] arguments, [2:4] results.  A hand-over measured 0.2-0.85 us (a bare round trip
+# between two threads 0.06 us), so passes shorter than ``SPLIT_MIN`` stay whole.
 _JOB_STOP = 0
 _JOB_COLUMN = 1
 _JOB_PARTNER = 2
@@ -833,19 +832,16 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
     return status
 
 
-def _run_phase(args, helper):
+def _run_phase(args, helper_args):
     """``_kernel_phase(*args)``, with a helper thread for the far halves of its passes
-    when ``helper``: started here, and stopped however the phase ends."""
-    if not helper:
+    when ``helper_args`` (``_helper_loop``'s arrays after ``ctrl, fargs``) are given:
+    started here, and stopped however the phase ends."""
+    if helper_args is None:
         return _kernel_phase(*args, _NO_HELPER, _NO_FARGS)
     ctrl = np.zeros(9, np.int64)
     fargs = np.zeros(4)
-    (Xt, tp, gram, kind, sigma, degree, _, _, _, _, _, _, bound, diag, dinv, unit_diag, g, g_bar,
-     perm, cols) = args[:20]
-    thread = threading.Thread(
-        target=_helper_loop, daemon=True, name="elmscale-solver-helper",
-        args=(ctrl, fargs, Xt, tp, gram, perm, kind, sigma, degree, cols, g, g_bar, bound, diag,
-              dinv, unit_diag))
+    thread = threading.Thread(target=_helper_loop, daemon=True, name="elmscale-solver-helper",
+                              args=(ctrl, fargs, *helper_args))
     thread.start()
     try:
         return _kernel_phase(*args, ctrl, fargs)
@@ -860,8 +856,9 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
                       face_qp_max_free=None, helper=None, info=None):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
-    ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of float32
-    Q columns; ``max_iter`` in steps, < 0 for LIBSVM's cap, max(1e7, 100 n).
+    ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of Q columns
+    (float32, or float64 as ``column_dtype`` decides); ``max_iter`` in steps, < 0 for
+    LIBSVM's cap, max(1e7, 100 n).
     ``pair_steps`` (default) moves two variables per step: i, the largest violation,
     and the j whose joint exact step gains most; ``False`` gives the paper's
     one-variable steps.
@@ -955,13 +952,15 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     alpha, g, g_bar = alpha_rows[perm], g_rows[perm], g_bar_rows[perm]
     bound = _bound_flags(alpha, C)
     gram_arg = gram if gram is not None else np.empty((0, 0))
+    helper_args = ((Xt, tp, gram_arg, perm, kind_code, sigma, degree, state.cols, g, g_bar, bound,
+                    diag, dinv, state.unit_diag) if helper else None)
     istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
     while True:
         args = (Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
                 bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, state.unit_diag, g,
                 g_bar, perm, state.cols, state.col_len, state.slot_of, state.owner, state.prev,
                 state.nxt, istate, int(tail_size))
-        status = _run_phase(args, helper)
+        status = _run_phase(args, helper_args)
         if status == 3:
             counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,
                                            int(istate[1]))
@@ -1305,9 +1304,9 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
     ``TAIL_PASSES`` passes (the caller solves it exactly, then calls again).  State:
     ``active`` (the order; the first ``istate[0]`` are active), ``istate`` = (active
     size, passes so far, passes in the tail), ``fstate`` = (the shrinking thresholds
-    from the previous pass, LIBLINEAR's: the largest gradient of a variable that may
-    decrease, the smallest of one that may increase), ``rng`` the shuffle's state
-    (``shuffle_prefix``).
+    from the previous pass: LIBLINEAR's, the largest gradient of a variable that may
+    decrease and the smallest of one that may increase, over ``SHRINK_DIVISOR``),
+    ``rng`` the shuffle's state (``shuffle_prefix``).
     """
     n, L = H.shape
     active_size = istate[0]
@@ -1365,8 +1364,8 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
         # Shrinking is a guess that the end checks (every variable comes back, and the
         # exact check covers every row), and LIBLINEAR's own bounds, the last pass's
         # largest violations, kept 615,000 of 1M rows active at pass 100 and 33,000 at
-        # pass 1,000.  Measured on 1M rows, 200 nodes,
-        # C = 1 (the solve): one symmetric bound max(up_max, -down_min) 260 M steps,
+        # pass 1,000.  Measured on 1M rows, 200 nodes, C = 1 (the solve): one
+        # symmetric bound max(up_max, -down_min) 260 M steps,
         # 64-70 s; LIBLINEAR's two 246 M, 64 s; a half 202 M, 50 s; a quarter 185 M,
         # 43 s (8 returns to the full set); an eighth 186 M, 46 s (28 returns).
         # Neither nearer to 0 than 10 tol: near the end a tighter bound shrinks the
