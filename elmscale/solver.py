@@ -14,9 +14,10 @@ one-vs-one pair or a cross-validation fold can run anywhere:
     variables are kept first, in every per-variable array and in every cached
     column (LIBSVM's swap_index, done as one stable partition per shrinking
     round), so that the step's pass over them is contiguous and vectorises, and
-    a column of a shrunk problem is computed only for the active part.  Each step takes i with the largest
-    ``v_i^2 / Q_ii`` (``v_i`` its KKT violation; for the gaussian kernel
-    ``Q_ii = 1`` and this is the paper's rule, eqs. 41-42), then by default a
+    a column of a shrunk problem is computed only for the active part.  Each step
+    takes i with the largest ``v_i^2 / Q_ii`` (``v_i`` its KKT violation; for the
+    gaussian kernel ``Q_ii = 1`` and this is the paper's rule, eqs. 41-42), then by
+    default a
     partner j with the largest gain of the joint exact step along Q's column i
     (second-order selection as in LIBSVM; without the equality constraint both
     move freely inside the box): at large C single steps need ten times more
