@@ -1,0 +1,41 @@
+"""Model files written by an earlier release load and predict as they did when written.
+
+``tests/fixtures/models/*.elm`` were written by elmscale 0.1.0 (format version 1) before
+the package was split into subpackages (``make_fixtures.py`` beside them shows how); each
+``.npz`` holds the rows and the predictions the model gave then.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import elmscale
+
+FIXTURES = Path(__file__).parent / "fixtures" / "models"
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.elm"))
+
+
+def test_every_fixture_has_its_expected_outputs():
+    assert len(NAMES) == 4
+    assert all((FIXTURES / f"{name}.npz").is_file() for name in NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_earlier_release_model_file_loads_and_predicts_the_same(name):
+    model = elmscale.load(FIXTURES / f"{name}.elm")
+    expected = np.load(FIXTURES / f"{name}.npz", allow_pickle=False)
+    X = expected["X"]
+    np.testing.assert_array_equal(model.predict(X), expected["predict"])
+    if "decision_function" in expected:
+        np.testing.assert_allclose(model.decision_function(X), expected["decision_function"],
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_earlier_release_model_file_round_trips_in_todays_format(name, tmp_path):
+    model = elmscale.load(FIXTURES / f"{name}.elm")
+    elmscale.save(model, tmp_path / "again.elm")
+    again = elmscale.load(tmp_path / "again.elm")
+    X = np.load(FIXTURES / f"{name}.npz", allow_pickle=False)["X"]
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
