@@ -22,12 +22,11 @@ from pathlib import Path
 
 import numpy as np
 from distributed import Client, LocalCluster
+from make_parquet import make_parquet
 
 from elmscale import ELMClassifier, open_parquet
-from elmscale import dataplane
 from elmscale.data import generate_classification
-
-from make_parquet import make_parquet
+from elmscale.distributed import dataplane
 
 CS = np.logspace(-2, 3, 10)
 

@@ -24,7 +24,7 @@ import scipy.linalg
 from threadpoolctl import threadpool_limits
 
 from elmscale import ELMClassifier
-from elmscale._threads import available_cores
+from elmscale.core.threads import available_cores
 from elmscale.data import generate_classification
 
 

@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from elmscale import ELMClassifier, SparseELMClassifier, load, open_parquet, save
-from elmscale.batch_scoring import plan_jobs, score_jobs
 from elmscale.data import generate_classification, write_generated_parquet
+from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
 CHUNK = 65_536
 

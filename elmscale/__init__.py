@@ -18,36 +18,41 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
-from ._errors import DataError, ModelFileError
+from elmscale.core.errors import DataError, ModelFileError
 
 # The estimators (and scikit-learn, which they import: 1.6 s here) load on first use,
 # so that a Ray or Dask worker running elmscale's numerics starts without them.
 _LAZY = {
-    "ELMClassifier": "elm",
-    "ELMRegressor": "elm",
-    "ConcatenatedLayers": "hidden",
-    "HiddenLayer": "hidden",
-    "Kernel": "hidden",
-    "ParquetDataset": "parquet_units",
-    "open_parquet": "parquet_units",
-    "load": "persistence",
-    "save": "persistence",
-    "SparseELMClassifier": "sparse_elm",
+    "ELMClassifier": "elmscale.models.elm",
+    "ELMRegressor": "elmscale.models.elm",
+    "ConcatenatedLayers": "elmscale.features.layers",
+    "HiddenLayer": "elmscale.features.layers",
+    "Kernel": "elmscale.features.kernels",
+    "ParquetDataset": "elmscale.data.parquet",
+    "open_parquet": "elmscale.data.parquet",
+    "load": "elmscale.io.model_files",
+    "save": "elmscale.io.model_files",
+    "SparseELMClassifier": "elmscale.models.sparse_elm",
 }
+# Modules reached as attributes (``from elmscale import dataplane``).
+_LAZY_MODULES = {"dataplane": "elmscale.distributed.dataplane"}
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        from importlib import import_module
+    from importlib import import_module
 
-        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    elif name in _LAZY_MODULES:
+        value = import_module(_LAZY_MODULES[name])
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
 
 
 __all__ = [
@@ -61,6 +66,7 @@ __all__ = [
     "ParquetDataset",
     "SparseELMClassifier",
     "__version__",
+    "dataplane",
     "load",
     "open_parquet",
     "save",

@@ -10,7 +10,7 @@ import pytest
 from _problems import nonlinear_problem
 
 import elmscale
-from elmscale.cli import main
+from elmscale.app.cli import main
 
 
 @pytest.fixture()
@@ -51,7 +51,7 @@ def test_train_predict_round_trip(tmp_path, csv_data, capsys):
 
 
 def test_train_takes_every_pipeline_estimator(tmp_path, csv_data, capsys):
-    from elmscale.pipeline import ESTIMATORS
+    from elmscale.app.pipeline import ESTIMATORS
 
     assert "SparseELMClassifier" in ESTIMATORS
     train, test = csv_data
@@ -114,7 +114,7 @@ def test_predict_with_wrong_feature_count_names_the_file(tmp_path, csv_data, cap
 
 
 def test_installed_command_info_and_exit_codes(tmp_path):
-    exe = [sys.executable, "-m", "elmscale.cli"]
+    exe = [sys.executable, "-m", "elmscale"]
     info = subprocess.run(exe + ["info"], capture_output=True, text=True, check=True)
     assert f"elmscale {elmscale.__version__}" in info.stdout and "thread pool" in info.stdout
     bad = subprocess.run(exe + ["train"], capture_output=True, text=True)

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
+from _datasets import shared_data
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
-from _datasets import shared_data
-from elmscale._errors import DataError
+from elmscale.core.errors import DataError
 from elmscale.data import (
     MAX_ROW_GROUP,
     MIN_ROW_GROUP,

@@ -9,16 +9,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _datasets import shared_data
 from sklearn.base import clone
 
-from elmscale import (ConcatenatedLayers, DataError, ELMClassifier, ELMRegressor, HiddenLayer,
-                      SparseELMClassifier, open_parquet)
-from elmscale import dataplane
+from elmscale import (
+    ConcatenatedLayers,
+    DataError,
+    ELMClassifier,
+    ELMRegressor,
+    HiddenLayer,
+    SparseELMClassifier,
+    open_parquet,
+)
 from elmscale.data import Scaler, generate_classification, load, write_parquet
-from elmscale.gram import accumulate_gram
-from elmscale.reductions import fold_of_rows
-
-from _datasets import shared_data
+from elmscale.distributed import dataplane
+from elmscale.distributed.units import fold_of_rows
+from elmscale.linalg.gram import accumulate_gram
 
 
 def _to_parquet_dir(data, directory, n_files=3):
@@ -200,8 +206,8 @@ def test_bad_input_on_the_cluster_is_named(tmp_path, dask_client):
 
 
 def test_the_same_units_run_as_ray_tasks(generated, ray_session):
-    from elmscale.ray_fanout import run_tasks
-    from elmscale.reductions import UnitGram, unit_gram
+    from elmscale.distributed.ray_tasks import run_tasks
+    from elmscale.distributed.units import UnitGram, unit_gram
 
     ds = open_parquet(generated).with_units(5)
     layer = HiddenLayer("sigmoid", 8, 40, 3).to_dict()

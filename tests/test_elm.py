@@ -5,12 +5,12 @@ import warnings
 import numpy as np
 import pytest
 import scipy.linalg
+from _problems import nonlinear_problem
 from scipy.spatial.distance import cdist
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import ELMClassifier, ELMRegressor
-from _problems import nonlinear_problem
 
 
 @parametrize_with_checks([

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from elmscale.gram import GramStats, accumulate_gram, ridge_path, solve_ridge
-from elmscale.hidden import HiddenLayer
+from elmscale.features.layers import HiddenLayer
+from elmscale.linalg.gram import GramStats, accumulate_gram
+from elmscale.linalg.ridge import ridge_path, solve_ridge
 
 
 def _problem(n=500, d=5, L=40, k=3, seed=0):

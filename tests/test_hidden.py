@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from elmscale import _jit
-from elmscale.hidden import HIDDEN_KINDS, HiddenLayer, Kernel, iter_row_blocks
+from elmscale.core import jit as _jit
+from elmscale.features.base import iter_row_blocks
+from elmscale.features.kernels import Kernel
+from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 
 
 def _reference_nodes(layer: HiddenLayer, X: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from _paper_protocol import paper_test_accuracy, protocol_run
 
 from elmscale import SparseELMClassifier
 from elmscale.data import Scaler, load
-from elmscale.model_selection import PAPER_C_GRID, PAPER_SIGMA_GRID, PAPER_DEGREE_GRID
+from elmscale.model_selection import PAPER_C_GRID, PAPER_DEGREE_GRID, PAPER_SIGMA_GRID
 
 TOLERANCE = 2.0
 SEEDS = {"Ionosphere": range(5)}

@@ -13,7 +13,7 @@ from sklearn.pipeline import make_pipeline
 import elmscale
 from elmscale import ELMClassifier, ELMRegressor, ModelFileError, SparseELMClassifier
 from elmscale.data import Scaler
-from elmscale.persistence import FORMAT_VERSION
+from elmscale.io.model_files import FORMAT_VERSION
 
 MODELS = [
     ELMClassifier(n_hidden=40, random_state=0),

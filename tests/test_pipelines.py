@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from elmscale import ELMClassifier, save
-from elmscale.cli import main
+from elmscale.app.cli import main
+from elmscale.app.pipeline import load_pipeline
+from elmscale.app.runner import resolve_compute
 from elmscale.data import generate_classification, write_parquet
-from elmscale.pipeline import load_pipeline
-from elmscale.runner import resolve_compute
 
 BIN = Path(sys.executable).parent
 CLEAN_ENV = {k: v for k, v in os.environ.items()
@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 
 def _elmscale(*args, env=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "elmscale.cli", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "elmscale", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout,
                           env=env or CLEAN_ENV)
 
@@ -165,7 +165,7 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
         while True:  # the job server can answer before its agent is up: wait for it
             job = subprocess.run([BIN / "ray", "job", "submit", "--address",
                                   f"http://127.0.0.1:{dashboard}", "--", sys.executable, "-m",
-                                  "elmscale.cli", "run", job_pipeline],
+                                  "elmscale", "run", job_pipeline],
                                  capture_output=True, text=True, timeout=600, env=env)
             if (job.returncode == 0 or "No available agent" not in job.stdout + job.stderr
                     or time.monotonic() > deadline):
@@ -216,7 +216,7 @@ def _check_outputs(model, inputs: Path, outputs: Path, expect_all=True):
 def test_an_interrupted_score_resumes_without_partial_or_duplicate_files(scoring_setup, tmp_path):
     model, model_path, inputs = scoring_setup
     outputs = tmp_path / "outputs"
-    process = subprocess.Popen([sys.executable, "-m", "elmscale.cli", "score", model_path,
+    process = subprocess.Popen([sys.executable, "-m", "elmscale", "score", model_path,
                                 inputs, outputs, "--id", "id", "--batch-rows", "5000",
                                 "--quiet"], env=CLEAN_ENV)
     deadline = time.monotonic() + 300
@@ -233,7 +233,7 @@ def test_an_interrupted_score_resumes_without_partial_or_duplicate_files(scoring
 
 
 def test_score_with_decision_values_csv_and_a_dask_client(scoring_setup, tmp_path, dask_client):
-    from elmscale.batch_scoring import plan_jobs, score_jobs
+    from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
     model, model_path, inputs = scoring_setup
     source = pq.read_table(inputs / "part-00.parquet").slice(0, 1000)
@@ -337,7 +337,7 @@ def test_example_pipelines_validate(path, capsys, monkeypatch):
 
 
 def test_score_files_as_ray_tasks(scoring_setup, tmp_path, ray_session):
-    from elmscale.batch_scoring import plan_jobs, score_jobs
+    from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
     model, _, inputs = scoring_setup
     jobs = plan_jobs(model, inputs, tmp_path / "on_ray", id_columns=["id"],

@@ -11,16 +11,15 @@ import time
 import numpy as np
 import psutil
 import pytest
+from _datasets import shared_data
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV as SklearnGridSearchCV
 from sklearn.model_selection import StratifiedKFold
 
 from elmscale import ELMClassifier, SparseELMClassifier
 from elmscale.data import Scaler, generate_classification, load
+from elmscale.distributed.ray_tasks import PieceFailed
 from elmscale.model_selection import GridSearchCV, paper_grid
-from elmscale.ray_fanout import PieceFailed
-
-from _datasets import shared_data
 
 
 @pytest.fixture(scope="module")

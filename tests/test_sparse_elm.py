@@ -12,12 +12,21 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
-from elmscale._threads import thread_budget
-from elmscale.hidden import HiddenLayer, Kernel
-from elmscale.solver import (HELPER_MIN_ROWS, TAIL_SIZE, KernelSolverState, box_qp,
-                             column_dtype, dual_objective, kkt_violation, solve_explicit_dual,
-                             solve_kernel_dual)
-from elmscale.sparse_paths import pair_path
+from elmscale.core.threads import thread_budget
+from elmscale.features.kernels import Kernel
+from elmscale.features.layers import HiddenLayer
+from elmscale.models.sparse_elm_pairs import pair_path
+from elmscale.solvers.sparse_dual import (
+    HELPER_MIN_ROWS,
+    TAIL_SIZE,
+    KernelSolverState,
+    box_qp,
+    column_dtype,
+    dual_objective,
+    kkt_violation,
+    solve_explicit_dual,
+    solve_kernel_dual,
+)
 
 
 # The polynomial kernel runs the contract checks at degree 2: on their unscaled data

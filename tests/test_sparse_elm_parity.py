@@ -16,8 +16,13 @@ fails it.
 
 import numpy as np
 import pytest
-from _paper_protocol import (own_test_file, paper_params, paper_split, paper_support_vectors,
-                             sparse_elm_and_svc)
+from _paper_protocol import (
+    own_test_file,
+    paper_params,
+    paper_split,
+    paper_support_vectors,
+    sparse_elm_and_svc,
+)
 
 SETS = ["Australian", "Diabetes", "Heart", "Ionosphere", "SVMguide1", "Satimage"]
 TOLERANCE = {("Ionosphere", "gaussian"): 3.0}

@@ -41,12 +41,11 @@ and the benchmarks.
 from __future__ import annotations
 
 import csv
-import fnmatch
 import inspect
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -59,47 +58,35 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 from scipy.io import arff
 from sklearn.datasets import load_svmlight_file
-from sklearn.preprocessing import MinMaxScaler
 
-from elmscale._errors import DataError
-from elmscale._files import atomic_write
+from elmscale.core.errors import DataError
+from elmscale.core.files import atomic_write
+from elmscale.data.columns import (PARQUET_SUFFIXES, LabelSpec, PathLike, _describe,
+                                   _resolve_column, _resolve_label, is_numeric_type,
+                                   parquet_columns)
 
-__all__ = [
-    "Dataset",
-    "Scaler",
-    "check_finite",
-    "detect_format",
-    "encode_labels",
-    "generate_classification",
-    "iter_classification_blocks",
-    "load",
-    "load_arff",
-    "load_csv",
-    "load_libsvm",
-    "load_parquet",
-    "write_generated_parquet",
-    "write_parquet",
-]
-
-PathLike = str | os.PathLike[str]
-LabelSpec = Literal["last", "first"] | int | str
 MissingPolicy = Literal["error", "drop"]
+
 
 #: Markers read as a missing value by :func:`load_csv`.
 DEFAULT_NA_VALUES: tuple[str, ...] = ("?", "", "NA", "NaN", "nan")
+
+
 #: Row-group size bounds (rows) for :func:`write_parquet`.
 MIN_ROW_GROUP = 131_072
+
+
 MAX_ROW_GROUP = 1_048_576
 
-_PARQUET_SUFFIXES = (".parquet", ".pq")
 _CSV_SUFFIXES = (".csv", ".data", ".dat", ".txt", ".tsv")
+
 _LIBSVM_SUFFIXES = (".libsvm", ".svm", ".svmlight")
+
 _LIBSVM_LINE = re.compile(r"^\S+(\s+\d+:\S+)+\s*$")
+
 _LIBSVM_LABEL_ONLY = re.compile(r"^\S+\s*$")
+
 _SNIFF_LINES = 20
-
-
-# --------------------------------------------------------------------------- Dataset
 
 
 @dataclass
@@ -163,13 +150,6 @@ class Dataset:
         )
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def _describe(name: str, position: int) -> str:
-    return f"column '{name}' (position {position})"
-
-
 def _require_file(path: PathLike) -> Path:
     p = Path(path)
     if not p.exists():
@@ -203,54 +183,6 @@ def _is_number(token: str) -> bool:
 def _check_missing_policy(missing: str, source: str) -> None:
     if missing not in ("error", "drop"):
         raise DataError(f"{source}: parameter missing={missing!r}; expected 'error' or 'drop'")
-
-
-def _resolve_column(
-    spec: int | str, names: Sequence[str], source: str, what: str
-) -> int:
-    """Position of the column given by name or (possibly negative) position."""
-    n = len(names)
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        pos = int(spec)
-        if not -n <= pos < n:
-            raise DataError(
-                f"{source}: {what} column position {pos} is out of range; "
-                f"expected -{n} <= position < {n} (the file has {n} columns)"
-            )
-        return pos % n
-    if isinstance(spec, str):
-        if spec in names:
-            return list(names).index(spec)
-        raise DataError(
-            f"{source}: {what} column '{spec}' not found; expected one of the columns "
-            f"{list(names)}"
-        )
-    raise DataError(
-        f"{source}: {what} column {spec!r} has type {type(spec).__name__}; "
-        "expected a column name or an integer position"
-    )
-
-
-def _resolve_label(
-    label: LabelSpec, names: Sequence[str], available: Sequence[int], source: str
-) -> int | None:
-    """Column position of the label: 'first'/'last' among ``available``, else name/position.
-
-    ``False`` means the file has no label column (for scoring): None is returned.
-    """
-    if label is False:
-        return None
-    if label == "last":
-        return available[-1]
-    if label == "first":
-        return available[0]
-    pos = _resolve_column(label, names, source, "label")
-    if pos not in available:
-        raise DataError(
-            f"{source}: label {_describe(names[pos], pos)} is also listed in drop_columns; "
-            "expected a label column that is kept"
-        )
-    return pos
 
 
 def _assemble(
@@ -302,9 +234,6 @@ def _assemble(
     if X.shape[0] == 0:
         raise DataError(f"{source}: no data rows left; expected at least one complete row")
     return Dataset(X=X, y=y, feature_names=list(names), source=source, n_dropped=n_missing)
-
-
-# --------------------------------------------------------------------------- LIBSVM
 
 
 def _find_bad_libsvm_line(path: Path, zero_based: bool | str) -> str | None:
@@ -396,9 +325,6 @@ def load_libsvm(
         feature_names=names,
         source=src,
     )
-
-
-# --------------------------------------------------------------------------- CSV
 
 
 def _sniff_sep(lines: Sequence[str]) -> str:
@@ -568,9 +494,6 @@ def _numeric_column(df: pd.DataFrame, j: int, names: Sequence[str], src: str) ->
     return col.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-# --------------------------------------------------------------------------- ARFF
-
-
 def load_arff(
     path: PathLike, label: LabelSpec = "last", missing: MissingPolicy = "error"
 ) -> Dataset:
@@ -625,9 +548,6 @@ def load_arff(
     )
 
 
-# --------------------------------------------------------------------------- Parquet
-
-
 def _parquet_files(path: PathLike) -> list[Path]:
     p = Path(path)
     src = os.fspath(path)
@@ -640,7 +560,7 @@ def _parquet_files(path: PathLike) -> list[Path]:
         return [p]
     files = sorted(
         f for f in p.iterdir()
-        if f.is_file() and f.suffix in _PARQUET_SUFFIXES and not f.name.startswith((".", "_"))
+        if f.is_file() and f.suffix in PARQUET_SUFFIXES and not f.name.startswith((".", "_"))
     )
     if not files:
         raise DataError(
@@ -655,58 +575,6 @@ def _parquet_error(file: Path, exc: Exception) -> DataError:
         f"{os.fspath(file)}: not a readable Parquet file ({exc}); "
         "expected a Parquet file"
     )
-
-
-def _is_numeric_type(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-
-
-def parquet_columns(
-    schema: pa.Schema, label: LabelSpec | None, features: Sequence[str] | str | None, src: str,
-    first_file: str,
-) -> tuple[list[str], str | None, int | None]:
-    """Feature names, label name and label position chosen in a Parquet schema (see
-    :func:`load_parquet` for ``label`` and ``features``); errors name ``src``."""
-    names = list(schema.names)
-    if not names:
-        raise DataError(f"{first_file}: no columns; expected feature and label columns")
-    if label is None:
-        label = "label" if "label" in names else "last"
-    ypos = _resolve_label(label, names, list(range(len(names))), src)
-    yname = None if ypos is None else names[ypos]
-    others = [n for n in names if n != yname]
-    if features is None:
-        fnames = [n for n in others if _is_numeric_type(schema.field(n).type)]
-    elif isinstance(features, str):
-        fnames = [n for n in others if fnmatch.fnmatchcase(n, features)]
-        if not fnames:
-            raise DataError(
-                f"{src}: parameter features={features!r} matches no column; expected a pattern "
-                f"matching some of {others}"
-            )
-    else:
-        fnames = list(features)
-        for n in fnames:
-            if n not in names:
-                raise DataError(f"{src}: feature column '{n}' not found; expected one of {names}")
-            if n == yname:
-                raise DataError(
-                    f"{src}: column '{n}' is both a feature and the label; "
-                    "expected distinct columns"
-                )
-    if not fnames:
-        raise DataError(
-            f"{src}: no numeric feature column besides the label '{yname}'; "
-            "expected numeric features"
-        )
-    for n in fnames:
-        t = schema.field(n).type
-        if not _is_numeric_type(t):
-            raise DataError(
-                f"{src}: {_describe(n, names.index(n))} has type {t}; "
-                "expected a numeric feature column"
-            )
-    return fnames, yname, ypos
 
 
 def load_parquet(
@@ -768,7 +636,7 @@ def load_parquet(
     y_missing = ycol.is_null().to_numpy(zero_copy_only=False)
     if pa.types.is_dictionary(ycol.type):
         ycol = pc.cast(ycol, ycol.type.value_type)
-    if _is_numeric_type(ycol.type):
+    if is_numeric_type(ycol.type):
         if ycol.null_count:
             y = pc.cast(ycol, pa.float64()).to_numpy(zero_copy_only=False)
         else:
@@ -914,9 +782,6 @@ def write_parquet(
     return atomic_write(dest, write)
 
 
-# --------------------------------------------------------------------------- dispatch
-
-
 def _looks_like_libsvm(lines: Sequence[str]) -> bool:
     full = [bool(_LIBSVM_LINE.match(s)) for s in lines]
     label_only = [bool(_LIBSVM_LABEL_ONLY.match(s)) for s in lines]
@@ -934,7 +799,7 @@ def detect_format(path: PathLike) -> Literal["libsvm", "csv", "arff", "parquet"]
     if p.is_dir():
         return "parquet"
     suffix = p.suffix.lower()
-    if suffix in _PARQUET_SUFFIXES:
+    if suffix in PARQUET_SUFFIXES:
         return "parquet"
     if suffix == ".arff":
         return "arff"
@@ -990,9 +855,6 @@ def load(
             f"expected some of {sorted(accepted)}"
         )
     return loaders[fmt](path, **kw)
-
-
-# --------------------------------------------------------------------------- checks
 
 
 def check_finite(
@@ -1056,265 +918,3 @@ def encode_labels(y: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, np.ndarray
             "expected labels of one kind"
         ) from exc
     return classes, index.astype(np.int64).ravel()
-
-
-# --------------------------------------------------------------------------- Scaler
-
-
-def _densify(X: Any) -> Any:
-    return X.toarray() if sp.issparse(X) else X
-
-
-class Scaler(MinMaxScaler):
-    """The paper's scaling: each attribute mapped linearly to ``feature_range`` ([-1, 1]).
-
-    Fit it on the training part only, then transform training and test data with the same
-    factors (test values may fall outside the range unless ``clip=True``).  Sparse input is
-    converted to a dense array first (min-max scaling with a nonzero offset does not keep
-    zeros), so transform large sparse sets in row blocks.
-
-    Use :meth:`from_stats` to build a fitted scaler from column minima and maxima computed
-    elsewhere (on distributed workers).
-    """
-
-    def __init__(
-        self, feature_range: tuple[float, float] = (-1, 1), *, copy: bool = True, clip: bool = False
-    ) -> None:
-        self.feature_range = feature_range
-        self.copy = copy
-        self.clip = clip
-
-    def partial_fit(self, X: Any, y: Any = None) -> Scaler:
-        """Update the column minima and maxima with ``X`` (dense or sparse)."""
-        return super().partial_fit(_densify(X), y)
-
-    def transform(self, X: Any) -> np.ndarray:
-        """Scale ``X`` (dense or sparse; the result is dense)."""
-        return super().transform(_densify(X))
-
-    def inverse_transform(self, X: Any) -> np.ndarray:
-        """Undo :meth:`transform`."""
-        return super().inverse_transform(_densify(X))
-
-    @classmethod
-    def from_stats(
-        cls,
-        data_min: np.ndarray | Sequence[float],
-        data_max: np.ndarray | Sequence[float],
-        feature_range: tuple[float, float] = (-1, 1),
-        *,
-        n_samples_seen: int = 0,
-        clip: bool = False,
-    ) -> Scaler:
-        """A fitted scaler from per-column minima and maxima (as ``fit`` would compute)."""
-        lo_hi = np.asarray(feature_range, dtype=np.float64)
-        if lo_hi.shape != (2,) or not lo_hi[0] < lo_hi[1]:
-            raise DataError(
-                f"scaler: parameter feature_range={feature_range!r}; "
-                "expected (low, high) with low < high"
-            )
-        dmin = np.asarray(data_min, dtype=np.float64)
-        dmax = np.asarray(data_max, dtype=np.float64)
-        if dmin.ndim != 1 or dmin.shape != dmax.shape:
-            raise DataError(
-                f"scaler: parameters data_min {dmin.shape} and data_max {dmax.shape}; "
-                "expected two 1-D arrays of the same length"
-            )
-        if not (np.isfinite(dmin).all() and np.isfinite(dmax).all()):
-            raise DataError(
-                "scaler: parameters data_min / data_max hold non-finite values; "
-                "expected finite numbers"
-            )
-        below = np.flatnonzero(dmax < dmin)
-        if below.size:
-            raise DataError(
-                f"scaler: data_max < data_min in column {int(below[0])}; "
-                "expected data_max >= data_min"
-            )
-        scaler = cls(feature_range=feature_range, clip=clip)
-        data_range = dmax - dmin
-        safe = np.where(data_range < 10 * np.finfo(np.float64).eps, 1.0, data_range)
-        scaler.scale_ = (lo_hi[1] - lo_hi[0]) / safe
-        scaler.min_ = lo_hi[0] - dmin * scaler.scale_
-        scaler.data_min_ = dmin
-        scaler.data_max_ = dmax
-        scaler.data_range_ = data_range
-        scaler.n_features_in_ = dmin.shape[0]
-        scaler.n_samples_seen_ = int(n_samples_seen)
-        return scaler
-
-
-# --------------------------------------------------------------------------- synthetic data
-
-#: Rows generated per seed: row i depends only on (random_state, i // _GEN_CHUNK).
-_GEN_CHUNK = 65_536
-_GEN_TERMS = 2  # sine terms per class score
-_GEN_ARG_STD = 1.5  # standard deviation (radians) of each sine's argument over the cube
-_GEN_MARGIN = 0.25  # rows whose two best class scores are closer than this are redrawn
-_GEN_NOISE = 0.03  # fraction of labels replaced by another class
-_GEN_TAG = 0x454C4D  # "ELM": separates the problem's seed from the rows' seeds
-
-
-@dataclass(frozen=True)
-class _Problem:
-    weights: np.ndarray  # (n_classes, terms, n_features)
-    phases: np.ndarray  # (n_classes, terms)
-    means: np.ndarray  # (n_classes,): mean score over the cube
-
-
-def _problem(n_features: int, n_classes: int) -> _Problem:
-    """The class-score functions; they depend on the shape only, not on random_state."""
-    rng = np.random.default_rng([_GEN_TAG, n_features, n_classes])
-    w = rng.normal(size=(n_classes, _GEN_TERMS, n_features))
-    w /= np.linalg.norm(w, axis=2, keepdims=True)
-    w *= _GEN_ARG_STD * math.sqrt(3.0)  # x ~ U[-1, 1]: var(u.x) = 1/3 for a unit u
-    phases = rng.uniform(0.0, 2.0 * np.pi, size=(n_classes, _GEN_TERMS))
-    # E sin(w.x + phi) = sin(phi) * prod_j sin(w_j) / w_j over the cube
-    means = (np.sin(phases) * np.prod(np.sinc(w / np.pi), axis=2)).sum(axis=1)
-    return _Problem(weights=w, phases=phases, means=means)
-
-
-def _scores(problem: _Problem, X: np.ndarray) -> np.ndarray:
-    args = np.einsum("nd,ktd->nkt", X, problem.weights) + problem.phases
-    return np.sin(args).sum(axis=2) - problem.means
-
-
-def _generate_chunk(
-    problem: _Problem, random_state: int, chunk: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows [chunk * _GEN_CHUNK, (chunk + 1) * _GEN_CHUNK) of the stream for random_state."""
-    n_classes, _, n_features = problem.weights.shape
-    rng = np.random.default_rng([random_state, chunk])
-    xs, ys, have = [], [], 0
-    while have < _GEN_CHUNK:
-        batch = int(1.3 * (_GEN_CHUNK - have)) + 256
-        X = rng.uniform(-1.0, 1.0, size=(batch, n_features))
-        S = _scores(problem, X)
-        top2 = np.partition(S, n_classes - 2, axis=1)[:, -2:]
-        keep = top2[:, 1] - top2[:, 0] >= _GEN_MARGIN
-        xs.append(X[keep])
-        ys.append(S[keep].argmax(axis=1))
-        have += int(keep.sum())
-    X = np.concatenate(xs)[:_GEN_CHUNK]
-    y = np.concatenate(ys)[:_GEN_CHUNK].astype(np.int64)
-    flip = rng.random(_GEN_CHUNK) < _GEN_NOISE
-    shift = rng.integers(1, n_classes, size=_GEN_CHUNK)
-    y = np.where(flip, (y + shift) % n_classes, y)
-    return X, y
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _check_generator_args(
-    n_samples: int, n_features: int, n_classes: int, random_state: int
-) -> None:
-    for name, value, low in (("n_samples", n_samples, 1), ("n_features", n_features, 1),
-                             ("n_classes", n_classes, 2), ("random_state", random_state, 0)):
-        if not _is_int(value) or value < low:
-            raise DataError(
-                f"generate_classification: parameter {name}={value!r}; "
-                f"expected an integer >= {low}"
-            )
-
-
-def iter_classification_blocks(
-    n_samples: int,
-    block_rows: int,
-    n_features: int = 8,
-    n_classes: int = 2,
-    random_state: int = 0,
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(X, y)`` blocks of ``block_rows`` rows (the last may be shorter) that,
-    stacked, equal :func:`generate_classification` with the same arguments.
-
-    Rows are generated in fixed chunks of 65,536 rows, each seeded from
-    ``(random_state, chunk index)``, so the rows do not depend on ``block_rows`` and a large
-    set can be written block by block without holding it in memory.
-    """
-    _check_generator_args(n_samples, n_features, n_classes, random_state)
-    if not _is_int(block_rows) or block_rows < 1:
-        raise DataError(
-            f"iter_classification_blocks: parameter block_rows={block_rows!r}; "
-            "expected an integer >= 1"
-        )
-    problem = _problem(int(n_features), int(n_classes))
-    cached_index, cached = -1, (np.empty((0, n_features)), np.empty(0, np.int64))
-    for start in range(0, n_samples, block_rows):
-        stop = min(start + block_rows, n_samples)
-        xs, ys, pos = [], [], start
-        while pos < stop:
-            chunk = pos // _GEN_CHUNK
-            if chunk != cached_index:
-                cached, cached_index = _generate_chunk(problem, int(random_state), chunk), chunk
-            lo = pos - chunk * _GEN_CHUNK
-            hi = min(stop - chunk * _GEN_CHUNK, _GEN_CHUNK)
-            xs.append(cached[0][lo:hi])
-            ys.append(cached[1][lo:hi])
-            pos = chunk * _GEN_CHUNK + hi
-        yield np.concatenate(xs), np.concatenate(ys)
-
-
-def generate_classification(
-    n_samples: int, n_features: int = 8, n_classes: int = 2, random_state: int = 0
-) -> Dataset:
-    """A deterministic synthetic nonlinear classification problem.
-
-    Features are uniform on [-1, 1]^n_features.  Each class c has a smooth score, a sum of two
-    sines of random projections of x (fixed by ``n_features`` and ``n_classes`` only); the
-    label is the best-scoring class, 0..n_classes-1.  Points whose two best scores are within
-    0.25 of each other are redrawn (a margin), then 3 % of the labels are replaced by another
-    class.  With 8 features and 2 classes, an ELM of 1,000 sigmoid nodes trained on 20k-70k
-    rows reaches about 94.5-95 % test accuracy (97.5 % is the noise ceiling) while a linear
-    model stays near 75 %.
-
-    Different ``random_state`` values draw different rows of the same problem (use one for
-    training and another for testing).  ``generate_classification(n)[:m]`` equals
-    ``generate_classification(m)``; see :func:`iter_classification_blocks` for blocks.
-    """
-    blocks = list(
-        iter_classification_blocks(n_samples, n_samples, n_features, n_classes, random_state)
-    )
-    X, y = blocks[0]
-    return Dataset(
-        X=X,
-        y=y,
-        feature_names=[f"f{j + 1}" for j in range(n_features)],
-        source=(
-            f"generate_classification(n_samples={n_samples}, n_features={n_features}, "
-            f"n_classes={n_classes}, random_state={random_state})"
-        ),
-    )
-
-
-#: Marks a finished :func:`write_generated_parquet` folder (its arguments, as JSON).
-GENERATED_MARKER = "_elmscale_generated.json"
-
-
-def write_generated_parquet(
-    out: PathLike, n_samples: int, n_features: int = 8, n_classes: int = 2,
-    random_state: int = 0, rows_per_file: int = 1_000_000, row_group_size: int = 262_144,
-) -> Path:
-    """Write :func:`generate_classification` rows as a folder of Parquet files, block by
-    block (memory holds one file's rows).  A finished folder is marked; called again with
-    the same arguments it is kept as it is.  Returns ``out``."""
-    import json
-
-    out = Path(out)
-    spec = {"rows": n_samples, "features": n_features, "classes": n_classes,
-            "random_state": random_state, "rows_per_file": rows_per_file,
-            "row_group_size": row_group_size}
-    marker = out / GENERATED_MARKER
-    if marker.exists() and json.loads(marker.read_text()) == spec:
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    marker.unlink(missing_ok=True)
-    for old in out.glob("part-*.parquet"):
-        old.unlink()
-    blocks = iter_classification_blocks(n_samples, rows_per_file, n_features, n_classes,
-                                        random_state)
-    for i, (X, y) in enumerate(blocks):
-        write_parquet(X, out / f"part-{i:05d}.parquet", y=y, row_group_size=row_group_size)
-    marker.write_text(json.dumps(spec))
-    return out

@@ -18,10 +18,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ._threads import map_in_threads, thread_budget
-from .hidden import DEFAULT_BLOCK_ROWS, HIDDEN_KINDS, KERNELS, Kernel, iter_row_blocks
+from elmscale.core.threads import map_in_threads, thread_budget
+from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
+from elmscale.features.kernels import KERNELS, Kernel
+from elmscale.features.layers import HIDDEN_KINDS
+
 # the binary problems are in sparse_paths (no scikit-learn there, for Ray workers)
-from .sparse_paths import build_problem, pair_path, pair_problem
+from elmscale.models.sparse_elm_pairs import build_problem, pair_path, pair_problem
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -120,7 +123,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
     def save(self, path) -> None:
         """Save the fitted model (see ``elmscale.persistence`` for the format)."""
-        from .persistence import save
+        from elmscale.io.model_files import save
 
         save(self, path)
 
@@ -170,7 +173,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         kernel = None if layer is not None else self._kernel_obj()
         options = self._solver_options()
         if ray_address is not None:
-            from .ray_fanout import run_tasks
+            from elmscale.distributed.ray_tasks import run_tasks
 
             by_pair = run_tasks(pair_path, [(rows, t) for rows, t in rows_of],
                                 shared={"X": X32}, ray_address=ray_address, kernel=kernel,

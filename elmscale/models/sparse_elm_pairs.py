@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hidden import DEFAULT_BLOCK_ROWS, HiddenLayer, Kernel, iter_row_blocks
-from .solver import KernelSolverState, kkt_violation, solve_explicit_dual, solve_kernel_dual
+from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
+from elmscale.features.kernels import Kernel
+from elmscale.features.layers import HiddenLayer
+from elmscale.solvers.sparse_dual import (
+    KernelSolverState,
+    kkt_violation,
+    solve_explicit_dual,
+    solve_kernel_dual,
+)
 
 
 def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._files import atomic_write
+from elmscale.core.files import atomic_write
 
 __all__ = ["cv_results_frame", "plot_cv_heatmap", "write_cv_results"]
 

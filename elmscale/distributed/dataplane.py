@@ -25,13 +25,24 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.base import clone, is_classifier
 
-from .executors import broadcast, map_units, reduce_units
-from .gram import ridge_path, solve_ridge
-from .hidden import DEFAULT_BLOCK_ROWS, Kernel
-from .parquet_units import ParquetDataset
-from .reductions import (ColumnStats, UnitGram, add_arrays, metrics_from_sums,
-                         unit_column_stats, unit_fold_scores, unit_gram, unit_kernel_rows,
-                         unit_metric_sums, unit_method, unit_rows)
+from elmscale.data.parquet import ParquetDataset
+from elmscale.distributed.executors import broadcast, map_units, reduce_units
+from elmscale.distributed.units import (
+    ColumnStats,
+    UnitGram,
+    add_arrays,
+    metrics_from_sums,
+    unit_column_stats,
+    unit_fold_scores,
+    unit_gram,
+    unit_kernel_rows,
+    unit_method,
+    unit_metric_sums,
+    unit_rows,
+)
+from elmscale.features.base import DEFAULT_BLOCK_ROWS
+from elmscale.features.kernels import Kernel
+from elmscale.linalg.ridge import ridge_path, solve_ridge
 
 __all__ = ["PathCVResult", "column_stats", "cross_validate_path", "decision_function", "evaluate",
            "fit_scaler", "gather_rows", "gram", "kernel_matrix", "predict"]

@@ -28,11 +28,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._models import final_estimator
-from ._threads import thread_budget
-from .gram import GramStats, accumulate_gram
-from .hidden import DEFAULT_BLOCK_ROWS, Kernel, iter_row_blocks, layer_from_dict
-from .parquet_units import WorkUnit
+from elmscale.core.pipelines import final_estimator
+from elmscale.core.threads import thread_budget
+from elmscale.data.parquet import WorkUnit
+from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
+from elmscale.features.kernels import Kernel
+from elmscale.features.layers import layer_from_dict
+from elmscale.linalg.gram import GramStats, accumulate_gram
 
 __all__ = ["ColumnStats", "UnitGram", "add_arrays", "fold_of_rows", "unit_column_stats", "unit_method",
            "metric_sums", "metrics_from_sums", "unit_fold_scores", "unit_gram", "unit_metric_sums", "unit_kernel_matvec", "unit_kernel_rows", "unit_rows"]
@@ -88,7 +90,7 @@ class ColumnStats:
 
     def scaler(self, feature_range=(-1, 1)):
         """The paper's [-1, 1] scaler fitted on these statistics."""
-        from .data import Scaler
+        from elmscale.data.scaling import Scaler
 
         return Scaler.from_stats(self.col_min, self.col_max, feature_range,
                                  n_samples_seen=self.n_rows)

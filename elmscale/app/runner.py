@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import atomic_write
-from ._models import final_estimator
-from .pipeline import SCHEMA, Pipeline, make_estimator
+from elmscale.app.pipeline import SCHEMA, Pipeline, make_estimator
+from elmscale.core.files import atomic_write
+from elmscale.core.pipelines import final_estimator
 
 __all__ = ["Compute", "resolve_compute", "run_pipeline"]
 
@@ -57,7 +57,7 @@ class Compute:
     """Dask client and Ray address for a run, connected or started on first use."""
 
     def __init__(self, target: dict, workers: int | None, threads_per_worker: int):
-        from ._threads import available_cores
+        from elmscale.core.threads import available_cores
 
         self.target = target
         self.workers = workers or max(1, available_cores() // threads_per_worker)
@@ -89,7 +89,7 @@ class Compute:
         """A Ray address for ``ray_address=`` arguments, or None when this run has no Ray."""
         import ray
 
-        from .ray_fanout import connect
+        from elmscale.distributed.ray_tasks import connect
 
         if self.target["ray"]:
             connect(self.target["ray"])
@@ -126,7 +126,7 @@ def _is_parquet(path: str) -> bool:
 
 
 def _generate(data: dict, seed: int) -> None:
-    from .data import write_generated_parquet
+    from elmscale.data.synthetic import write_generated_parquet
 
     spec = data["generate"]
     if not spec:
@@ -140,8 +140,8 @@ def _generate(data: dict, seed: int) -> None:
 
 def _load_arrays(path: str, data: dict, n_features=None):
     """``(X, y, feature names)`` of a whole file in memory (any format ``load`` reads)."""
-    from .data import detect_format, load
-    from .parquet_units import open_parquet
+    from elmscale.data.formats import detect_format, load
+    from elmscale.data.parquet import open_parquet
 
     if _is_parquet(path):
         dataset = open_parquet(path, features=data["features"], label=data["label"])
@@ -165,20 +165,20 @@ def _uses_data_plane(path: str, estimator) -> bool:
 
 
 def _metric(model, X, y) -> dict:
-    from .reductions import metric_sums, metrics_from_sums
+    from elmscale.distributed.units import metric_sums, metrics_from_sums
 
     return metrics_from_sums(metric_sums(model, X, y))
 
 
 def _grid(pipeline: Pipeline) -> dict:
-    from .model_selection import paper_grid
+    from elmscale.model_selection.search import paper_grid
 
     grid = pipeline["search"]["grid"]
     if grid != "paper":
         return dict(grid)
     params = pipeline["model"]["params"]
     if pipeline["model"]["estimator"] != "SparseELMClassifier" and params.get("kernel") is None:
-        from .model_selection import PAPER_C_GRID
+        from elmscale.model_selection.search import PAPER_C_GRID
 
         return {"C": list(PAPER_C_GRID)}
     return paper_grid(params.get("kernel", "gaussian"))
@@ -192,10 +192,10 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
     the feature names it was trained on."""
     from sklearn.pipeline import make_pipeline
 
-    from . import dataplane
-    from .data import Scaler
-    from .model_selection import GridSearchCV
-    from .parquet_units import open_parquet
+    from elmscale.data.parquet import open_parquet
+    from elmscale.data.scaling import Scaler
+    from elmscale.distributed import dataplane
+    from elmscale.model_selection.search import GridSearchCV
 
     data, run = pipeline["data"], pipeline["run"]
     estimator = make_estimator(pipeline["model"]["estimator"], pipeline["model"]["params"])
@@ -266,7 +266,7 @@ def _hold_out(X, y, test_size, seed: int):
 
 
 def _write_cv(cv_results: dict, run_dir: Path, metrics: dict, best_params, best_score):
-    from .reports import plot_cv_heatmap, write_cv_results
+    from elmscale.io.reports import plot_cv_heatmap, write_cv_results
 
     write_cv_results(cv_results, run_dir / "cv_results.csv")
     write_cv_results(cv_results, run_dir / "cv_results.json")
@@ -284,8 +284,8 @@ def _write_cv(cv_results: dict, run_dir: Path, metrics: dict, best_params, best_
 
 def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: dict):
     """Test metrics; a Parquet test set is scored where it lies (one task per unit)."""
-    from . import dataplane
-    from .parquet_units import open_parquet
+    from elmscale.data.parquet import open_parquet
+    from elmscale.distributed import dataplane
 
     data = pipeline["data"]
     if "held_out" in metrics:
@@ -308,7 +308,7 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
 
 def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path,
            metrics: dict):
-    from .batch_scoring import plan_jobs, score_jobs
+    from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
     data = pipeline["data"]
     if not data["score"]:
@@ -341,7 +341,7 @@ def _write_json(path: Path, value) -> None:
 def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray_address=None,
                  dry_run=False, echo=print) -> tuple[dict, Path | None]:
     """Run a checked pipeline; returns ``(metrics, run directory)``."""
-    from . import load, save
+    from elmscale.io.model_files import load, save
 
     pipeline.check()
     target = resolve_compute(pipeline, scheduler=scheduler, scheduler_file=scheduler_file,
@@ -368,7 +368,7 @@ def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray
     try:
         log.info("run %s: %s", run_dir, plan)
         if pipeline["run"]["task"] == "score":
-            from .persistence import saved_features
+            from elmscale.io.model_files import saved_features
 
             model_path = str(pipeline["output"]["model"])
             model = load(model_path)

@@ -203,7 +203,8 @@ def _check_values(p: Pipeline) -> None:
 
 def estimator_class(name: str):
     """The estimator class of one of ``ESTIMATORS``."""
-    from . import ELMClassifier, ELMRegressor, SparseELMClassifier
+    from elmscale.models.elm import ELMClassifier, ELMRegressor
+    from elmscale.models.sparse_elm import SparseELMClassifier
 
     return {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
             "SparseELMClassifier": SparseELMClassifier}[name]

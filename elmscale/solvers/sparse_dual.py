@@ -50,17 +50,28 @@ import threading
 
 import numba
 import numpy as np
-from numba import njit
+
 # numba loads scipy's BLAS, an OpenBLAS of its own, on its first compiled call (to serve
 # matrix products in njit code, which this module no longer makes): loaded here, so that
 # it exists before a Ray task sets its thread limits, which would otherwise miss it
 import scipy.linalg  # noqa: F401
+from numba import njit
 
-from ._jit import (KERNEL_CODES, SEGMENT_BLOCK, atomic_load_acquire, atomic_store_release, dot,
-                   prefetch, prefetch_row, q_segment, shuffle_prefix, signed_block,
-                   weighted_row_sum)
-from ._memory import empty_huge
-from .hidden import Kernel
+from elmscale.core.jit import (
+    KERNEL_CODES,
+    SEGMENT_BLOCK,
+    atomic_load_acquire,
+    atomic_store_release,
+    dot,
+    prefetch,
+    prefetch_row,
+    q_segment,
+    shuffle_prefix,
+    signed_block,
+    weighted_row_sum,
+)
+from elmscale.core.memory import empty_huge
+from elmscale.features.kernels import Kernel
 
 SHRINK_EVERY = 1000
 _TAU = 1e-12  # guard for a non-positive diagonal

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ._errors import DataError
-from .data import _PARQUET_SUFFIXES, _is_numeric_type, parquet_columns
+from elmscale.core.errors import DataError
+from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type, parquet_columns
 
 __all__ = ["ParquetDataset", "WorkUnit", "open_parquet"]
 
@@ -47,7 +47,7 @@ def _find_files(path: str | os.PathLike) -> list[Path]:
         return [p]
     files = sorted(
         f for f in p.rglob("*")
-        if f.is_file() and f.suffix in _PARQUET_SUFFIXES
+        if f.is_file() and f.suffix in PARQUET_SUFFIXES
         and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
     )
     if not files:
@@ -140,7 +140,7 @@ class WorkUnit:
                             f"value(s) in row group {group}; expected a label on every row")
         if pa.types.is_dictionary(column.type):
             column = pc.cast(column, column.type.value_type)
-        if _is_numeric_type(column.type):
+        if is_numeric_type(column.type):
             return column.to_numpy()
         return np.array(column.to_pylist(), dtype=object)
 
@@ -240,7 +240,7 @@ class ParquetDataset:
     def read(self) -> tuple[np.ndarray, np.ndarray | None]:
         """All rows in memory (for small sets and tests): ``(X float32, y)``; this is
         :func:`elmscale.dataplane.gather_rows` in this process."""
-        from .dataplane import gather_rows
+        from elmscale.distributed.dataplane import gather_rows
 
         return gather_rows(self)
 
@@ -272,7 +272,7 @@ def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> Parqu
                                 f"{wanted} in every file (it has {file_schema.names})")
         for name in chosen:
             kind = file_schema.field(name).type
-            if not _is_numeric_type(kind):
+            if not is_numeric_type(kind):
                 raise DataError(f"{file}: feature column '{name}' has type {kind}; expected a "
                                 "numeric column")
         if footer.num_rows == 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ._threads import resolve_n_threads
+from elmscale.core.threads import resolve_n_threads
 
 __all__ = ["broadcast", "map_units", "reduce_units"]
 

@@ -24,7 +24,7 @@ from sklearn.model_selection import KFold, ParameterGrid, StratifiedKFold, check
 from sklearn.utils import check_X_y
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
-from ._threads import map_in_threads, thread_budget
+from elmscale.core.threads import map_in_threads, thread_budget
 
 PAPER_C_GRID = (0.01, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 PAPER_SIGMA_GRID = PAPER_C_GRID
@@ -174,8 +174,12 @@ class GridSearchCV(BaseEstimator):
         return candidates, settings, Cs, keys
 
     def fit(self, X, y):
-        from .sparse_elm import SparseELMClassifier, decision_to_class_index, ovo_decision
-        from .sparse_paths import pair_validation_scores
+        from elmscale.models.sparse_elm import (
+            SparseELMClassifier,
+            decision_to_class_index,
+            ovo_decision,
+        )
+        from elmscale.models.sparse_elm_pairs import pair_validation_scores
 
         X, y = check_X_y(X, y, dtype=[np.float64, np.float32])
         classifier = is_classifier(self.estimator)
@@ -256,7 +260,7 @@ class GridSearchCV(BaseEstimator):
 
         try:
             if self.ray_address is not None:
-                from .ray_fanout import run_tasks
+                from elmscale.distributed.ray_tasks import run_tasks
 
                 return run_tasks(fn, pieces, shared=shared, ray_address=self.ray_address,
                                  describe=describe, on_done=on_done, **extra)
@@ -267,7 +271,7 @@ class GridSearchCV(BaseEstimator):
                     try:
                         result = fn(piece, **shared, **extra)
                     except Exception as exc:
-                        from .ray_fanout import PieceFailed
+                        from elmscale.distributed.ray_tasks import PieceFailed
 
                         raise PieceFailed(f"{describe(piece)} failed: {type(exc).__name__}: "
                                           f"{exc}") from exc
@@ -300,13 +304,13 @@ class GridSearchCV(BaseEstimator):
 
     def plot_heatmap(self, path, *, x: str = "C", y: str = "sigma") -> Path:
         """Mean CV score over (``x``, ``y``) as a PNG (needs matplotlib)."""
-        from .reports import plot_cv_heatmap
+        from elmscale.io.reports import plot_cv_heatmap
 
         return plot_cv_heatmap(self.cv_results_, path, x=x, y=y)
 
     def save_results(self, path) -> Path:
         """Write ``cv_results_`` as CSV (``path`` ending .csv) or JSON (.json), atomically."""
-        from .reports import write_cv_results
+        from elmscale.io.reports import write_cv_results
 
         return write_cv_results(self.cv_results_, path)
 

@@ -29,11 +29,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ._errors import DataError
-from ._files import atomic_write
-from ._models import final_estimator
-from ._threads import thread_budget
-from .data import _is_numeric_type
+from elmscale.core.errors import DataError
+from elmscale.core.files import atomic_write
+from elmscale.core.pipelines import final_estimator
+from elmscale.core.threads import thread_budget
+from elmscale.data.columns import is_numeric_type
 
 __all__ = ["ScoreJob", "plan_jobs", "score_file", "score_jobs"]
 
@@ -86,7 +86,7 @@ def _feature_columns(file: Path, schema: pa.Schema, features, id_columns, n_expe
             raise DataError(f"{file}: id column '{column}' not found; expected one of {names}")
     if features is None:
         chosen = [n for n in names if n not in id_columns and n != "label"
-                  and _is_numeric_type(schema.field(n).type)]
+                  and is_numeric_type(schema.field(n).type)]
     elif isinstance(features, str):
         chosen = [n for n in names if fnmatch.fnmatchcase(n, features)]
     else:
@@ -96,7 +96,7 @@ def _feature_columns(file: Path, schema: pa.Schema, features, id_columns, n_expe
             raise DataError(f"{file}: feature column '{column}' not found; the model was "
                             f"trained on {list(chosen)}")
         kind = schema.field(column).type
-        if not _is_numeric_type(kind):
+        if not is_numeric_type(kind):
             raise DataError(f"{file}: feature column '{column}' has type {kind}; expected a "
                             "numeric column")
     if len(chosen) != n_expected:
@@ -219,7 +219,7 @@ def score_jobs(model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None
         bar = tqdm(total=total, unit="row", unit_scale=True, desc="scoring")
     try:
         if client is not None:
-            from .executors import broadcast
+            from elmscale.distributed.executors import broadcast
 
             futures = client.map(_score_task, todo, pure=False,
                                  model=broadcast(model, client), n_threads=1)
@@ -232,7 +232,7 @@ def score_jobs(model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None
                 if bar is not None:
                     bar.update(n)
         elif ray_address is not None:
-            from .ray_fanout import run_tasks
+            from elmscale.distributed.ray_tasks import run_tasks
 
             counts = run_tasks(_score_task, todo, shared={"model": model},
                                ray_address=ray_address, n_threads=1,

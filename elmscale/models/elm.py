@@ -24,9 +24,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from ._threads import thread_budget
-from .gram import PRECISIONS, accumulate_gram, choose_precision, ridge_path, solve_ridge
-from .hidden import HIDDEN_KINDS, KERNELS, HiddenLayer, Kernel, iter_row_blocks
+from elmscale.core.threads import thread_budget
+from elmscale.features.base import iter_row_blocks
+from elmscale.features.kernels import KERNELS, Kernel
+from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
+from elmscale.linalg.gram import accumulate_gram
+from elmscale.linalg.ridge import PRECISIONS, choose_precision, ridge_path, solve_ridge
 
 # Kernel scoring: rows per block so that a block of K stays near 32 MB.
 _KERNEL_BLOCK_BYTES = 32 * 2**20
@@ -110,7 +113,7 @@ class _BaseELM(BaseEstimator):
                             fold_seed: int = 0, n_units=None):
         """Random nodes on a Parquet data set: ``(layer, precision, UnitGram)``; sets the
         fitted attributes that come from the data (``classes_``, ``n_features_in_``, ...)."""
-        from . import dataplane
+        from elmscale.distributed import dataplane
 
         layer = self._new_layer(dataset.n_features)
         first_rows, _ = dataset.units()[0].head(_PRECISION_SAMPLE_ROWS).read(with_labels=False)
@@ -125,7 +128,7 @@ class _BaseELM(BaseEstimator):
 
     def _dataset_gram(self, dataset, client, C_max: float):
         """``_gram`` for a Parquet data set, on the cluster ``client`` (None: here)."""
-        from . import dataplane
+        from elmscale.distributed import dataplane
 
         if self.kernel is None:
             layer, _, ug = self._dataset_gram_stats(dataset, client, C_max)
@@ -140,7 +143,7 @@ class _BaseELM(BaseEstimator):
 
     def _any_gram(self, X, y, client, C_max: float):
         """``(basis, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
-        from .parquet_units import ParquetDataset
+        from elmscale.data.parquet import ParquetDataset
 
         if self.n_threads == 0:
             raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
@@ -243,7 +246,7 @@ class _BaseELM(BaseEstimator):
     # -- persistence -----------------------------------------------------------
     def save(self, path) -> None:
         """Save the fitted model (see ``elmscale.persistence`` for the format)."""
-        from .persistence import save
+        from elmscale.io.model_files import save
 
         save(self, path)
 

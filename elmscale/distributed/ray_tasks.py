@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ._threads import thread_budget
+from elmscale.core.threads import thread_budget
 
 __all__ = ["PieceFailed", "connect", "run_tasks"]
 

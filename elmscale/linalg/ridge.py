@@ -22,14 +22,12 @@ picks single only where it is safe; the estimators' default ``"auto"`` uses it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
 
-from .hidden import DEFAULT_BLOCK_ROWS, HiddenLayer, iter_row_blocks
-
 PRECISIONS = ("single", "double")
+
 
 #: float32 products leave rounding of about 1e-7 to 1e-6 of the mean diagonal of H'H
 #: (measured on 2e5 rows of 1,000 sigmoid nodes: |E|_2 = 2.4e-6 mean diagonal); single
@@ -42,55 +40,6 @@ SINGLE_PRECISION_MARGIN = 1e-5
 def choose_precision(mean_diagonal: float, C_max: float) -> str:
     """"single" if float32 products are safe for ``C_max`` given the mean diagonal of H'H, else "double"."""
     return "single" if 1.0 / C_max >= SINGLE_PRECISION_MARGIN * mean_diagonal else "double"
-
-
-@dataclass
-class GramStats:
-    """``H'H``, ``H'T`` (float64) and the number of rows they sum over."""
-
-    HtH: np.ndarray
-    HtT: np.ndarray
-    n_samples: int
-
-    @classmethod
-    def zeros(cls, n_hidden: int, n_outputs: int) -> GramStats:
-        return cls(np.zeros((n_hidden, n_hidden)), np.zeros((n_hidden, n_outputs)), 0)
-
-    def __add__(self, other: GramStats) -> GramStats:
-        return GramStats(self.HtH + other.HtH, self.HtT + other.HtT,
-                         self.n_samples + other.n_samples)
-
-    def __sub__(self, other: GramStats) -> GramStats:
-        """Statistics of the rows of ``self`` not in ``other`` (a CV fold's training part)."""
-        return GramStats(self.HtH - other.HtH, self.HtT - other.HtT,
-                         self.n_samples - other.n_samples)
-
-    def __iadd__(self, other: GramStats) -> GramStats:
-        self.HtH += other.HtH
-        self.HtT += other.HtT
-        self.n_samples += other.n_samples
-        return self
-
-
-def accumulate_gram(layer: HiddenLayer, X: np.ndarray, T: np.ndarray, *,
-                    precision: str = "double",
-                    block_rows: int = DEFAULT_BLOCK_ROWS) -> GramStats:
-    """``H'H`` and ``H'T`` of the rows ``X`` with targets ``T`` (``(n, k)``), in row blocks."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
-    dtype = np.float32 if precision == "single" else np.float64
-    T = np.asarray(T, dtype=np.float64)
-    if T.ndim == 1:
-        T = T[:, None]
-    stats = GramStats.zeros(layer.n_hidden, T.shape[1])
-    # One reused buffer: a fresh 100 MB array per block costs its page faults again.
-    buffer = np.empty((min(block_rows, X.shape[0]), layer.n_hidden), dtype=dtype)
-    for rows in iter_row_blocks(X.shape[0], block_rows):
-        H = layer.transform(X[rows], out=buffer[: rows.stop - rows.start])
-        stats.HtH += H.T @ H  # numpy calls SYRK; blocks are summed in float64
-        stats.HtT += H.T @ T[rows].astype(dtype)
-        stats.n_samples += rows.stop - rows.start
-    return stats
 
 
 def _regularised(G: np.ndarray, C: float) -> np.ndarray:

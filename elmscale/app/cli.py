@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._files import atomic_write
-from ._models import final_estimator
-from .pipeline import ESTIMATORS
+from elmscale.app.pipeline import ESTIMATORS
+from elmscale.core.files import atomic_write
+from elmscale.core.pipelines import final_estimator
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -78,7 +78,7 @@ def _require_input(path: str, what: str) -> Path:
 
 
 def _load(path: str, label, what: str, **kw):
-    from .data import load
+    from elmscale.data.formats import load
 
     _require_input(path, what)
     return load(path, label=label, **kw)
@@ -87,8 +87,8 @@ def _load(path: str, label, what: str, **kw):
 def _make_estimator(name: str, params: dict, scale: bool):
     from sklearn.pipeline import make_pipeline
 
-    from .data import Scaler
-    from .pipeline import estimator_class, make_estimator
+    from elmscale.app.pipeline import estimator_class, make_estimator
+    from elmscale.data.scaling import Scaler
 
     if name not in ESTIMATORS:
         raise UsageError(f"--estimator must be one of {', '.join(ESTIMATORS)}; got {name!r}")
@@ -138,7 +138,7 @@ def _fmt_metrics(metrics: dict) -> str:
 
 
 def cmd_convert(args) -> int:
-    from .data import write_parquet
+    from elmscale.data.formats import write_parquet
 
     kw = {}
     if args.n_features is not None:
@@ -154,7 +154,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from . import save
+    from elmscale.io.model_files import save
 
     params = _parse_params(args.param)
     model = _make_estimator(args.estimator, params, scale=not args.no_scale)
@@ -185,7 +185,7 @@ def _scoring_label(path: str, label: str | None):
     column if there is one; else none (every column is a feature).  LIBSVM: None."""
     if label is not None:
         return _label_spec(label)
-    from .data import detect_format
+    from elmscale.data.formats import detect_format
 
     _require_input(path, "data")
     fmt = detect_format(path)
@@ -199,13 +199,13 @@ def _scoring_label(path: str, label: str | None):
 
 
 def _is_libsvm(path: str) -> bool:
-    from .data import detect_format
+    from elmscale.data.formats import detect_format
 
     return Path(path).exists() and detect_format(path) == "libsvm"
 
 
 def cmd_predict(args) -> int:
-    from . import load
+    from elmscale.io.model_files import load
 
     _require_input(args.model, "model")
     model = load(args.model)
@@ -235,8 +235,8 @@ def cmd_predict(args) -> int:
 def cmd_info(args) -> int:
     from threadpoolctl import threadpool_info
 
-    from . import __version__
-    from ._threads import available_cores
+    from elmscale import __version__
+    from elmscale.core.threads import available_cores
 
     lines = [f"elmscale {__version__}", f"python {platform.python_version()} "
              f"({platform.machine()}, {available_cores()} cores available)"]
@@ -254,7 +254,7 @@ def cmd_info(args) -> int:
         lines.append(f"thread pool {pool['internal_api']} ({pool.get('architecture') or '-'}): "
                      f"{pool['num_threads']} threads, {Path(pool['filepath']).name}")
     if args.model:
-        from .persistence import read_metadata
+        from elmscale.io.model_files import read_metadata
 
         _require_input(args.model, "model")
         meta = read_metadata(args.model)
@@ -272,8 +272,11 @@ def cmd_demo(args) -> int:
     """The quick start: data generated here, a scaled ELM, evaluation and a saved model."""
     from sklearn.pipeline import make_pipeline
 
-    from . import ELMClassifier, load, save
-    from .data import Scaler, generate_classification, load_parquet, write_parquet
+    from elmscale.data.formats import load_parquet, write_parquet
+    from elmscale.data.scaling import Scaler
+    from elmscale.data.synthetic import generate_classification
+    from elmscale.io.model_files import load, save
+    from elmscale.models.elm import ELMClassifier
 
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -316,7 +319,7 @@ def cmd_demo(args) -> int:
 
 
 def _pipeline(args):
-    from .pipeline import PipelineError, load_pipeline
+    from elmscale.app.pipeline import PipelineError, load_pipeline
 
     try:
         return load_pipeline(args.pipeline, args.set or ()).check()
@@ -332,7 +335,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .runner import run_pipeline
+    from elmscale.app.runner import run_pipeline
 
     pipeline = _pipeline(args)
     try:
@@ -358,10 +361,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from . import load
-    from .batch_scoring import plan_jobs, score_jobs
-    from .persistence import saved_features
-    from .runner import resolve_compute
+    from elmscale.app.runner import resolve_compute
+    from elmscale.io.batch_scoring import plan_jobs, score_jobs
+    from elmscale.io.model_files import load, saved_features
 
     _require_input(args.model, "model")
     _require_input(args.input, "input")
@@ -404,7 +406,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="elmscale", description="Extreme Learning Machines at scale.")
-    from . import __version__
+    from elmscale import __version__
 
     parser.add_argument("--version", action="version", version=f"elmscale {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -487,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ._errors import DataError, ModelFileError
+    from elmscale.core.errors import DataError, ModelFileError
 
     parser = build_parser()
     try:

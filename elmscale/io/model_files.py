@@ -51,10 +51,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._errors import ModelFileError
-from ._files import atomic_write
-from .hidden import HiddenLayer
-from .pipeline import ESTIMATORS, estimator_class
+from elmscale.app.pipeline import ESTIMATORS, estimator_class
+from elmscale.core.errors import ModelFileError
+from elmscale.core.files import atomic_write
+from elmscale.features.layers import HiddenLayer
 
 FORMAT_NAME = "elmscale-model"
 FORMAT_VERSION = 1
@@ -68,14 +68,14 @@ def _registry() -> dict:
     ``pipeline.estimator_class`` maps them, and the two containers."""
     from sklearn.pipeline import Pipeline
 
-    from .data import Scaler
+    from elmscale.data.scaling import Scaler
 
     return {**{name: estimator_class(name) for name in ESTIMATORS}, "Scaler": Scaler,
             "Pipeline": Pipeline}
 
 
 def _library_version() -> str:
-    from . import __version__
+    from elmscale import __version__
 
     return __version__
 

@@ -1,0 +1,37 @@
+"""Data: file formats (``formats``), Parquet data sets and their work units (``parquet``),
+column choice (``columns``), the paper's scaling (``scaling``) and synthetic data
+(``synthetic``).
+
+Every public name of the submodules is importable from here (``from elmscale.data import
+Scaler, load``); they load on first use, so that a worker that reads Parquet units does not
+import the text readers or scikit-learn.
+"""
+
+from importlib import import_module
+
+_NAMES = {
+    "formats": ("Dataset", "check_finite", "detect_format", "encode_labels", "load",
+                "load_arff", "load_csv", "load_libsvm", "load_parquet", "write_parquet",
+                "DEFAULT_NA_VALUES", "MIN_ROW_GROUP", "MAX_ROW_GROUP"),
+    "columns": ("PARQUET_SUFFIXES", "is_numeric_type", "parquet_columns"),
+    "parquet": ("ParquetDataset", "WorkUnit", "open_parquet"),
+    "scaling": ("Scaler",),
+    "synthetic": ("generate_classification", "iter_classification_blocks",
+                  "write_generated_parquet", "GENERATED_MARKER"),
+}
+_WHERE = {name: module for module, names in _NAMES.items() for name in names}
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
+
+__all__ = sorted(_WHERE)
