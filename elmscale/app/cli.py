@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmscale.app.pipeline import ESTIMATORS
+from elmscale.models import registry
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 
@@ -87,12 +87,13 @@ def _load(path: str, label, what: str, **kw):
 def _make_estimator(name: str, params: dict, scale: bool):
     from sklearn.pipeline import make_pipeline
 
-    from elmscale.app.pipeline import estimator_class, make_estimator
+    from elmscale.app.pipeline import make_estimator
     from elmscale.data.scaling import Scaler
 
-    if name not in ESTIMATORS:
-        raise UsageError(f"--estimator must be one of {', '.join(ESTIMATORS)}; got {name!r}")
-    valid = estimator_class(name)().get_params(deep=False)
+    if name not in registry.names():
+        raise UsageError(f"--estimator must be one of {', '.join(registry.names())}; got "
+                         f"{name!r}")
+    valid = registry.entry(name).load()().get_params(deep=False)
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise UsageError(f"unknown parameter(s) {unknown} for {name}; valid: {sorted(valid)}")
@@ -379,9 +380,9 @@ def cmd_score(args) -> int:
     client = None
     target = resolve_compute(None, scheduler=args.scheduler, ray_address=args.ray_address)
     if target["dask_address"]:
-        from distributed import Client
+        from elmscale.distributed.connect import connect_dask
 
-        client = Client(target["dask_address"])
+        client = connect_dask(target["dask_address"])
     try:
         summary = score_jobs(model, jobs, client=client,
                              ray_address=None if client is not None else target["ray"],
@@ -463,7 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model and save it")
     p.add_argument("data", help="training data (Parquet, CSV, LIBSVM, ARFF)")
     p.add_argument("model", help="output model file")
-    p.add_argument("--estimator", default="ELMClassifier", choices=ESTIMATORS)
+    p.add_argument("--estimator", default="ELMClassifier",
+                   help="a registered estimator: " + ", ".join(registry.names()))
     p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
                    help="estimator parameter, e.g. -p C=10 -p kernel=gaussian (repeatable)")
     p.add_argument("--label", help="label column: name, position, 'first' or 'last'")

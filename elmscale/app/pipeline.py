@@ -10,8 +10,9 @@ Sections and keys (defaults in brackets)::
                write the train / test Parquet files first when they are missing),
                test_size (rows, or a fraction, held out of ``train`` at random with
                run.seed when there is no ``test``; in-memory estimators only)
-    [model]    estimator ("ELMClassifier" | "ELMRegressor" | "SparseELMClassifier")
-               ["ELMClassifier"], params (a table of the estimator's parameters)
+    [model]    estimator (a name in ``elmscale.models.registry``: "ELMClassifier",
+               "ELMRegressor", "SparseELMClassifier", ...) ["ELMClassifier"], params (a
+               table of the estimator's parameters)
     [search]   grid (a table of lists, or "paper"), folds [5], scoring
     [compute]  scheduler, scheduler_file (Dask), ray_address (Ray), workers
                [cores], threads_per_worker [1]
@@ -32,9 +33,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elmscale.models import registry
+
 __all__ = ["Pipeline", "PipelineError", "load_pipeline", "parse_override"]
 
-ESTIMATORS = ("ELMClassifier", "ELMRegressor", "SparseELMClassifier")
 TASKS = ("train", "cv", "score")
 
 SCHEMA: dict[str, dict] = {
@@ -171,9 +173,10 @@ def _check_values(p: Pipeline) -> None:
                         "'score'")
     elif task == "score" and not Path(str(p["output"]["model"])).is_file():
         problems.append(f"output.model: {p['output']['model']}: no such file")
-    if model["estimator"] not in ESTIMATORS:
+    estimators = registry.names()
+    if model["estimator"] not in estimators:
         problems.append(f"model.estimator = {model['estimator']!r}"
-                        f"{_closest(str(model['estimator']), ESTIMATORS)}")
+                        f"{_closest(str(model['estimator']), estimators)}")
     elif isinstance(model["params"], dict):
         _check_estimator_params(model["estimator"], model["params"], problems)
     else:
@@ -188,7 +191,7 @@ def _check_values(p: Pipeline) -> None:
         elif grid != "paper" and not (isinstance(grid, dict) and grid
                                       and all(isinstance(v, list) and v for v in grid.values())):
             problems.append("search.grid must be \"paper\" or a table of non-empty lists")
-        elif isinstance(grid, dict) and model["estimator"] in ESTIMATORS:
+        elif isinstance(grid, dict) and model["estimator"] in estimators:
             _check_estimator_params(model["estimator"],
                                     {k: v[0] for k, v in grid.items()}, problems, "search.grid")
     workers = compute["workers"]
@@ -201,24 +204,18 @@ def _check_values(p: Pipeline) -> None:
         problems.append(f"compute.scheduler_file: {compute['scheduler_file']}: no such file")
 
 
-def estimator_class(name: str):
-    """The estimator class of one of ``ESTIMATORS``."""
-    from elmscale.models.elm import ELMClassifier, ELMRegressor
-    from elmscale.models.sparse_elm import SparseELMClassifier
-
-    return {"ELMClassifier": ELMClassifier, "ELMRegressor": ELMRegressor,
-            "SparseELMClassifier": SparseELMClassifier}[name]
-
-
 def make_estimator(name: str, params: dict):
-    est = estimator_class(name)()
+    """A new estimator of the registered ``name`` with ``params``, its parameters checked
+    (scikit-learn's ``_parameter_constraints``) before any data are read."""
+    est = registry.entry(name).load()()
     est.set_params(**params)
-    est._validate_params()
+    if hasattr(est, "_parameter_constraints"):
+        est._validate_params()
     return est
 
 
 def _check_estimator_params(name: str, params: dict, problems: list, where="model.params"):
-    valid = estimator_class(name)().get_params(deep=False)
+    valid = registry.entry(name).load()().get_params(deep=False)
     unknown = [k for k in params if k not in valid]
     for key in unknown:
         problems.append(f"unknown key {where}.{key} for {name}{_closest(key, valid)}")

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from elmscale.app.pipeline import SCHEMA, Pipeline, make_estimator
+from elmscale.models import registry
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 
@@ -65,6 +66,7 @@ class Compute:
         self._client = None
         self._cluster = None
         self._ray_started = False
+        self.progress = False  # progress bars for the run's steps (run_pipeline sets it)
 
     def dask(self):
         """A ``distributed.Client``, or None when this run has no Dask."""
@@ -72,10 +74,12 @@ class Compute:
             return self._client
         from distributed import Client, LocalCluster
 
+        from elmscale.distributed.connect import connect_dask
+
         if self.target["dask_address"]:
-            self._client = Client(self.target["dask_address"])
+            self._client = connect_dask(self.target["dask_address"])
         elif self.target["dask_file"]:
-            self._client = Client(scheduler_file=self.target["dask_file"])
+            self._client = connect_dask(scheduler_file=self.target["dask_file"])
         elif self.target["local"]:
             self._cluster = LocalCluster(n_workers=self.workers,
                                          threads_per_worker=self.threads_per_worker,
@@ -89,15 +93,15 @@ class Compute:
         """A Ray address for ``ray_address=`` arguments, or None when this run has no Ray."""
         import ray
 
-        from elmscale.distributed.ray_tasks import connect
+        from elmscale.distributed.connect import connect_ray
 
         if self.target["ray"]:
-            connect(self.target["ray"])
+            connect_ray(self.target["ray"])
             return "auto"
         if self.target["local"]:
             if not ray.is_initialized():
-                ray.init(address="local", num_cpus=self.workers * self.threads_per_worker,
-                         include_dashboard=False, log_to_driver=False)
+                connect_ray("local", num_cpus=self.workers * self.threads_per_worker,
+                            include_dashboard=False, log_to_driver=False)
                 self._ray_started = True
                 log.info("started a local Ray with %d CPUs",
                          self.workers * self.threads_per_worker)
@@ -159,9 +163,20 @@ def _load_arrays(path: str, data: dict, n_features=None):
     return X, loaded.y, None if fmt == "libsvm" else list(loaded.feature_names)
 
 
+def _capabilities(estimator):
+    """The registry's capabilities of ``estimator`` (a registered class, as every pipeline's
+    is)."""
+    found = registry.entry_for(estimator)
+    if found is None:
+        raise TypeError(f"{type(estimator).__name__} is not a registered estimator")
+    return found.capabilities
+
+
 def _uses_data_plane(path: str, estimator) -> bool:
-    return (_is_parquet(path) and type(estimator).__name__ in ("ELMClassifier", "ELMRegressor")
-            and estimator.kernel is None)
+    """Whether ``estimator`` fits the Parquet data set ``path`` on Dask (random nodes), or
+    the rows come into this process."""
+    return (_is_parquet(path)
+            and _capabilities(estimator).fits_parquet(estimator.get_params(deep=False)))
 
 
 def _metric(model, X, y) -> dict:
@@ -171,17 +186,16 @@ def _metric(model, X, y) -> dict:
 
 
 def _grid(pipeline: Pipeline) -> dict:
-    from elmscale.model_selection.search import paper_grid
-
     grid = pipeline["search"]["grid"]
     if grid != "paper":
         return dict(grid)
-    params = pipeline["model"]["params"]
-    if pipeline["model"]["estimator"] != "SparseELMClassifier" and params.get("kernel") is None:
-        from elmscale.model_selection.search import PAPER_C_GRID
-
-        return {"C": list(PAPER_C_GRID)}
-    return paper_grid(params.get("kernel", "gaussian"))
+    model = pipeline["model"]
+    found = registry.entry(model["estimator"])
+    paper = found.paper_grid(dict(model["params"]))
+    if paper is None:
+        raise ValueError(f"search.grid = \"paper\": {found.name} has no paper grid; give the "
+                         "grid as a table of lists")
+    return paper
 
 
 # -- tasks -----------------------------------------------------------------------------
@@ -215,7 +229,9 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
             if set(grid) - {"C"}:
                 raise ValueError(f"search.grid {sorted(grid)}: on Parquet data the unified "
                                  "ELM's one-pass search varies C only")
-            result = dataplane.cross_validate_path(
+            from elmscale.model_selection import cross_validate_path
+
+            result = cross_validate_path(
                 estimator, dataset, grid["C"], n_folds=pipeline["search"]["folds"],
                 scoring=pipeline["search"]["scoring"], fold_seed=run["seed"], client=client)
             _write_cv(result.cv_results(), run_dir, metrics, {"C": result.best_C},
@@ -238,11 +254,11 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
             search = GridSearchCV(estimator, _grid(pipeline), cv=pipeline["search"]["folds"],
                                   scoring=pipeline["search"]["scoring"],
                                   random_state=run["seed"], ray_address=ray_address,
-                                  progress=True).fit(Xs, y)
+                                  progress=False).fit(Xs, y)  # the run's bars show it
             _write_cv(search.cv_results_, run_dir, metrics, search.best_params_,
                       search.best_score_)
             model = search.best_estimator_
-        elif type(estimator).__name__ == "SparseELMClassifier" and ray_address:
+        elif ray_address and _capabilities(estimator).ray_fit:
             model = estimator.fit(Xs, y, ray_address=ray_address)
         else:
             model = estimator.fit(Xs, y)
@@ -317,7 +333,8 @@ def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path,
                      id_columns=data["id_columns"], decision=pipeline["output"]["decision"])
     client = compute.dask()
     ray_address = None if client is not None else compute.ray()
-    summary = score_jobs(model, jobs, client=client, ray_address=ray_address, progress=True)
+    summary = score_jobs(model, jobs, client=client, ray_address=ray_address,
+                         progress=compute.progress)
     metrics["scored"] = {k: summary[k] for k in ("files", "rows")}
     metrics["seconds"]["score"] = summary["seconds"]
 
@@ -339,8 +356,13 @@ def _write_json(path: Path, value) -> None:
 
 
 def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray_address=None,
-                 dry_run=False, echo=print) -> tuple[dict, Path | None]:
-    """Run a checked pipeline; returns ``(metrics, run directory)``."""
+                 dry_run=False, echo=print, progress: bool = True) -> tuple[dict, Path | None]:
+    """Run a checked pipeline; returns ``(metrics, run directory)``.
+
+    ``progress``: a progress bar on stderr for every long step (pieces of the data plane's
+    passes, grid pieces, one-vs-one pairs, rows scored).
+    """
+    from elmscale.distributed.executors import progress_bars
     from elmscale.io.model_files import load, save
 
     pipeline.check()
@@ -365,23 +387,25 @@ def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray
     compute = Compute(target, pipeline["compute"]["workers"],
                       pipeline["compute"]["threads_per_worker"])
     start = time.perf_counter()
+    compute.progress = progress
     try:
-        log.info("run %s: %s", run_dir, plan)
-        if pipeline["run"]["task"] == "score":
-            from elmscale.io.model_files import saved_features
+        with progress_bars(progress):
+            log.info("run %s: %s", run_dir, plan)
+            if pipeline["run"]["task"] == "score":
+                from elmscale.io.model_files import saved_features
 
-            model_path = str(pipeline["output"]["model"])
-            model = load(model_path)
-            features = saved_features(model_path) or pipeline["data"]["features"]
-        else:
-            model, features = _fit(pipeline, compute, run_dir, metrics)
-            _evaluate(pipeline, model, features, compute, metrics)
-            save(model, run_dir / "model.elm", features=features,
-                 label=pipeline["data"]["label"])
-        _score(pipeline, model, features, compute, run_dir / "scores", metrics)
-        metrics["seconds"]["total"] = round(time.perf_counter() - start, 3)
-        _write_json(run_dir / "metrics.json", metrics)
-        log.info("metrics: %s", metrics)
+                model_path = str(pipeline["output"]["model"])
+                model = load(model_path)
+                features = saved_features(model_path) or pipeline["data"]["features"]
+            else:
+                model, features = _fit(pipeline, compute, run_dir, metrics)
+                _evaluate(pipeline, model, features, compute, metrics)
+                save(model, run_dir / "model.elm", features=features,
+                     label=pipeline["data"]["label"])
+            _score(pipeline, model, features, compute, run_dir / "scores", metrics)
+            metrics["seconds"]["total"] = round(time.perf_counter() - start, 3)
+            _write_json(run_dir / "metrics.json", metrics)
+            log.info("metrics: %s", metrics)
     except BaseException as exc:
         log.error("run failed: %s: %s", type(exc).__name__, exc)
         raise

@@ -199,55 +199,44 @@ def remove_stale_temporaries(jobs: Sequence[ScoreJob]) -> int:
     return removed
 
 
-def _score_task(job, *, model, n_threads):
-    return score_file(job, model=model, n_threads=n_threads)
+def _score_task(job, *, model, n_threads=1, on_rows=None):
+    return score_file(job, model=model, n_threads=n_threads, on_rows=on_rows)
 
 
 def score_jobs(model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None,
                progress: bool = False) -> dict:
-    """Run the jobs whose outputs do not exist yet; returns a summary."""
+    """Run the jobs whose outputs do not exist yet, one per file: here (``client`` and
+    ``ray_address`` None), as Dask tasks or as Ray tasks; returns a summary."""
     import time
+
+    from elmscale.distributed.executors import make_executor, progress_bars, report_progress
 
     todo = [job for job in jobs if not Path(job.output).exists()]
     remove_stale_temporaries(jobs)
+    executor = make_executor(client=client, ray_address=ray_address, side_by_side=False)
     start = time.perf_counter()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    if executor.in_process:
+        # one file after another here: the bar counts rows, moving with every batch
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        total = sum(job.n_rows or 0 for job in todo) or None
-        bar = tqdm(total=total, unit="row", unit_scale=True, desc="scoring")
-    try:
-        if client is not None:
-            from elmscale.distributed.executors import broadcast
-
-            futures = client.map(_score_task, todo, pure=False,
-                                 model=broadcast(model, client), n_threads=1)
-            rows = 0
-            from distributed import as_completed
-
-            for future in as_completed(futures):
-                n = future.result()
-                rows += n
-                if bar is not None:
-                    bar.update(n)
-        elif ray_address is not None:
-            from elmscale.distributed.ray_tasks import run_tasks
-
-            counts = run_tasks(_score_task, todo, shared={"model": model},
-                               ray_address=ray_address, n_threads=1,
-                               describe=lambda job: f"scoring {job.input}")
-            rows = sum(counts)
+            total = sum(job.n_rows or 0 for job in todo) or None
+            bar = tqdm(total=total, unit="row", unit_scale=True, desc="scoring")
+        try:
+            with report_progress(None):  # the rows bar says it all
+                counts = executor.map(_score_task, todo, model=model, n_threads=None,
+                                      on_rows=None if bar is None else bar.update)
+        finally:
             if bar is not None:
-                bar.update(rows)
-        else:
-            rows = 0
-            for job in todo:
-                rows += score_file(job, model=model,
-                                   on_rows=None if bar is None else bar.update)
-    finally:
-        if bar is not None:
-            bar.close()
+                bar.close()
+    else:
+        # a task per file on the cluster: the bar counts files
+        with progress_bars(progress):
+            counts = executor.map(_score_task, todo, shared={"model": model},
+                                  label="scoring (files)", n_threads=1,
+                                  describe=lambda job: f"scoring {job.input}")
+    rows = sum(counts)
     seconds = time.perf_counter() - start
     return {"files": len(jobs), "scored": len(todo), "skipped": len(jobs) - len(todo),
             "rows": rows, "seconds": round(seconds, 3),

@@ -17,7 +17,7 @@ A model file is a ZIP archive with these members:
 
     A *node* describes one estimator::
 
-        {"estimator": "ELMClassifier",          # one of SUPPORTED_ESTIMATORS
+        {"estimator": "ELMClassifier",          # a registered name, "Scaler" or "Pipeline"
          "params": {...},                       # get_params(deep=False), JSON values
          "attributes": {"n_features_in_": 8},   # fitted scalars, strings, lists
          "arrays": {"coef_": "arrays/0/coef_.npy", ...},
@@ -34,7 +34,8 @@ A model file is a ZIP archive with these members:
 ``SHA256SUMS``
     ``<sha256>  <member>`` for every other member; loading verifies each.
 
-Only the classes named in ``SUPPORTED_ESTIMATORS`` can be rebuilt, from JSON
+Only the estimators of ``elmscale.models.registry`` and the two containers
+(``Scaler``, scikit-learn's ``Pipeline``) can be rebuilt, from JSON
 parameters and plain arrays: nothing in the file is imported or executed.  A
 truncated or modified file, an unknown estimator or a newer format version
 raises ``ModelFileError``.  Files are written to a temporary name and renamed.
@@ -51,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmscale.app.pipeline import ESTIMATORS, estimator_class
+from elmscale.models import registry
 from elmscale.core.errors import ModelFileError
 from elmscale.core.files import atomic_write
 from elmscale.features.layers import HiddenLayer
@@ -60,18 +61,44 @@ FORMAT_NAME = "elmscale-model"
 FORMAT_VERSION = 1
 
 
-SUPPORTED_ESTIMATORS = ESTIMATORS + ("Scaler", "Pipeline")
+#: The containers a model file may hold besides the registered estimators.
+CONTAINERS = ("Scaler", "Pipeline")
 
 
-def _registry() -> dict:
-    """Class of each of ``SUPPORTED_ESTIMATORS``: the pipelines' estimators, as
-    ``pipeline.estimator_class`` maps them, and the two containers."""
+def supported() -> tuple[str, ...]:
+    """Names a model file may hold: the registered estimators and the containers."""
+    return registry.names() + CONTAINERS
+
+
+def _containers() -> dict:
     from sklearn.pipeline import Pipeline
 
     from elmscale.data.scaling import Scaler
 
-    return {**{name: estimator_class(name) for name in ESTIMATORS}, "Scaler": Scaler,
-            "Pipeline": Pipeline}
+    return {"Scaler": Scaler, "Pipeline": Pipeline}
+
+
+def _name_of(est) -> str:
+    """The name ``est`` is saved under; a TypeError for a class that cannot be saved."""
+    for name, cls in _containers().items():
+        if type(est) is cls:
+            return name
+    found = registry.entry_for(est)
+    if found is None:
+        raise TypeError(f"cannot save a {type(est).__name__}; supported: "
+                        f"{', '.join(supported())}")
+    return found.name
+
+
+def _class_of(name, path: Path) -> type:
+    containers = _containers()
+    if name in containers:
+        return containers[name]
+    try:
+        return registry.entry(name).load()
+    except KeyError:
+        raise ModelFileError(f"{path}: unknown estimator {name!r}; this elmscale reads "
+                             f"{', '.join(supported())}") from None
 
 
 def _library_version() -> str:
@@ -112,9 +139,7 @@ def _plain_array(value: np.ndarray, where: str) -> np.ndarray:
 
 
 def _encode(est, prefix: str, arrays: dict) -> dict:
-    name = type(est).__name__
-    if name not in SUPPORTED_ESTIMATORS or not isinstance(est, _registry()[name]):
-        raise TypeError(f"cannot save a {name}; supported: {', '.join(SUPPORTED_ESTIMATORS)}")
+    name = _name_of(est)
     node: dict = {"estimator": name}
     if name == "Pipeline":
         node["params"] = {"memory": None, "verbose": bool(est.verbose)}
@@ -246,12 +271,8 @@ def _load_array(path: Path, members: dict[str, bytes], member: str) -> np.ndarra
 
 
 def _decode(node: dict, path: Path, members: dict[str, bytes]):
-    registry = _registry()
     name = node.get("estimator")
-    if name not in registry:
-        raise ModelFileError(f"{path}: unknown estimator {name!r}; this elmscale reads "
-                             f"{', '.join(SUPPORTED_ESTIMATORS)}")
-    cls = registry[name]
+    cls = _class_of(name, path)
     if name == "Pipeline":
         steps = [(str(step_name), _decode(sub, path, members)) for step_name, sub in node["steps"]]
         return cls(steps)

@@ -24,11 +24,14 @@ from sklearn.model_selection import KFold, ParameterGrid, StratifiedKFold, check
 from sklearn.utils import check_X_y
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
-from elmscale.core.threads import map_in_threads, thread_budget
+from elmscale.distributed.executors import make_executor, progress_bars
+from elmscale.models import registry
+from elmscale.models.grid_plan import GridPlan
+from elmscale.models.paper_grids import (PAPER_C_GRID, PAPER_DEGREE_GRID, PAPER_SIGMA_GRID,
+                                         paper_grid)
 
-PAPER_C_GRID = (0.01, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-PAPER_SIGMA_GRID = PAPER_C_GRID
-PAPER_DEGREE_GRID = (1, 2, 3, 4, 5)
+__all__ = ["PAPER_C_GRID", "PAPER_DEGREE_GRID", "PAPER_SIGMA_GRID", "GridSearchCV",
+           "PathSearchResult", "paper_grid", "path_grid_search"]
 
 
 @dataclass
@@ -90,15 +93,34 @@ def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, re
 # --------------------------------------------------------------------------- GridSearchCV
 
 
-def _path_piece(piece, *, X, y, splits, settings, estimator, Cs, scoring):
-    """Scores of one (fold, setting index): ``fit_path`` along ``Cs`` on the training
-    rows."""
+def _path_piece(piece, *, X, y, splits, settings, estimator, Cs, scoring, c_path):
+    """Scores of one (fold, setting index) along ``Cs`` on the fold's validation rows:
+    one ``fit_path`` (``c_path``), else one fit per C."""
     fold, s = piece
     train, test = splits[fold]
     est = clone(estimator).set_params(**settings[s])
     scorer = check_scoring(est, scoring)
-    return np.array([scorer(fitted, X[test], y[test])
-                     for fitted in est.fit_path(X[train], y[train], Cs)])
+    if c_path:
+        fitted = est.fit_path(X[train], y[train], Cs)
+    else:
+        fitted = [clone(est).set_params(C=C).fit(X[train], y[train]) for C in Cs]
+    return np.array([scorer(model, X[test], y[test]) for model in fitted])
+
+
+def _fold_plan(estimator, X, y, splits, settings, Cs, scoring, c_path) -> GridPlan:
+    """The plan for every estimator without its own: a piece per (fold, setting)."""
+    pieces = [(k, s) for k in range(len(splits)) for s in range(len(settings))]
+
+    def scores(results) -> np.ndarray:
+        out = np.empty((len(settings), len(Cs), len(splits)))
+        for (k, s), result in zip(pieces, results):
+            out[s, :, k] = result
+        return out
+
+    return GridPlan(pieces=pieces, fn=_path_piece, scores=scores,
+                    shared={"X": X, "y": y, "splits": splits, "settings": settings},
+                    kwargs={"estimator": estimator, "Cs": Cs, "scoring": scoring,
+                            "c_path": c_path})
 
 
 class GridSearchCV(BaseEstimator):
@@ -106,16 +128,18 @@ class GridSearchCV(BaseEstimator):
 
     The grid's ``C`` values are solved as a path inside each piece of work (increasing
     C, warm-started for the sparse ELM, one eigendecomposition for the unified ELM);
-    the pieces are (fold x other parameters) and, for ``SparseELMClassifier``, x
-    one-vs-one pair.  With ``ray_address`` (or an initialised Ray, with
-    ``ray_address="auto"``) every piece is a Ray task with ``X`` put in the object
-    store once; without it the pieces run here, side by side on ``n_threads`` cores.
+    the pieces are (fold x other parameters), or the estimator's own plan when its
+    registry entry says ``grid_pieces="pairs"`` (``SparseELMClassifier``: x one-vs-one
+    pair).  With ``ray_address`` (or an initialised Ray, with ``ray_address="auto"``)
+    every piece is a Ray task with ``X`` put in the object store once; without it the
+    pieces run here, side by side on ``n_threads`` cores.
     The results are the same either way.
 
     Parameters
     ----------
-    estimator : an elmscale estimator with ``fit_path`` (``SparseELMClassifier``,
-        ``ELMClassifier``, ``ELMRegressor``).
+    estimator : a registered estimator (``elmscale.models.registry``).  With ``fit_path``
+        (its ``c_path`` capability: ``SparseELMClassifier``, ``ELMClassifier``,
+        ``ELMRegressor``) each piece solves the C list as one path; otherwise one fit per C.
     param_grid : dict (or list of dicts) of parameter lists, as scikit-learn's; its "C"
         list is the path (default: the estimator's C).  ``paper_grid(kernel)`` gives the
         paper's grids.
@@ -173,116 +197,53 @@ class GridSearchCV(BaseEstimator):
             keys.append((settings.index(setting), Cs.index(float(c["C"]))))
         return candidates, settings, Cs, keys
 
-    def fit(self, X, y):
-        from elmscale.models.sparse_elm import (
-            SparseELMClassifier,
-            decision_to_class_index,
-            ovo_decision,
-        )
-        from elmscale.models.sparse_elm_pairs import pair_validation_scores
+    def _capabilities(self):
+        found = registry.entry_for(self.estimator)
+        if found is None:
+            raise TypeError(f"GridSearchCV takes a registered estimator (elmscale.models."
+                            f"registry); got {type(self.estimator).__name__}")
+        return found.capabilities
 
+    def fit(self, X, y):
         X, y = check_X_y(X, y, dtype=[np.float64, np.float32])
-        classifier = is_classifier(self.estimator)
+        capabilities = self._capabilities()
+        classifier = capabilities.task == "classifier"
         if classifier:
             check_classification_targets(y)
         splits = self._splits(X, y, classifier)
         candidates, settings, Cs, keys = self._candidates()
-        pairwise = isinstance(self.estimator, SparseELMClassifier)
         base = clone(self.estimator)
         if base.get_params().get("random_state", 0) is None:
             # every piece (and the refit) must draw the same random layer
             base.set_params(random_state=int(np.random.default_rng(self.random_state)
                                              .integers(2**31 - 1)))
-        if pairwise:
-            if self.scoring not in (None, "accuracy"):
-                raise ValueError(f"scoring={self.scoring!r}: the sparse ELM's grid search "
-                                 "scores accuracy only")
-            classes, y_idx = np.unique(y, return_inverse=True)
-            pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
-            # each setting goes to the tasks as plain values (kernel or layer spec, seed,
-            # solver options): a task needs no estimator, and the workers no scikit-learn
-            pieces = [(k, s, pair) for k in range(len(splits)) for s in range(len(settings))
-                      for pair in pairs]
-            resolved = []
-            for setting in settings:
-                est = clone(base).set_params(**setting)
-                resolved.append((*est._problem_spec(X.shape[1]), est._solver_options()))
-            shared = {"X": np.ascontiguousarray(X, dtype=np.float32), "y_idx": y_idx,
-                      "splits": splits, "settings": resolved}
-            fn, extra = pair_validation_scores, {"Cs": Cs}
+        if capabilities.grid_pieces == "pairs":
+            plan = base.grid_plan(X, y, splits, settings, Cs, self.scoring)
         else:
-            pieces = [(k, s) for k in range(len(splits)) for s in range(len(settings))]
-            shared = {"X": X, "y": y, "splits": splits, "settings": settings}
-            fn, extra = _path_piece, {"estimator": base, "Cs": Cs,
-                                      "scoring": self.scoring}
-        self.n_pieces_ = len(pieces)
-        results = self._run(fn, pieces, shared, extra, settings)
-
-        scores = np.empty((len(settings), len(Cs), len(splits)))
-        if pairwise:
-            n_pairs = len(pairs)
-            for k, (_, test) in enumerate(splits):
-                for s in range(len(settings)):
-                    first = (k * len(settings) + s) * n_pairs
-                    block = np.stack(results[first:first + n_pairs])  # (pairs, C, rows)
-                    for c in range(len(Cs)):
-                        guess = decision_to_class_index(ovo_decision(block[:, c].T,
-                                                                     classes.size))
-                        scores[s, c, k] = np.mean(guess == y_idx[test])
-        else:
-            for (k, s), result in zip(pieces, results):
-                scores[s, :, k] = result
-        self._set_results(candidates, keys, scores, len(splits))
+            plan = _fold_plan(base, X, y, splits, settings, Cs, self.scoring,
+                              capabilities.c_path)
+        self.n_pieces_ = len(plan.pieces)
+        results = self._run(plan, settings)
+        self._set_results(candidates, keys, plan.scores(results), len(splits))
         if self.refit:
             best = clone(base).set_params(**self.best_params_)
-            if pairwise and self.ray_address is not None:
+            if capabilities.ray_fit and self.ray_address is not None:
                 best.fit(X, y, ray_address=self.ray_address)
             else:
                 best.fit(X, y)
             self.best_estimator_ = best
         return self
 
-    def _run(self, fn, pieces, shared, extra, settings):
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(pieces), desc="grid pieces", unit="piece")
-
-        def on_done(done, total):
-            if bar is not None:
-                bar.update(done - bar.n)
-
+    def _run(self, plan: GridPlan, settings) -> list:
         def describe(piece):
-            # every piece names its setting by index: (fold, setting[, pair])
-            pair = f", pair {piece[2]}" if len(piece) > 2 else ""
-            return f"fold {piece[0]}, parameters {settings[piece[1]]}{pair}"
+            # every piece names its setting by index: (fold, setting[, what follows])
+            rest = "".join(f", pair {part}" for part in piece[2:])
+            return f"fold {piece[0]}, parameters {settings[piece[1]]}{rest}"
 
-        try:
-            if self.ray_address is not None:
-                from elmscale.distributed.ray_tasks import run_tasks
-
-                return run_tasks(fn, pieces, shared=shared, ray_address=self.ray_address,
-                                 describe=describe, on_done=on_done, **extra)
-            with thread_budget(self.n_threads) as n_threads:
-                done = []
-
-                def run(piece):
-                    try:
-                        result = fn(piece, **shared, **extra)
-                    except Exception as exc:
-                        from elmscale.distributed.ray_tasks import PieceFailed
-
-                        raise PieceFailed(f"{describe(piece)} failed: {type(exc).__name__}: "
-                                          f"{exc}") from exc
-                    done.append(1)
-                    on_done(len(done), len(pieces))
-                    return result
-
-                return map_in_threads(run, pieces, n_threads)
-        finally:
-            if bar is not None:
-                bar.close()
+        executor = make_executor(ray_address=self.ray_address, n_threads=self.n_threads)
+        with progress_bars(self.progress):
+            return executor.map(plan.fn, plan.pieces, shared=plan.shared, describe=describe,
+                                label="grid pieces", **plan.kwargs)
 
     def _set_results(self, candidates, keys, scores, n_splits):
         split = np.array([scores[s, c] for s, c in keys])  # (candidates, folds)
@@ -313,12 +274,3 @@ class GridSearchCV(BaseEstimator):
         from elmscale.io.reports import write_cv_results
 
         return write_cv_results(self.cv_results_, path)
-
-
-def paper_grid(kernel: str = "gaussian", Cs=PAPER_C_GRID) -> dict:
-    """The sparse-ELM paper's grid (Section VI-C) for ``kernel``."""
-    if kernel in ("gaussian", "laplacian"):
-        return {"C": list(Cs), "sigma": list(PAPER_SIGMA_GRID)}
-    if kernel == "polynomial":
-        return {"C": list(Cs), "degree": list(PAPER_DEGREE_GRID)}
-    raise ValueError(f"no paper grid for kernel {kernel!r}")

@@ -18,13 +18,16 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from elmscale.core.threads import map_in_threads, thread_budget
+from elmscale.core.threads import thread_budget
+from elmscale.distributed.executors import make_executor
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.features.layers import HIDDEN_KINDS
+from elmscale.models.grid_plan import GridPlan
 
-# the binary problems are in sparse_paths (no scikit-learn there, for Ray workers)
-from elmscale.models.sparse_elm_pairs import build_problem, pair_path, pair_problem
+# the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
+from elmscale.models.sparse_elm_pairs import (mapping_from_dict, is_kernel, pair_path,
+                                              pair_problem, pair_validation_scores)
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -119,28 +122,25 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def _kernel_obj(self) -> Kernel:
-        return build_problem(("kernel", self.kernel, self.sigma, self.degree))[0]
+        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
 
     def save(self, path) -> None:
-        """Save the fitted model (see ``elmscale.persistence`` for the format)."""
+        """Save the fitted model (see ``elmscale.io.model_files`` for the format)."""
         from elmscale.io.model_files import save
 
         save(self, path)
 
-    def _problem_spec(self, n_features: int):
-        """``(spec, seed)``: the kernel or random layer as plain values (``build_problem``
-        makes it; a grid piece does so itself, so that a bad setting fails in the piece
-        that names it) and the solver's seed, from ``random_state``."""
+    def _feature_map_description(self, n_features: int) -> tuple[dict, int]:
+        """``(description, seed)``: the kernel or random layer as its ``to_dict()``, not yet
+        checked (``mapping_from_dict`` builds it; a grid piece does so itself, so that a
+        bad setting fails in the piece that names it), and the solver's seed, drawn from
+        ``random_state``."""
         seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
         if self.hidden is not None:
-            return ("hidden", self.hidden, n_features, self.n_hidden, seed,
-                    self.weight_scale), seed
-        return ("kernel", self.kernel, self.sigma, self.degree), seed
-
-    def _layer_and_seed(self, n_features: int):
-        """The random layer (None for kernels) and the solver's seed."""
-        spec, seed = self._problem_spec(n_features)
-        return (build_problem(spec)[1] if self.hidden is not None else None), seed
+            return {"kind": self.hidden, "n_features": int(n_features),
+                    "n_hidden": self.n_hidden, "seed": seed,
+                    "weight_scale": self.weight_scale}, seed
+        return {"kind": self.kernel, "sigma": self.sigma, "degree": self.degree}, seed
 
     def _prepare(self, X, y):
         if self.n_threads == 0:
@@ -153,40 +153,65 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
                              f"({self.classes_[0]!r})")
         X32 = np.ascontiguousarray(X, dtype=np.float32)
-        layer, seed = self._layer_and_seed(X.shape[1])
+        description, seed = self._feature_map_description(X.shape[1])
+        feature_map = mapping_from_dict(description)
         pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
         every_row = np.arange(y_idx.size)
         rows_of = [pair_problem(every_row, y_idx, a, b) for a, b in pairs]
-        return X32, y_idx, layer, pairs, rows_of, seed
+        return X32, y_idx, feature_map, pairs, rows_of, seed
 
     def _solver_options(self) -> dict:
         return {"tol": float(self.tol), "cache_size": float(self.cache_size),
                 "shrinking": bool(self.shrinking), "max_iter": int(self.max_iter)}
 
-    def _solve_pairs(self, X32, layer, rows_of, seed, Cs, ray_address=None):
+    def _solve_pairs(self, X32, feature_map, rows_of, seed, Cs, ray_address=None):
         """results[c][p]: pair p solved at Cs[c], each C warm-started from the previous one.
 
         Pairs run side by side on the thread budget (one numba thread each), a
         single pair on all of it, or as Ray tasks when ``ray_address`` is given;
         the results do not depend on which.
         """
-        kernel = None if layer is not None else self._kernel_obj()
-        options = self._solver_options()
-        if ray_address is not None:
-            from elmscale.distributed.ray_tasks import run_tasks
-
-            by_pair = run_tasks(pair_path, [(rows, t) for rows, t in rows_of],
-                                shared={"X": X32}, ray_address=ray_address, kernel=kernel,
-                                layer=layer, Cs=list(Cs), seed=seed, **options)
-        else:
-            def solve_pair(p):
-                rows, t = rows_of[p]
-                return pair_path((rows, t), X=X32, kernel=kernel, layer=layer, Cs=Cs,
-                                 seed=seed, **options)
-
-            with thread_budget(self.n_threads) as n_threads:
-                by_pair = map_in_threads(solve_pair, range(len(rows_of)), n_threads)
+        executor = make_executor(ray_address=ray_address, n_threads=self.n_threads)
+        by_pair = executor.map(pair_path, list(rows_of), shared={"X": X32},
+                               label="one-vs-one pairs", feature_map=feature_map, Cs=list(Cs),
+                               seed=seed, **self._solver_options())
         return [[by_pair[p][c] for p in range(len(rows_of))] for c in range(len(Cs))]
+
+    def grid_plan(self, X, y, splits, settings, Cs, scoring=None) -> GridPlan:
+        """``GridSearchCV``'s pieces for this estimator: one per (fold, setting, one-vs-one
+        pair), each solving the pair's C path (increasing, warm-started) on the fold's
+        training rows and returning its scores on the validation rows; a fold's accuracy
+        comes from the pairs' votes.  Pieces get plain values (a feature map's description,
+        a seed, solver options), so a worker imports no scikit-learn."""
+        if scoring not in (None, "accuracy"):
+            raise ValueError(f"scoring={scoring!r}: the sparse ELM's grid search scores "
+                             "accuracy only")
+        classes, y_idx = np.unique(y, return_inverse=True)
+        pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
+        pieces = [(k, s, pair) for k in range(len(splits)) for s in range(len(settings))
+                  for pair in pairs]
+        resolved = []
+        for setting in settings:
+            est = clone(self).set_params(**setting)
+            description, seed = est._feature_map_description(X.shape[1])
+            resolved.append((description, seed, est._solver_options()))
+
+        def scores(results) -> np.ndarray:
+            out = np.empty((len(settings), len(Cs), len(splits)))
+            for k, (_, test) in enumerate(splits):
+                for s in range(len(settings)):
+                    first = (k * len(settings) + s) * len(pairs)
+                    block = np.stack(results[first:first + len(pairs)])  # (pairs, C, rows)
+                    for c in range(len(Cs)):
+                        guess = decision_to_class_index(ovo_decision(block[:, c].T,
+                                                                     classes.size))
+                        out[s, c, k] = np.mean(guess == y_idx[test])
+            return out
+
+        shared = {"X": np.ascontiguousarray(X, dtype=np.float32), "y_idx": y_idx,
+                  "splits": splits, "settings": resolved}
+        return GridPlan(pieces=pieces, fn=pair_validation_scores, scores=scores,
+                        shared=shared, kwargs={"Cs": list(Cs)})
 
     def _warn_if_not_converged(self):
         if self.kkt_violation_.size and not np.all(self.converged_):
@@ -207,9 +232,9 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         already initialised, or on the cluster at this address ("auto", "ray://...",
         "host:port"), with ``X`` put in the object store once.  The model is the same.
         """
-        X32, y_idx, layer, pairs, rows_of, seed = self._prepare(X, y)
-        results = self._solve_pairs(X32, layer, rows_of, seed, [self.C], ray_address)[0]
-        self._assemble(X32, y_idx, pairs, results, rows_of, layer)
+        X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
+        results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
+        self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
         self._warn_if_not_converged()
         return self
 
@@ -226,9 +251,9 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         if not Cs or min(Cs) <= 0:
             raise ValueError(f"Cs must be a non-empty list of positive values; got {Cs!r}")
         self._validate_params()
-        X32, y_idx, layer, pairs, rows_of, seed = self._prepare(X, y)
+        X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         order = np.argsort(Cs, kind="stable")
-        solved = self._solve_pairs(X32, layer, rows_of, seed, [Cs[i] for i in order],
+        solved = self._solve_pairs(X32, feature_map, rows_of, seed, [Cs[i] for i in order],
                                    ray_address)
         fitted = [None] * len(Cs)
         for c, i in enumerate(order):
@@ -236,32 +261,32 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             est.classes_, est.n_features_in_ = self.classes_, self.n_features_in_
             if hasattr(self, "feature_names_in_"):
                 est.feature_names_in_ = self.feature_names_in_
-            est._assemble(X32, y_idx, pairs, solved[c], rows_of, layer)
+            est._assemble(X32, y_idx, pairs, solved[c], rows_of, feature_map)
             est._warn_if_not_converged()
             fitted[i] = est
         return fitted
 
-    def _assemble(self, X32, y_idx, pairs, results, rows_of, layer):
+    def _assemble(self, X32, y_idx, pairs, results, rows_of, feature_map):
         support_mask = np.zeros(X32.shape[0], bool)
         for (rows, _), r in zip(rows_of, results):
-            support_mask[rows[r["alpha"] > 0]] = True
+            support_mask[rows[r.alpha > 0]] = True
         self.support_ = np.flatnonzero(support_mask)
         self.support_vectors_ = X32[self.support_]
         position = np.full(X32.shape[0], -1)
         position[self.support_] = np.arange(self.support_.size)
         self.dual_coef_ = np.zeros((len(pairs), self.support_.size))
         for p, ((rows, t), r) in enumerate(zip(rows_of, results)):
-            sv = r["alpha"] > 0
-            self.dual_coef_[p, position[rows[sv]]] = r["alpha"][sv] * t[sv]
+            sv = r.alpha > 0
+            self.dual_coef_[p, position[rows[sv]]] = r.alpha[sv] * t[sv]
         self.n_support_ = np.bincount(y_idx[self.support_], minlength=len(self.classes_))
         self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-        self.n_iter_ = np.array([r["n_iter"] for r in results])
-        self.objective_ = np.array([r["objective"] for r in results])
-        self.kkt_violation_ = np.array([r["kkt_violation"] for r in results])
-        self.converged_ = np.array([r["converged"] for r in results])
-        if layer is not None:
-            self.hidden_layer_ = layer
-            self.coef_ = np.column_stack([r["beta"] for r in results])
+        self.n_iter_ = np.array([r.n_iter for r in results])
+        self.objective_ = np.array([r.objective for r in results])
+        self.kkt_violation_ = np.array([r.kkt_violation for r in results])
+        self.converged_ = np.array([r.converged for r in results])
+        if not is_kernel(feature_map):
+            self.hidden_layer_ = feature_map
+            self.coef_ = np.column_stack([r.beta for r in results])
 
     def _pair_scores(self, X) -> np.ndarray:
         check_is_fitted(self)

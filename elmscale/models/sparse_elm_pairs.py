@@ -2,7 +2,10 @@
 
 ``fit_binary`` solves one one-vs-one pair, ``pair_path`` one pair along increasing C
 (warm-started), and ``pair_validation_scores`` one grid-search piece (a fold, a kernel
-or layer setting, a pair).  They import numpy, numba and elmscale's numerics only,
+or layer setting, a pair).  The feature map says which problem it is: a
+:class:`~elmscale.features.kernels.Kernel` is solved in the dual with kernel columns, a
+random layer (:class:`~elmscale.features.layers.HiddenLayer`) by dual coordinate descent
+on the primal vector.  Each solve returns a :class:`BinarySolution`.  They import numpy, numba and elmscale's numerics only,
 not scikit-learn: a Ray worker that runs them starts in a fraction of the time
 (measured: ``import elmscale.sparse_elm`` 2.0 s, most of it scikit-learn; this module
 0.4 s), and a grid's first pieces wait on that.
@@ -12,8 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import NamedTuple
+
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
 from elmscale.features.kernels import Kernel
+from elmscale.features.base import feature_map_from_dict
 from elmscale.features.layers import HiddenLayer
 from elmscale.solvers.sparse_dual import (
     KernelSolverState,
@@ -23,13 +29,44 @@ from elmscale.solvers.sparse_dual import (
 )
 
 
-def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol, cache_size,
-               shrinking, max_iter, seed=0, alpha0=None, H=None, gradient0=None,
-               gradient0_alpha=None, gram=None, state=None) -> dict:
+#: What a binary problem is solved with: a kernel (dual) or a random layer (primal vector).
+FeatureMap = Kernel | HiddenLayer
+
+
+class BinarySolution(NamedTuple):
+    """One binary problem's solution at one C.
+
+    ``alpha`` the dual variables; ``beta`` the primal vector (random nodes; None for
+    kernels); ``n_iter`` the solver's steps (kernels) or passes (random nodes);
+    ``converged`` whether the exact KKT check passed; ``objective`` and
+    ``kkt_violation`` in float64; ``gradient`` the exact gradient (a warm start's; None
+    once a path has used it).
+    """
+
+    alpha: np.ndarray
+    beta: np.ndarray | None
+    n_iter: int
+    converged: bool
+    objective: float
+    kkt_violation: float
+    gradient: np.ndarray | None
+
+
+def is_kernel(feature_map: FeatureMap) -> bool:
+    """Whether ``feature_map`` is solved in the dual with kernel columns."""
+    if isinstance(feature_map, Kernel):
+        return True
+    if isinstance(feature_map, HiddenLayer):
+        return False
+    raise TypeError(f"the sparse ELM solves a Kernel or a HiddenLayer; got "
+                    f"{type(feature_map).__name__}")
+
+
+def fit_binary(X, t, *, feature_map: FeatureMap, C, tol, cache_size, shrinking, max_iter,
+               seed=0, alpha0=None, H=None, gradient0=None, gradient0_alpha=None, gram=None,
+               state=None) -> BinarySolution:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
-    Returns ``alpha``, ``n_iter``, ``converged``, ``objective`` and
-    ``kkt_violation`` (float64, exact), and ``beta`` for random nodes.
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
     ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
     call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
@@ -37,16 +74,16 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
     ``state``, the kernel solver's state kept from the last call on them (see
     ``solve_kernel_dual``).
     """
-    if layer is None:
+    if is_kernel(feature_map):
         alpha, n_iter, converged, g = solve_kernel_dual(
-            X, t, kernel=kernel, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
+            X, t, kernel=feature_map, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
             max_iter=max_iter, alpha0=alpha0, gradient0=gradient0,
             gradient0_alpha=gradient0_alpha, gram=gram, state=state)
         f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
         if H is None:
-            H = layer.transform(X)
+            H = feature_map.transform(X)
         alpha, beta, n_iter, converged = solve_explicit_dual(
             H, t, C=C, tol=tol, shrinking=shrinking, max_iter=max_iter, alpha0=alpha0,
             random_state=seed)
@@ -56,8 +93,8 @@ def fit_binary(X, t, *, kernel: Kernel | None, layer: HiddenLayer | None, C, tol
             f[rows] = H[rows].astype(np.float64) @ beta
         g = t * f - 1.0
     objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
-    return {"alpha": alpha, "beta": beta, "n_iter": n_iter, "converged": converged,
-            "objective": objective, "kkt_violation": kkt_violation(alpha, g, C), "gradient": g}
+    return BinarySolution(alpha, beta, n_iter, bool(converged), objective,
+                          kkt_violation(alpha, g, C), g)
 
 
 # The largest K (MB, float64) a C path keeps whole.  Larger ones cost more than they
@@ -79,8 +116,8 @@ def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
     return 8 * n_rows * n_cols <= min(cache_size, GRAM_BUDGET_MB) * 2**20
 
 
-def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, max_iter
-              ) -> list[dict]:
+def pair_path(pair, *, X, feature_map: FeatureMap, Cs, seed, tol, cache_size, shrinking,
+              max_iter) -> list[BinarySolution]:
     """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
 
     ``pair`` is ``(rows, t)``: the rows of ``X`` in the problem and their +1 / -1 targets.
@@ -88,16 +125,16 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
     """
     rows, t = pair
     Xp = X[rows]
-    H = None if layer is None else layer.transform(Xp)
+    kernel = is_kernel(feature_map)
+    H = None if kernel else feature_map.transform(Xp)
     gram = None
-    if kernel is not None and len(Cs) > 1 and fits_gram_budget(rows.size, rows.size,
-                                                                cache_size):
+    if kernel and len(Cs) > 1 and fits_gram_budget(rows.size, rows.size, cache_size):
         # small enough to keep K whole (float64): every C of the path reads its columns
         # and exact products instead of computing them
-        gram = kernel.block(Xp, Xp)
+        gram = feature_map.block(Xp, Xp)
     # the solver's column cache, kept along the path: Q's columns do not depend on C
     column_cache = cache_size if gram is None else min(cache_size, GRAM_COLUMN_CACHE_MB)
-    state = None if kernel is None else KernelSolverState(Xp, t, kernel, column_cache, tol)
+    state = KernelSolverState(Xp, t, feature_map, column_cache, tol) if kernel else None
     alpha, gradient, path, previous_C = None, None, [], None
     if gram is not None:
         # Q 1: at a path's first (smallest) C most variables end at the bound, so every
@@ -111,7 +148,7 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
             alpha, gradient, previous_C = np.full(t.size, first), first * q1 - 1.0, first
     for C in Cs:
         start = alpha
-        if (layer is None and alpha is not None and C > previous_C
+        if (kernel and alpha is not None and C > previous_C
                 and np.any(alpha >= previous_C)):
             # predictor: the variables at the old bound start at the new one (on a face
             # that does not change they all stay there), which saves the steps that
@@ -119,13 +156,13 @@ def pair_path(pair, *, X, kernel, layer, Cs, seed, tol, cache_size, shrinking, m
             # coordinate descent more passes.)
             start = np.where(alpha >= previous_C, float(C), alpha)
         previous_C = float(C)
-        r = fit_binary(Xp, t, kernel=kernel, layer=layer, C=float(C), tol=tol,
+        r = fit_binary(Xp, t, feature_map=feature_map, C=float(C), tol=tol,
                        cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
                        seed=seed, alpha0=start, H=H, gradient0=gradient,
                        gradient0_alpha=alpha, gram=gram, state=state)
-        gradient = r.pop("gradient")  # only the next C needs it
-        path.append(r)
-        alpha = r["alpha"]
+        gradient = r.gradient  # only the next C needs it
+        path.append(r._replace(gradient=None))
+        alpha = r.alpha
     return path
 
 
@@ -136,42 +173,40 @@ def pair_problem(rows, y_idx, a, b):
     return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
 
 
-def build_problem(spec) -> tuple[Kernel | None, HiddenLayer | None]:
-    """``(kernel, layer)``, one of them None, from a spec of plain values:
-    ``("kernel", kind, sigma, degree)`` or ``("hidden", kind, n_features, n_hidden, seed,
-    weight_scale)``.  Raises for bad values, naming them."""
-    if spec[0] == "hidden":
-        _, kind, n_features, n_hidden, seed, weight_scale = spec
-        return None, HiddenLayer(kind, n_features, int(n_hidden), seed,
-                                 weight_scale=float(weight_scale))
-    _, kind, sigma, degree = spec
-    return Kernel(kind, sigma=float(sigma), degree=int(degree)), None
+def mapping_from_dict(d: dict) -> FeatureMap:
+    """The kernel or random layer described by its ``to_dict()``; raises for bad values,
+    naming them (a grid piece builds its own, so that a bad setting fails in the piece
+    that names it)."""
+    if "sigma" in d:
+        return Kernel.from_dict(d)
+    return feature_map_from_dict(d)
 
 
 def pair_validation_scores(piece, *, X, y_idx, splits, settings, Cs):
     """Pair scores of one grid piece ``(fold, setting index, (a, b))`` along ``Cs``
     (increasing), warm-started, on the fold's validation rows: ``(n_C, n_validation_rows)``.
 
-    ``settings[s]`` is ``(spec, seed, solver options)``, ``spec`` as ``build_problem``
-    takes it.
+    ``settings[s]`` is ``(feature map description, seed, solver options)``, the
+    description a ``to_dict()`` that :func:`mapping_from_dict` rebuilds.
     """
     fold, s, (a, b) = piece
-    spec, seed, options = settings[s]
-    kernel, layer = build_problem(spec)
+    description, seed, options = settings[s]
+    feature_map = mapping_from_dict(description)
+    kernel = is_kernel(feature_map)
     train, test = splits[fold]
     rows, t = pair_problem(train, y_idx, a, b)
-    path = pair_path((rows, t), X=X, kernel=kernel, layer=layer, Cs=Cs, seed=seed, **options)
-    if layer is None and fits_gram_budget(test.size, rows.size, options["cache_size"]):
+    path = pair_path((rows, t), X=X, feature_map=feature_map, Cs=Cs, seed=seed, **options)
+    if kernel and fits_gram_budget(test.size, rows.size, options["cache_size"]):
         # one kernel block and one product for every C of the path (gathering each C's
         # support-vector columns cost more than the zeros it skips)
-        K_test = kernel.block(X[test], X[rows])
-        coef = np.stack([result["alpha"] * t for result in path], axis=1)
+        K_test = feature_map.block(X[test], X[rows])
+        coef = np.stack([result.alpha * t for result in path], axis=1)
         return (K_test @ coef).T
     scores = np.empty((len(Cs), test.size))
     for c, result in enumerate(path):
-        if layer is not None:
-            scores[c] = layer.scores(X[test], result["beta"])
+        if not kernel:
+            scores[c] = feature_map.scores(X[test], result.beta)
             continue
-        sv = result["alpha"] > 0
-        scores[c] = kernel.block_matvec(X[test], X[rows[sv]], result["alpha"][sv] * t[sv])
+        sv = result.alpha > 0
+        scores[c] = feature_map.block_matvec(X[test], X[rows[sv]], result.alpha[sv] * t[sv])
     return scores
