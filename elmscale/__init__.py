@@ -35,7 +35,7 @@ _LAZY = {
     "SparseELMClassifier": "elmscale.models.sparse_elm",
 }
 # Modules reached as attributes (``from elmscale import dataplane``).
-_LAZY_MODULES = {"dataplane": "elmscale.distributed.dataplane"}
+_LAZY_MODULES = {"dataplane": "elmscale.dataplane"}
 
 
 def __getattr__(name):

@@ -18,8 +18,8 @@ import elmscale
 from elmscale import ModelFileError
 from elmscale.app.cli import main
 from elmscale.model_selection import GridSearchCV
-from elmscale.models import registry
-from elmscale.models.registry import Capabilities, EstimatorEntry
+from elmscale import registry
+from elmscale.registry import Capabilities, EstimatorEntry
 
 
 class ShrunkCentroidClassifier(ClassifierMixin, BaseEstimator):

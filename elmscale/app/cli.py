@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmscale.models import registry
+from elmscale import registry
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 

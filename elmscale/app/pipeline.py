@@ -10,7 +10,7 @@ Sections and keys (defaults in brackets)::
                write the train / test Parquet files first when they are missing),
                test_size (rows, or a fraction, held out of ``train`` at random with
                run.seed when there is no ``test``; in-memory estimators only)
-    [model]    estimator (a name in ``elmscale.models.registry``: "ELMClassifier",
+    [model]    estimator (a name in ``elmscale.registry``: "ELMClassifier",
                "ELMRegressor", "SparseELMClassifier", ...) ["ELMClassifier"], params (a
                table of the estimator's parameters)
     [search]   grid (a table of lists, or "paper"), folds [5], scoring
@@ -33,7 +33,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from elmscale.models import registry
+from elmscale import registry
 
 __all__ = ["Pipeline", "PipelineError", "load_pipeline", "parse_override"]
 

@@ -238,11 +238,12 @@ class ParquetDataset:
         return units
 
     def read(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """All rows in memory (for small sets and tests): ``(X float32, y)``; this is
-        :func:`elmscale.dataplane.gather_rows` in this process."""
-        from elmscale.distributed.dataplane import gather_rows
-
-        return gather_rows(self)
+        """All rows in memory (for small sets and tests): ``(X float32, y)``, read unit by
+        unit here (:func:`elmscale.dataplane.gather_rows` reads them on a cluster)."""
+        parts = [unit.read() for unit in self.units()]
+        X = np.concatenate([p[0] for p in parts])
+        y = None if self.label is None else np.concatenate([p[1] for p in parts])
+        return X, y
 
 
 def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> ParquetDataset:

@@ -34,7 +34,7 @@ A model file is a ZIP archive with these members:
 ``SHA256SUMS``
     ``<sha256>  <member>`` for every other member; loading verifies each.
 
-Only the estimators of ``elmscale.models.registry`` and the two containers
+Only the estimators of ``elmscale.registry`` and the two containers
 (``Scaler``, scikit-learn's ``Pipeline``) can be rebuilt, from JSON
 parameters and plain arrays: nothing in the file is imported or executed.  A
 truncated or modified file, an unknown estimator or a newer format version
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from elmscale.models import registry
+from elmscale import registry
 from elmscale.core.errors import ModelFileError
 from elmscale.core.files import atomic_write
 from elmscale.features.layers import HiddenLayer

@@ -25,7 +25,7 @@ from sklearn.utils import check_X_y
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
 from elmscale.distributed.executors import make_executor, progress_bars
-from elmscale.models import registry
+from elmscale import registry
 from elmscale.models.grid_plan import GridPlan
 from elmscale.models.paper_grids import (PAPER_C_GRID, PAPER_DEGREE_GRID, PAPER_SIGMA_GRID,
                                          paper_grid)
@@ -137,7 +137,7 @@ class GridSearchCV(BaseEstimator):
 
     Parameters
     ----------
-    estimator : a registered estimator (``elmscale.models.registry``).  With ``fit_path``
+    estimator : a registered estimator (``elmscale.registry``).  With ``fit_path``
         (its ``c_path`` capability: ``SparseELMClassifier``, ``ELMClassifier``,
         ``ELMRegressor``) each piece solves the C list as one path; otherwise one fit per C.
     param_grid : dict (or list of dicts) of parameter lists, as scikit-learn's; its "C"

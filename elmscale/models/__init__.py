@@ -1,2 +1,2 @@
-"""The estimators, one module per family, the registry that describes them (``registry``),
+"""The estimators, one module per family (described to the commands by ``elmscale.registry``),
 and the worker-side functions they fan out (no scikit-learn in those)."""
