@@ -30,12 +30,14 @@ def connect(ray_address: str | None = "auto") -> None:
     """Use the initialised Ray, or connect to ``ray_address``."""
     import ray
 
+    from elmscale.distributed.connect import connect_ray
+
     if ray.is_initialized():
         return
     if ray_address is None:
         raise ValueError("Ray is not initialised: call ray.init() first or pass ray_address "
                          "(for example 'auto' for a cluster started with `ray start`)")
-    ray.init(address=ray_address, log_to_driver=False)
+    connect_ray(ray_address, log_to_driver=False)
 
 
 def _run_piece(fn, item, names, n_threads, kwargs, *values):

@@ -1,0 +1,140 @@
+"""Connecting to a Dask scheduler or a Ray cluster, failing within seconds when it is absent.
+
+A scheduler or a head that does not answer must not leave a run waiting forever (Ray's
+``ray.init`` waits for a dead GCS address for minutes, a Dask ``Client`` given a scheduler
+file that does not exist waits for it for good): :func:`connect_dask` and
+:func:`connect_ray` give up after ``timeout`` seconds with a :class:`ConnectionError`
+naming the address.  Neither imports Dask or Ray until called.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from urllib.parse import urlsplit
+
+__all__ = ["CONNECT_TIMEOUT", "connect_dask", "connect_ray"]
+
+CONNECT_TIMEOUT = 10.0  # seconds; a scheduler or head starting at the same time has this long
+_RETRY_EVERY = 0.25
+_RAY_CLIENT_PORT = 10001
+
+
+def connect_dask(address: str | None = None, *, scheduler_file: str | os.PathLike | None = None,
+                 timeout: float = CONNECT_TIMEOUT):
+    """A ``distributed.Client`` of the scheduler at ``address`` (or named by
+    ``scheduler_file``); :class:`ConnectionError` naming it if it does not answer within
+    ``timeout`` seconds."""
+    from distributed import Client
+
+    if (address is None) == (scheduler_file is None):
+        raise ValueError("give a Dask scheduler address or a scheduler file, not both or "
+                         "neither")
+    where = f"at {address}"
+    if scheduler_file is not None:
+        address = _scheduler_file_address(os.fspath(scheduler_file), timeout)
+        where = f"at {address} (scheduler file {os.fspath(scheduler_file)})"
+    try:
+        if scheduler_file is not None:
+            return Client(scheduler_file=os.fspath(scheduler_file), timeout=timeout)
+        return Client(address, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        raise ConnectionError(f"cannot reach the Dask scheduler {where} within {timeout:g} s "
+                              f"({exc}); is it running?") from exc
+
+
+def _scheduler_file_address(path: str, timeout: float) -> str:
+    """The address a scheduler file names, waiting up to ``timeout`` s for it to be written
+    (a scheduler started at the same time writes it when it is up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as fh:
+                return str(json.load(fh)["address"])
+        except (OSError, ValueError, KeyError) as exc:
+            if time.monotonic() >= deadline:
+                reason = ("does not exist" if isinstance(exc, FileNotFoundError)
+                          else f"names no scheduler ({type(exc).__name__}: {exc})")
+                raise ConnectionError(f"the Dask scheduler file {path} {reason} after "
+                                      f"{timeout:g} s; is the scheduler running?") from exc
+        time.sleep(_RETRY_EVERY)
+
+
+def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init_kwargs) -> None:
+    """Initialise Ray for ``address`` unless Ray is initialised already (then it is used as
+    it is).
+
+    ``"local"`` starts a Ray in this process (``init_kwargs`` go to ``ray.init``, for
+    example ``num_cpus``).  ``"host:port"`` (a head's GCS) and ``"ray://host:port"`` (Ray
+    Client) must accept a TCP connection within ``timeout`` seconds, and ``"auto"`` must
+    find a running cluster (``RAY_ADDRESS``, or the last ``ray start`` on this machine)
+    that does; otherwise :class:`ConnectionError` naming the address.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is None:
+        raise ValueError("Ray is not initialised: call ray.init() first or pass a Ray address "
+                         "(for example 'auto' for a cluster started with `ray start`)")
+    init_kwargs.setdefault("log_to_driver", False)
+    if address != "local":
+        target = _find_auto_address() if address == "auto" else address
+        host, port = _host_port(target)
+        if not _accepts_connections(host, port, timeout):
+            found = f" (found by 'auto' at {target})" if address == "auto" else ""
+            raise ConnectionError(f"cannot reach the Ray cluster at {address}{found}: nothing "
+                                  f"accepts connections on {host}:{port} within {timeout:g} s;"
+                                  " is it running?")
+    ray.init(address=address, **init_kwargs)
+
+
+def _find_auto_address() -> str:
+    """The cluster ``ray.init(address="auto")`` would join, without joining it."""
+    try:
+        from ray._private.services import get_ray_address_from_environment
+    except ImportError:  # a Ray whose internals moved: the cluster is found by ray.init
+        return "auto"
+    try:
+        return get_ray_address_from_environment("auto", None)
+    except ConnectionError as exc:
+        raise ConnectionError("cannot reach a Ray cluster at auto: no running Ray found "
+                              "(RAY_ADDRESS is unset and no `ray start` cluster runs on this "
+                              "machine); start one or give its address") from exc
+
+
+def _host_port(address: str) -> tuple[str, int] | tuple[None, None]:
+    """Host and port of ``host:port`` or ``scheme://host[:port]``; (None, None) for "auto"
+    left to Ray."""
+    if address == "auto":
+        return None, None
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"Ray address {address!r}: the port is not a number") from exc
+    if port is None and parts.scheme == "ray":
+        port = _RAY_CLIENT_PORT
+    if not parts.hostname or port is None:
+        raise ValueError(f"Ray address {address!r}: expected 'auto', 'local', 'host:port' or "
+                         "'ray://host:port'")
+    return parts.hostname, port
+
+
+def _accepts_connections(host: str | None, port: int | None, timeout: float) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout`` s (retried: a head
+    may be starting)."""
+    if host is None:
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(remaining, _RETRY_EVERY)):
+                return True
+        except OSError:
+            if time.monotonic() + _RETRY_EVERY >= deadline:
+                return False
+        time.sleep(_RETRY_EVERY)
