@@ -23,6 +23,7 @@ import numpy as np
 from elmscale import registry
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
+from elmscale.data.columns import PARQUET_SUFFIXES
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -110,7 +111,7 @@ def _write_table_atomically(columns: dict, path: Path) -> None:
 
     table = pa.table(columns)
     suffix = path.suffix.lower()
-    if suffix not in (".csv", ".parquet", ".pq"):
+    if suffix not in (".csv", *PARQUET_SUFFIXES):
         raise UsageError(f"output {path}: expected a .csv or .parquet file name")
 
     def write(tmp: Path) -> None:

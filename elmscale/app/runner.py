@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from elmscale.app.pipeline import SCHEMA, Pipeline, make_estimator
-from elmscale.models import registry
+from elmscale.data.columns import PARQUET_SUFFIXES
+from elmscale import registry
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 
@@ -125,8 +126,8 @@ class Compute:
 def _is_parquet(path: str) -> bool:
     p = Path(path)
     if glob.has_magic(path):
-        return all(Path(f).suffix in (".parquet", ".pq") for f in glob.glob(path))
-    return p.is_dir() or p.suffix in (".parquet", ".pq")
+        return all(Path(f).suffix in PARQUET_SUFFIXES for f in glob.glob(path))
+    return p.is_dir() or p.suffix in PARQUET_SUFFIXES
 
 
 def _generate(data: dict, seed: int) -> None:

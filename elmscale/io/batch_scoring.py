@@ -33,11 +33,11 @@ from elmscale.core.errors import DataError
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.threads import thread_budget
-from elmscale.data.columns import is_numeric_type
+from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type
 
 __all__ = ["ScoreJob", "plan_jobs", "score_file", "score_jobs"]
 
-INPUT_SUFFIXES = (".parquet", ".pq", ".csv")
+INPUT_SUFFIXES = (*PARQUET_SUFFIXES, ".csv")
 DEFAULT_BATCH_ROWS = 262_144
 
 
@@ -110,8 +110,8 @@ def plan_jobs(model, input_path, output_path, *, features=None, id_columns: Sequ
     """One job per input file, every input checked; outputs that exist are left out."""
     input_path, output_path = Path(input_path), Path(output_path)
     files = _inputs(input_path)
-    to_dir = input_path.is_dir() or output_path.suffix.lower() not in (".parquet", ".pq", ".csv")
-    if to_dir and output_path.suffix.lower() in (".parquet", ".pq", ".csv"):
+    to_dir = input_path.is_dir() or output_path.suffix.lower() not in INPUT_SUFFIXES
+    if to_dir and output_path.suffix.lower() in INPUT_SUFFIXES:
         raise DataError(f"{output_path}: the input is a directory; expected an output directory")
     if decision and not hasattr(final_estimator(model), "decision_function"):
         raise DataError("decision values: the model is not a classifier")

@@ -27,6 +27,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from elmscale.distributed.executors import make_executor, progress_bars
 from elmscale import registry
 from elmscale.models.grid_plan import GridPlan
+from elmscale.model_selection.results import cv_results
 from elmscale.models.paper_grids import (PAPER_C_GRID, PAPER_DEGREE_GRID, PAPER_SIGMA_GRID,
                                          paper_grid)
 
@@ -39,7 +40,8 @@ class PathSearchResult:
     """Outcome of ``path_grid_search``.
 
     ``mean_scores[i, j]`` is the mean validation score of ``params[i]`` with
-    ``Cs[j]``; ``fold_scores`` has one more axis for the folds.
+    ``Cs[j]``; ``fold_scores`` has one more axis for the folds; ``cv_results_`` the same
+    scores in scikit-learn's shape (:func:`elmscale.model_selection.results.cv_results`).
     """
 
     best_params_: dict
@@ -49,6 +51,7 @@ class PathSearchResult:
     mean_scores: np.ndarray = field(repr=False)
     fold_scores: np.ndarray = field(repr=False)
     best_estimator_: object = field(default=None, repr=False)
+    cv_results_: dict = field(default=None, repr=False)
 
 
 def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, refit=True):
@@ -71,20 +74,18 @@ def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, re
             est = clone(estimator).set_params(**params)
             for j, fitted in enumerate(est.fit_path(X[train], y[train], Cs)):
                 scores[i, j, k] = fitted.score(X[test], y[test])
-    mean = scores.mean(axis=2)
     # GridSearchCV's candidate order: ParameterGrid over {**param_grid, "C": Cs}
     # sorts the keys, so C is fastest only if it sorts last; rank like it does.
-    order = list(ParameterGrid({**(param_grid or {}), "C": list(Cs)}))
-    flat = {(tuple(sorted(p.items()))): None for p in order}
-    best_key, best = None, -np.inf
-    for key in flat:
-        p = dict(key)
-        i = grid.index({k: v for k, v in p.items() if k != "C"})
-        value = mean[i, Cs.index(float(p["C"]))]
-        if value > best:
-            best, best_key = value, p
-    result = PathSearchResult(best_params_=best_key, best_score_=float(best), params=grid, Cs=Cs,
-                              mean_scores=mean, fold_scores=scores)
+    candidates = list(ParameterGrid({**(param_grid or {}), "C": list(Cs)}))
+    split = np.array([scores[grid.index({k: v for k, v in c.items() if k != "C"}),
+                             Cs.index(float(c["C"]))] for c in candidates])
+    results = cv_results(candidates, split)
+    best = int(np.argmin(results["rank_test_score"]))
+    best_key = candidates[best]
+    result = PathSearchResult(best_params_=best_key,
+                              best_score_=float(results["mean_test_score"][best]), params=grid,
+                              Cs=Cs, mean_scores=scores.mean(axis=2), fold_scores=scores,
+                              cv_results_=results)
     if refit:
         result.best_estimator_ = clone(estimator).set_params(**best_key).fit(X, y)
     return result
@@ -247,19 +248,10 @@ class GridSearchCV(BaseEstimator):
 
     def _set_results(self, candidates, keys, scores, n_splits):
         split = np.array([scores[s, c] for s, c in keys])  # (candidates, folds)
-        mean, std = split.mean(axis=1), split.std(axis=1)
-        order = np.argsort(-mean, kind="stable")
-        rank = np.empty(len(candidates), dtype=np.int64)
-        rank[order] = np.arange(1, len(candidates) + 1)
-        results = {"params": candidates}
-        for name in sorted({k for c in candidates for k in c}):
-            results[f"param_{name}"] = np.array([c.get(name) for c in candidates], dtype=object)
-        for k in range(n_splits):
-            results[f"split{k}_test_score"] = split[:, k]
-        results.update(mean_test_score=mean, std_test_score=std, rank_test_score=rank)
-        self.cv_results_ = results
+        self.cv_results_ = cv_results(candidates, split)
         self.n_splits_ = n_splits
-        self.best_index_ = int(order[0])
+        self.best_index_ = int(np.argmin(self.cv_results_["rank_test_score"]))
+        mean = self.cv_results_["mean_test_score"]
         self.best_params_ = candidates[self.best_index_]
         self.best_score_ = float(mean[self.best_index_])
 
