@@ -99,6 +99,11 @@ SHRINK_DIVISOR = 4.0  # the explicit solver's shrinking thresholds, divided (_ex
 FACE_QP_MAX_FREE = 64
 FACE_QP_STEPS_PER_ROW = 1
 PREFETCH_AHEAD = 8  # rows of H asked for ahead of the explicit solver's random order
+# The kernel solver's int8 ``bound`` flag of each variable (LIBSVM's alpha_status).  numba
+# reads module-level ints as compile-time constants: the same code as literals.
+LOWER_BOUND = 0  # a_i = 0
+FREE = 1  # 0 < a_i < C
+UPPER_BOUND = 2  # a_i = C
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -112,8 +117,9 @@ def _violation(a, g, C):
 
 
 def _bound_flags(alpha, C):
-    """The phase's int8 bound flags of ``alpha``: 0 at 0, 1 free, 2 at C."""
-    return np.where(alpha <= 0.0, 0, np.where(alpha >= C, 2, 1)).astype(np.int8)
+    """The phase's int8 bound flags of ``alpha`` (``LOWER_BOUND``, ``FREE``, ``UPPER_BOUND``)."""
+    return np.where(alpha <= 0.0, LOWER_BOUND,
+                    np.where(alpha >= C, UPPER_BOUND, FREE)).astype(np.int8)
 
 
 def column_dtype(largest_diagonal, tol):
@@ -305,9 +311,9 @@ def _first_index(x, m, value):
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _flag_violation(g, flag):
-    """KKT violation from the bound flag (0 at 0, 1 free, 2 at C): branch-free, vectorises."""
-    up = g if flag != 0 else 0.0  # may decrease: violation when g > 0
-    dn = -g if flag != 2 else 0.0  # may increase: violation when g < 0
+    """KKT violation from the bound flag (``bound``'s codes): branch-free, vectorises."""
+    up = g if flag != LOWER_BOUND else 0.0  # may decrease: violation when g > 0
+    dn = -g if flag != UPPER_BOUND else 0.0  # may increase: violation when g < 0
     return up if up > dn else dn
 
 
@@ -321,7 +327,7 @@ def _update_select_range(start, end, g, bound, dinv, col, delta, col2, delta2, t
     variables first), so that the update and the violations vectorise; the
     arg-max is looked for only in a block whose maximum beats the best so far.
     The pass is memory-bound, so it reads few bytes per variable: ``bound``
-    (int8: 0 at 0, 1 free, 2 at C) rather than alpha, and no diagonal when it
+    (int8: ``LOWER_BOUND``, ``FREE``, ``UPPER_BOUND``) rather than alpha, and no diagonal when it
     is all ones.  Returns ``(index, its score, largest squared violation)``; index
     -1 when nothing violates.  ``start`` is a multiple of ``_BLOCK`` or the blocks
     shift (the result does not depend on them).
@@ -685,22 +691,24 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
     up_max = 0.0
     dn_max = 0.0
     for p in range(n_active):
-        if bound[p] != 0 and g[p] > up_max:
+        if bound[p] != LOWER_BOUND and g[p] > up_max:
             up_max = g[p]
-        if bound[p] != 2 and -g[p] > dn_max:
+        if bound[p] != UPPER_BOUND and -g[p] > dn_max:
             dn_max = -g[p]
     low_thr = up_max if up_max > 0.0 else np.inf
     up_thr = dn_max if dn_max > 0.0 else np.inf
     n_keep = 0
     for p in range(n_active):
-        if not ((bound[p] == 0 and g[p] > low_thr) or (bound[p] == 2 and -g[p] > up_thr)):
+        if not ((bound[p] == LOWER_BOUND and g[p] > low_thr)
+                or (bound[p] == UPPER_BOUND and -g[p] > up_thr)):
             order[n_keep] = p
             n_keep += 1
     if n_active - n_keep < min_drop:
         return n_active
     q = n_keep
     for p in range(n_active):
-        if (bound[p] == 0 and g[p] > low_thr) or (bound[p] == 2 and -g[p] > up_thr):
+        if ((bound[p] == LOWER_BOUND and g[p] > low_thr)
+                or (bound[p] == UPPER_BOUND and -g[p] > up_thr)):
             order[q] = p
             q += 1
     for x in (alpha, g, g_bar, diag, dinv):
@@ -824,7 +832,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
             old = alpha[v]
             new = min(max(old + dv, 0.0), C)
             alpha[v] = new
-            bound[v] = 0 if new <= 0.0 else (2 if new >= C else 1)
+            bound[v] = LOWER_BOUND if new <= 0.0 else (UPPER_BOUND if new >= C else FREE)
             if (old >= C) != (new >= C):
                 # G_bar = sum over a_j = C of C Q[:, j], over every variable
                 istate[8] += 1
@@ -982,7 +990,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
             # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
             m = int(istate[1])
             free_rows = np.zeros(n)  # free variables are never shrunk
-            free_rows[perm] = np.where(bound == 1, alpha, 0.0)
+            free_rows[perm] = np.where(bound == FREE, alpha, 0.0)
             g[m:] = g_bar[m:] - 1.0 + exact_q.matvec(perm[m:], free_rows)
             istate[1] = n
             continue
