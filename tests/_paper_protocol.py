@@ -8,10 +8,10 @@ seeded) over the paper's grid on the training part, accuracy on the test part.
 from __future__ import annotations
 
 import csv
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
-from _datasets import SHARED_DATA, shared_data
+from _datasets import shared_data, shared_path
 from sklearn.model_selection import StratifiedKFold
 
 from elmscale.data import Scaler, load
@@ -48,7 +48,7 @@ def own_test_file(name: str) -> bool:
 
 
 def _reference_rows(filename: str):
-    with open(SHARED_DATA.parent / "reference" / filename) as fh:
+    with open(shared_path("reference", filename)) as fh:
         return list(csv.DictReader(fh))
 
 
@@ -69,7 +69,7 @@ def paper_support_vectors(dataset: str, method: str, mapping: str) -> float:
     raise KeyError((dataset, method, mapping))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read(path: str, **kw):
     ds = load(shared_data(path), **kw)
     return ds.X, ds.y

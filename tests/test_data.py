@@ -71,6 +71,7 @@ UNORDERED_COUNTS = {
 }
 
 
+@pytest.mark.needs_shared
 @pytest.mark.parametrize(
     "rel, kw, fmt, rows, cols, expected", CLASSIFICATION, ids=[c[0] for c in CLASSIFICATION]
 )
@@ -90,6 +91,7 @@ def test_classification_sets_match_readme(rel, kw, fmt, rows, cols, expected):
         assert sorted(counts(ds.y)) == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.needs_shared
 def test_libsvm_sparse_and_feature_space():
     path = shared_data("a9a", "a9a.t")
     ds = load_libsvm(path, n_features=123, dense=False)
@@ -100,12 +102,14 @@ def test_libsvm_sparse_and_feature_space():
         load_libsvm(path, n_features=100)
 
 
+@pytest.mark.needs_shared
 def test_svmguide1_crlf_and_no_final_newline():
     ds = load_libsvm(shared_data("svmguide1", "svmguide1"))
     assert ds.X.shape == (3_089, 4)
     assert ds.X[0, 0] == pytest.approx(26.173)
 
 
+@pytest.mark.needs_shared
 def test_breast_cancer_missing_values():
     path = shared_data("breast-cancer", "breast-cancer-wisconsin.data")
     with pytest.raises(DataError) as err:
@@ -122,6 +126,7 @@ def test_breast_cancer_missing_values():
     assert counts(full.y) == {2: 458, 4: 241}
 
 
+@pytest.mark.needs_shared
 def test_headers_are_detected():
     cod = load_csv(shared_data("cod-rna", "codrna.csv"))
     assert cod.feature_names == [str(i) for i in range(8)]  # "0,...,8" is a header
@@ -150,6 +155,7 @@ REGRESSION = [
 ]
 
 
+@pytest.mark.needs_shared
 @pytest.mark.parametrize("name, kw, rows, cols, y0", REGRESSION, ids=[r[0] for r in REGRESSION])
 def test_regression_sets_match_readme(name, kw, rows, cols, y0):
     ds = load(shared_data("regression", name), **kw)
@@ -159,6 +165,7 @@ def test_regression_sets_match_readme(name, kw, rows, cols, y0):
         assert ds.y[0] == pytest.approx(y0)
 
 
+@pytest.mark.needs_shared
 def test_regression_sets_with_categorical_columns():
     folder = "regression"
     msg = r"abalone\.csv: column 'col0' \(position 0\) is not numeric \(found 'M'"

@@ -56,6 +56,7 @@ def _rel(a, b):
     return np.abs(a - b).max() / np.abs(b).max()
 
 
+@pytest.mark.needs_shared
 @pytest.mark.parametrize("name", ["cod-rna", "a9a"])
 def test_cluster_fit_equals_local_fit(real_sets, dask_client, name):
     raw = open_parquet(real_sets[name])

@@ -28,6 +28,8 @@ from elmscale import SparseELMClassifier
 from elmscale.data import Scaler, load
 from elmscale.model_selection import PAPER_C_GRID, PAPER_DEGREE_GRID, PAPER_SIGMA_GRID
 
+pytestmark = pytest.mark.needs_shared
+
 TOLERANCE = 2.0
 SEEDS = {"Ionosphere": range(5)}
 COARSE = {"Satimage"}  # every other C and sigma of the paper's grid

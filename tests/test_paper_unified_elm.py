@@ -28,7 +28,7 @@ from elmscale import ELMClassifier
 from elmscale.data import Scaler
 from elmscale.model_selection import PAPER_C_GRID, PAPER_SIGMA_GRID, path_grid_search
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_shared]
 
 SEEDS = range(5)
 TOLERANCE = 2.5

@@ -22,12 +22,13 @@ from elmscale.distributed.ray_tasks import PieceFailed
 from elmscale.model_selection import GridSearchCV, paper_grid
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # as ray_session: set up first, skips before Ray starts
 def satimage():
     train = load(shared_data("satimage", "satimage.scale"))
     return Scaler().fit_transform(train.X), train.y
 
 
+@pytest.mark.needs_shared
 def test_ray_one_vs_one_equals_local_on_satimage(satimage, ray_session):
     X, y = satimage
     model = SparseELMClassifier(sigma=2.0, C=5.0)
@@ -60,7 +61,8 @@ def test_grid_search_is_the_same_locally_and_on_ray(ray_session):
     for key in ("mean_test_score", "split0_test_score", "split2_test_score", "rank_test_score"):
         np.testing.assert_array_equal(on_ray.cv_results_[key], local.cv_results_[key])
     assert on_ray.best_params_ == local.best_params_
-    np.testing.assert_array_equal(on_ray.best_estimator_.predict(X), local.best_estimator_.predict(X))
+    np.testing.assert_array_equal(on_ray.best_estimator_.predict(X),
+                                  local.best_estimator_.predict(X))
     # each candidate's fold score is that of a separate fit (warm starts stop within tol:
     # at most a row or two may change side)
     splits = list(StratifiedKFold(3, shuffle=True, random_state=4).split(X, y))
@@ -200,8 +202,8 @@ def test_random_node_pieces_share_one_layer():
 def test_a_task_imports_elmscale_numerics_without_scikit_learn():
     # what a grid piece or a one-vs-one pair task imports on a worker: scikit-learn
     # (1.6 s of a worker's 2 s start) must stay out of it
-    code = ("import sys, elmscale.ray_fanout, elmscale.sparse_paths; "
+    code = ("import sys, elmscale.distributed.ray_tasks, elmscale.models.sparse_elm_pairs; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+                         check=True, timeout=120)
     assert out.stdout.strip() == "[]"

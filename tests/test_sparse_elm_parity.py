@@ -24,6 +24,8 @@ from _paper_protocol import (
     sparse_elm_and_svc,
 )
 
+pytestmark = pytest.mark.needs_shared
+
 SETS = ["Australian", "Diabetes", "Heart", "Ionosphere", "SVMguide1", "Satimage"]
 TOLERANCE = {("Ionosphere", "gaussian"): 3.0}
 
