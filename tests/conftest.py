@@ -1,12 +1,27 @@
-"""Test-session settings.  Data helpers: ``_datasets.py`` (../shared/data), ``_problems.py``."""
+"""Test-session settings.  Data helpers: ``_datasets.py`` (../shared), ``_problems.py``.
 
+Two guards for a CI that cannot hang or skip silently:
+
+* A watchdog behind pytest-timeout: pytest-timeout (``timeout`` in pyproject.toml, or
+  ``@pytest.mark.timeout``) fails a test that runs too long by a signal, which a test
+  blocked outside Python never sees; ``ELMSCALE_TIMEOUT_GRACE`` seconds (default 60)
+  later the watchdog prints the test's name and every thread's stack and ends the run.
+* ``ELMSCALE_EXPECT_SKIPPED=1`` (the CI's run of ``-m needs_shared`` with the shared
+  folder hidden): the run fails unless every test ran was skipped because the shared
+  folder is absent.
+"""
+
+import faulthandler
 import os
+import sys
+import threading
 
 # scikit-learn's estimator checks include an array-API check that runs only
 # when SciPy's array API support is on; it must be set before SciPy loads.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
-import pytest
+import _datasets  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +42,101 @@ def ray_session():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+# -- the running test (for _datasets' needs_shared check) and the timeout watchdog --------
+
+
+def _timeout_of(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+    else:
+        value = item.config.getoption("timeout", None) or item.config.getini("timeout")
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _stop_the_run(item, seconds: float):
+    try:  # pytest holds fds 1 and 2 while a test runs: give them back, with what it holds
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        capture.suspend_global_capture(in_=True)
+        out, err = capture.read_global_capture()
+        sys.stderr.write(f"{out}{err}")
+    except Exception:  # noqa: BLE001 - the run stops anyway
+        pass
+    sys.stderr.write(f"\n{'+' * 30} Timeout {'+' * 30}\n{item.nodeid} still running "
+                     f"{seconds:g} s after it started (past its pytest-timeout and the "
+                     "grace period): stacks of every thread, then the run stops\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _datasets.current_test = item
+    timeout = _timeout_of(item)
+    watchdog = None
+    if timeout > 0:
+        limit = timeout + float(os.environ.get("ELMSCALE_TIMEOUT_GRACE", "60"))
+        watchdog = threading.Timer(limit, _stop_the_run, (item, limit))
+        watchdog.daemon = True
+        watchdog.start()
+    try:
+        return (yield)
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        _datasets.current_test = None
+
+
+# -- ELMSCALE_EXPECT_SKIPPED: every test skipped for want of the shared folder --------------
+
+_outcomes: dict = {}
+
+
+def _expect_skipped() -> bool:
+    return os.environ.get("ELMSCALE_EXPECT_SKIPPED", "") not in ("", "0")
+
+
+def pytest_runtest_logreport(report):
+    if not _expect_skipped():
+        return
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        ok = _datasets.SKIP_REASON in str(reason)
+        _outcomes[report.nodeid] = "skipped" if ok else f"skipped for another reason: {reason}"
+    elif report.failed:
+        _outcomes[report.nodeid] = f"failed in {report.when}"
+    elif report.when == "call":
+        _outcomes[report.nodeid] = "passed"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _expect_skipped():
+        return
+    wrong = {k: v for k, v in _outcomes.items() if v != "skipped"}
+    if wrong or not _outcomes:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.config.stash[_summary_key] = (wrong, len(_outcomes))
+
+
+_summary_key = pytest.StashKey[tuple]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _summary_key not in config.stash:
+        return
+    wrong, n = config.stash[_summary_key]
+    write = terminalreporter.write_line
+    terminalreporter.section("ELMSCALE_EXPECT_SKIPPED")
+    if not n:
+        write("no test ran: expected every test to be skipped for want of the shared folder")
+    for nodeid, outcome in wrong.items():
+        write(f"{nodeid}: {outcome} (expected: skipped, {_datasets.SKIP_REASON})")
+    if n and not wrong:
+        write(f"all {n} tests skipped: {_datasets.SKIP_REASON}")

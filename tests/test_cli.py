@@ -115,9 +115,10 @@ def test_predict_with_wrong_feature_count_names_the_file(tmp_path, csv_data, cap
 
 def test_installed_command_info_and_exit_codes(tmp_path):
     exe = [sys.executable, "-m", "elmscale"]
-    info = subprocess.run(exe + ["info"], capture_output=True, text=True, check=True)
+    info = subprocess.run(exe + ["info"], capture_output=True, text=True, check=True,
+                          timeout=120)
     assert f"elmscale {elmscale.__version__}" in info.stdout and "thread pool" in info.stdout
-    bad = subprocess.run(exe + ["train"], capture_output=True, text=True)
+    bad = subprocess.run(exe + ["train"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "required" in bad.stderr
 
 
