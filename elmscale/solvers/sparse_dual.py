@@ -104,6 +104,47 @@ PREFETCH_AHEAD = 8  # rows of H asked for ahead of the explicit solver's random 
 LOWER_BOUND = 0  # a_i = 0
 FREE = 1  # 0 < a_i < C
 UPPER_BOUND = 2  # a_i = C
+# What a phase returns (the kernel solver's all four, the explicit solver's 0, 1 and 3)
+PHASE_OPTIMAL = 0  # every variable within tol (the kernel's: a candidate, checked exactly)
+PHASE_MAX_ITER = 1  # the step (pass) cap reached
+PHASE_UNSHRINK = 2  # the caller rebuilds the shrunk variables' gradient, then calls again
+PHASE_TAIL = 3  # the caller solves the small active set exactly, then calls again
+# The kernel solver's integer state between phases, one record whose fields numba reads
+# and writes in place (a record is a pointer to its bytes: no copy)
+KERNEL_STATE = np.dtype([
+    ("head", np.int64),  # the LRU list's head: the most recently used slot
+    ("n_active", np.int64),  # active variables: the solver's positions [0, n_active)
+    ("unshrunk", np.bool_),  # every variable brought back once near the end (LIBSVM's)
+    ("to_shrink", np.int64),  # steps to the next shrinking round
+    ("steps", np.int64),  # steps so far
+    ("last_change", np.int64),  # the step count at the active set's last change or tail solve
+    # counters for diagnosis (``info``)
+    ("column_entries", np.int64),  # column entries computed
+    ("shrinks", np.int64),  # shrinking rounds
+    ("shrunk_active_sum", np.int64),  # the active sizes they left, summed
+    ("g_bar_updates", np.int64),
+    ("g_bar_entries", np.int64),  # column entries added for G_bar's updates
+])
+# The explicit solver's (``_explicit_phase``)
+EXPLICIT_STATE = np.dtype([
+    ("active_size", np.int64),  # the first active_size of ``active`` are active
+    ("passes", np.int64),  # passes so far
+    ("tail_passes", np.int64),  # passes in a row with at most tail_size active
+    # the shrinking thresholds from the previous pass: LIBLINEAR's, the largest gradient
+    # of a variable that may decrease and the smallest of one that may increase, over
+    # SHRINK_DIVISOR
+    ("up_bound", np.float64),
+    ("down_bound", np.float64),
+])
+
+
+def _new_record(dtype, **fields):
+    """One record of ``dtype`` (a view of a one-element array: numba writes through it),
+    its fields zero but those given."""
+    record = np.zeros(1, dtype)[0]
+    for name, value in fields.items():
+        record[name] = value
+    return record
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -473,10 +514,24 @@ def _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi,
 # disjoint entries, and every decision stays on the solver's thread, so the result is
 # the same to the bit as on one thread (a helper's best counts only when strictly
 # better, as the first maximum would in one pass).  The two meet through ``ctrl``
-# (int64): [0] the number of the job posted (solver), [1] of the job done (helper),
-# [2] its kind, [3:8] integer arguments, [8] an integer result; ``fargs`` (float64):
-# [0:2] arguments, [2:4] results.  A hand-over measured 0.2-0.85 us (a bare round trip
-# between two threads 0.06 us), so passes shorter than ``SPLIT_MIN`` stay whole.
+# (int64, slots _CTRL_*) and ``fargs`` (float64, slots _F_*).  A hand-over measured
+# 0.2-0.85 us (a bare round trip between two threads 0.06 us), so passes shorter than
+# ``SPLIT_MIN`` stay whole.
+_CTRL_POSTED = 0  # the number of the job posted (the solver's thread writes it)
+_CTRL_DONE = 1  # of the job done (the helper's)
+_CTRL_JOB = 2  # its kind (_JOB_*)
+_CTRL_VAR = 3  # the variable whose column is computed; for an update, 1 if two columns
+_CTRL_START = 4  # the helper's part of the pass: [start, end)
+_CTRL_END = 5
+_CTRL_SLOT = 6  # the cache slot of the (first) column
+_CTRL_SLOT2 = 7  # of the second column (an update's)
+_CTRL_RESULT = 8  # an index found (partner, selected variable)
+_CTRL_SIZE = 9
+_F_ARG = 0  # the float arguments: gi (partner), the step's di (update), w (G_bar)
+_F_ARG2 = 1  # qii (partner), dj (update)
+_F_BEST = 2  # the best score found in the helper's part
+_F_MAX_V = 3  # the largest squared violation there (update)
+_FARGS_SIZE = 4
 _JOB_STOP = 0
 _JOB_COLUMN = 1
 _JOB_PARTNER = 2
@@ -489,22 +544,22 @@ _NO_FARGS = np.zeros(0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _post(ctrl, job, a0, a1, a2, a3, a4):
+def _post(ctrl, job, var, start, end, slot, slot2):
     """Hand the helper a job (arguments first, then the job number, with release)."""
-    ctrl[2] = job
-    ctrl[3] = a0
-    ctrl[4] = a1
-    ctrl[5] = a2
-    ctrl[6] = a3
-    ctrl[7] = a4
-    atomic_store_release(ctrl, 0, ctrl[0] + 1)
+    ctrl[_CTRL_JOB] = job
+    ctrl[_CTRL_VAR] = var
+    ctrl[_CTRL_START] = start
+    ctrl[_CTRL_END] = end
+    ctrl[_CTRL_SLOT] = slot
+    ctrl[_CTRL_SLOT2] = slot2
+    atomic_store_release(ctrl, _CTRL_POSTED, ctrl[_CTRL_POSTED] + 1)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _wait(ctrl):
     """Spin until the helper has done the last job posted."""
-    posted = ctrl[0]
-    while atomic_load_acquire(ctrl, 1) != posted:
+    posted = ctrl[_CTRL_POSTED]
+    while atomic_load_acquire(ctrl, _CTRL_DONE) != posted:
         pass
 
 
@@ -542,35 +597,36 @@ def _helper_loop(ctrl, fargs, Xt, t32, gram, perm, kind, sigma, degree, cols, g,
     """The helper thread's body: do the jobs posted in ``ctrl`` until ``_JOB_STOP``.  It
     spins between jobs; it runs only while a phase of steps runs (see ``_run_phase``)."""
     xi, acc32, kbuf32, acc64, kbuf64, score, viol = _step_scratch(Xt.shape[0])
-    done = atomic_load_acquire(ctrl, 1)
+    done = atomic_load_acquire(ctrl, _CTRL_DONE)
     while True:
-        posted = atomic_load_acquire(ctrl, 0)
+        posted = atomic_load_acquire(ctrl, _CTRL_POSTED)
         if posted == done:
             continue
-        job = ctrl[2]
+        job = ctrl[_CTRL_JOB]
         if job == _JOB_STOP:
-            atomic_store_release(ctrl, 1, posted)
+            atomic_store_release(ctrl, _CTRL_DONE, posted)
             return
-        a0, a1, a2, a3, a4 = ctrl[3], ctrl[4], ctrl[5], ctrl[6], ctrl[7]
+        var, start, end = ctrl[_CTRL_VAR], ctrl[_CTRL_START], ctrl[_CTRL_END]
+        s, s2 = ctrl[_CTRL_SLOT], ctrl[_CTRL_SLOT2]
         if job == _JOB_COLUMN:
-            _column_segment(Xt, t32, gram, perm, a0, a1, a2, kind, sigma, degree, xi, acc32,
-                            kbuf32, acc64, kbuf64, cols[a3])
+            _column_segment(Xt, t32, gram, perm, var, start, end, kind, sigma, degree, xi,
+                            acc32, kbuf32, acc64, kbuf64, cols[s])
         elif job == _JOB_PARTNER:
-            j, best = _select_partner_range(fargs[0], fargs[1], a1, a2, g, bound, diag, cols[a3],
-                                            score)
-            ctrl[8] = j
-            fargs[2] = best
+            j, best = _select_partner_range(fargs[_F_ARG], fargs[_F_ARG2], start, end, g, bound,
+                                            diag, cols[s], score)
+            ctrl[_CTRL_RESULT] = j
+            fargs[_F_BEST] = best
         elif job == _JOB_UPDATE:
-            i_sel, best, max_v = _update_select_range(a1, a2, g, bound, dinv, cols[a3], fargs[0],
-                                                      cols[a4], fargs[1], a0 != 0, unit_diag,
-                                                      score, viol)
-            ctrl[8] = i_sel
-            fargs[2] = best
-            fargs[3] = max_v
+            i_sel, best, max_v = _update_select_range(start, end, g, bound, dinv, cols[s],
+                                                      fargs[_F_ARG], cols[s2], fargs[_F_ARG2],
+                                                      var != 0, unit_diag, score, viol)
+            ctrl[_CTRL_RESULT] = i_sel
+            fargs[_F_BEST] = best
+            fargs[_F_MAX_V] = max_v
         elif job == _JOB_G_BAR:
-            _add_column(g_bar, fargs[0], cols[a3], a1, a2)
+            _add_column(g_bar, fargs[_F_ARG], cols[s], start, end)
         done = posted
-        atomic_store_release(ctrl, 1, posted)
+        atomic_store_release(ctrl, _CTRL_DONE, posted)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -596,12 +652,12 @@ def _select_partner(i, n_active, g, bound, diag, cols, s, score, ctrl, fargs):
     mid = _split_point(ctrl, 0, n_active)
     if mid == 0:
         return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s], score)[0]
-    fargs[0] = gi
-    fargs[1] = qii
+    fargs[_F_ARG] = gi
+    fargs[_F_ARG2] = qii
     _post(ctrl, _JOB_PARTNER, 0, mid, n_active, s, 0)
     j, best = _select_partner_range(gi, qii, 0, mid, g, bound, diag, cols[s], score)
     _wait(ctrl)
-    return ctrl[8] if fargs[2] > best else j
+    return ctrl[_CTRL_RESULT] if fargs[_F_BEST] > best else j
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -613,15 +669,15 @@ def _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, two, uni
     if mid == 0:
         return _update_select(n_active, g, bound, dinv, cols[s], di, cols[s2], dj, two, unit_diag,
                               score, viol)
-    fargs[0] = di
-    fargs[1] = dj
+    fargs[_F_ARG] = di
+    fargs[_F_ARG2] = dj
     _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
     i_sel, best, max_v = _update_select_range(0, mid, g, bound, dinv, cols[s], di, cols[s2], dj,
                                               two, unit_diag, score, viol)
     _wait(ctrl)
-    if fargs[2] > best:
-        i_sel = ctrl[8]
-    return i_sel, np.sqrt(max(max_v, fargs[3]))
+    if fargs[_F_BEST] > best:
+        i_sel = ctrl[_CTRL_RESULT]
+    return i_sel, np.sqrt(max(max_v, fargs[_F_MAX_V]))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -631,7 +687,7 @@ def _update_g_bar(g_bar, w, cols, s, n, ctrl, fargs):
     if mid == 0:
         _add_column(g_bar, w, cols[s], 0, n)
         return
-    fargs[0] = w
+    fargs[_F_ARG] = w
     _post(ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
     _add_column(g_bar, w, cols[s], 0, mid)
     _wait(ctrl)
@@ -639,10 +695,11 @@ def _update_g_bar(g_bar, w, cols, s, n, ctrl, fargs):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len, slot_of,
-                  owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, stats, ctrl):
+                  owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, state, ctrl):
     """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front.
 
-    Returns the slot, which is the new head."""
+    Returns the slot, which is the new head; counts the entries computed in ``state``
+    (a ``KERNEL_STATE`` record)."""
     s = slot_of[i]
     if s < 0:
         s = prev[head]  # least recently used slot
@@ -652,7 +709,7 @@ def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col
         slot_of[i] = s
         col_len[s] = 0
     if col_len[s] < length:
-        stats[0] += length - col_len[s]
+        state.column_entries += length - col_len[s]
         _column_fill(i, col_len[s], length, s, Xt, t32, gram, perm, kind, sigma, degree, cols,
                      xi, acc32, kbuf32, acc64, kbuf64, ctrl)
         col_len[s] = length
@@ -742,20 +799,18 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
 @njit(cache=True, nogil=True, error_model="numpy")
 def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
                   alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of,
-                  owner, prev, nxt, istate, tail_size, ctrl, fargs):
+                  owner, prev, nxt, state, tail_size, ctrl, fargs):
     """Steps (two variables each with ``pair_steps``) on the active variables, positions
     ``[0, n_active)``.
 
-    Returns 0 when every variable is within ``tol`` by the cached gradient (a
-    candidate optimum, which the caller checks exactly), 1 at ``max_iter`` steps,
-    2 when the caller must rebuild the gradient of the shrunk variables (then
-    call again), 3 when the active set is a tail (at most ``tail_size`` variables,
-    ``TAIL_STEPS_PER_VARIABLE`` steps each since the last change) for the caller to
-    solve exactly.  The state lives in the arrays passed in; ``istate`` = (LRU head,
-    active size, unshrunk flag, steps to the next shrink, steps so far), five
-    counters for diagnosis (column entries computed, shrinking rounds, sum of the
-    active sizes they left, G_bar updates, column entries added for G_bar) and the
-    step count at the last change of the active set or tail solve.
+    Returns ``PHASE_OPTIMAL`` when every variable is within ``tol`` by the cached
+    gradient (a candidate optimum, which the caller checks exactly), ``PHASE_MAX_ITER``
+    at ``max_iter`` steps, ``PHASE_UNSHRINK`` when the caller must rebuild the gradient
+    of the shrunk variables (then call again), ``PHASE_TAIL`` when the active set is a
+    tail (at most ``tail_size`` variables, ``TAIL_STEPS_PER_VARIABLE`` steps each since
+    the last change) for the caller to solve exactly.  The state lives in the arrays
+    passed in and in ``state``, a ``KERNEL_STATE`` record (the LRU head, the active
+    size, the steps, counters for diagnosis, ...).
     All per-variable arrays, ``Xt``'s columns and the cached columns are in the
     solver's order (``perm`` maps it to rows), active variables first.
     """
@@ -768,40 +823,41 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
     tmp32 = np.empty(n, np.float32)
     tmpi = np.empty(n, np.int64)
     tmp8 = np.empty(n, np.int8)
-    head = istate[0]
-    n_active = istate[1]
-    unshrunk = istate[2] != 0
-    counter = istate[3]
-    n_iter = istate[4]
+    head = state.head
+    n_active = state.n_active
+    unshrunk = state.unshrunk
+    to_shrink = state.to_shrink
+    n_iter = state.steps
     i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero, 0.0, False,
                                   unit_diag, score, viol)
-    status = 0
+    status = PHASE_OPTIMAL
     while True:
         if max_v <= tol:
-            status = 2 if n_active < n else 0
+            status = PHASE_UNSHRINK if n_active < n else PHASE_OPTIMAL
             break
         if max_iter >= 0 and n_iter >= max_iter:
-            status = 1
+            status = PHASE_MAX_ITER
             break
-        if n_active <= tail_size and n_iter - istate[10] >= TAIL_STEPS_PER_VARIABLE * n_active:
-            status = 3
+        if (n_active <= tail_size
+                and n_iter - state.last_change >= TAIL_STEPS_PER_VARIABLE * n_active):
+            status = PHASE_TAIL
             break
         if shrinking:
-            counter -= 1
-            if counter <= 0:
-                counter = min(n, SHRINK_EVERY)
+            to_shrink -= 1
+            if to_shrink <= 0:
+                to_shrink = min(n, SHRINK_EVERY)
                 if not unshrunk and max_v <= 10.0 * tol:
                     unshrunk = True
                     if n_active < n:
-                        status = 2
+                        status = PHASE_UNSHRINK
                         break
                 new_active = _shrink(n_active, max(1, n_active // 8), alpha, bound,
                                      g, g_bar, diag, dinv, t32, perm, Xt, cols, col_len,
                                      slot_of, owner, order, tmp64, tmp32, tmpi, tmp8)
                 if new_active != n_active:
-                    istate[6] += 1
-                    istate[7] += new_active
-                    istate[10] = n_iter
+                    state.shrinks += 1
+                    state.shrunk_active_sum += new_active
+                    state.last_change = n_iter
                     n_active = new_active
                     i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero,
                                                   0.0, False, unit_diag, score, viol)
@@ -810,7 +866,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
         i = i_sel
         s = _fetch_column(i, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len,
                           slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64,
-                          istate[5:], ctrl)
+                          state, ctrl)
         head = s
         j = -1
         if pair_steps:
@@ -822,7 +878,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
         else:
             s2 = _fetch_column(j, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols,
                                col_len, slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64,
-                               kbuf64, istate[5:], ctrl)
+                               kbuf64, state, ctrl)
             head = s2
             di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
                                  np.float64(cols[s][j]), C)
@@ -835,20 +891,20 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
             bound[v] = LOWER_BOUND if new <= 0.0 else (UPPER_BOUND if new >= C else FREE)
             if (old >= C) != (new >= C):
                 # G_bar = sum over a_j = C of C Q[:, j], over every variable
-                istate[8] += 1
+                state.g_bar_updates += 1
                 if col_len[sv] < n:
-                    istate[9] += n - col_len[sv]
+                    state.g_bar_entries += n - col_len[sv]
                     _column_fill(v, col_len[sv], n, sv, Xt, t32, gram, perm, kind, sigma, degree,
                                  cols, xi, acc32, kbuf32, acc64, kbuf64, ctrl)
                     col_len[sv] = n
                 _update_g_bar(g_bar, C if new >= C else -C, cols, sv, n, ctrl, fargs)
         i_sel, max_v = _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, j >= 0,
                                             unit_diag, score, viol, ctrl, fargs)
-    istate[0] = head
-    istate[1] = n_active
-    istate[2] = 1 if unshrunk else 0
-    istate[3] = counter
-    istate[4] = n_iter
+    state.head = head
+    state.n_active = n_active
+    state.unshrunk = unshrunk
+    state.to_shrink = to_shrink
+    state.steps = n_iter
     return status
 
 
@@ -858,8 +914,8 @@ def _run_phase(args, helper_args):
     started here, and stopped however the phase ends."""
     if helper_args is None:
         return _kernel_phase(*args, _NO_HELPER, _NO_FARGS)
-    ctrl = np.zeros(9, np.int64)
-    fargs = np.zeros(4)
+    ctrl = np.zeros(_CTRL_SIZE, np.int64)
+    fargs = np.zeros(_FARGS_SIZE)
     thread = threading.Thread(target=_helper_loop, daemon=True, name="elmscale-solver-helper",
                               args=(ctrl, fargs, *helper_args))
     thread.start()
@@ -974,25 +1030,26 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     gram_arg = gram if gram is not None else np.empty((0, 0))
     helper_args = ((Xt, tp, gram_arg, perm, kind_code, sigma, degree, state.cols, g, g_bar, bound,
                     diag, dinv, state.unit_diag) if helper else None)
-    istate = np.array([0, n, 0, min(n, SHRINK_EVERY), 0, 0, 0, 0, 0, 0, 0], dtype=np.int64)
+    progress = _new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
     while True:
         args = (Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
                 bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, state.unit_diag, g,
                 g_bar, perm, state.cols, state.col_len, state.slot_of, state.owner, state.prev,
-                state.nxt, istate, int(tail_size))
+                state.nxt, progress, int(tail_size))
         status = _run_phase(args, helper_args)
-        if status == 3:
+        if status == PHASE_TAIL:
             counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,
-                                           int(istate[1]))
-            istate[10] = istate[4]  # the next tail solve only after as many steps again
+                                           int(progress["n_active"]))
+            # the next tail solve only after as many steps again
+            progress["last_change"] = progress["steps"]
             continue
-        if status == 2:
+        if status == PHASE_UNSHRINK:
             # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
-            m = int(istate[1])
+            m = int(progress["n_active"])
             free_rows = np.zeros(n)  # free variables are never shrunk
             free_rows[perm] = np.where(bound == FREE, alpha, 0.0)
             g[m:] = g_bar[m:] - 1.0 + exact_q.matvec(perm[m:], free_rows)
-            istate[1] = n
+            progress["n_active"] = n
             continue
         # the cached columns are float32: the gradient returned, and the optimum,
         # are checked with an exact one
@@ -1005,15 +1062,15 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
             g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
         counts["exact_checks"] += 1
         upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
-        if status == 1 or kkt_violation(alpha_rows, g_rows, C) <= tol:
+        if status == PHASE_MAX_ITER or kkt_violation(alpha_rows, g_rows, C) <= tol:
             if kept:
                 state.known_bar = (upper, g_bar_rows if g_bar_rows is not None
                                    else product_from(exact_q, upper, bar_start))
             if info is not None:
-                info.update(counts, steps=int(istate[4]), column_entries=int(istate[5]),
-                            shrinks=int(istate[6]), shrunk_active_sum=int(istate[7]),
-                            g_bar_updates=int(istate[8]), g_bar_entries=int(istate[9]))
-            return alpha_rows, int(istate[4]), status == 0, g_rows
+                info.update(counts, **{name: int(progress[name]) for name in (
+                    "steps", "column_entries", "shrinks", "shrunk_active_sum", "g_bar_updates",
+                    "g_bar_entries")})
+            return alpha_rows, int(progress["steps"]), status == PHASE_OPTIMAL, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
         if g_bar_rows is None:
@@ -1021,7 +1078,7 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         alpha_start, g_start, bar_start = alpha_rows, g_rows, (upper, g_bar_rows)
         g[:] = g_rows[perm]
         g_bar[:] = g_bar_rows[perm]
-        istate[1] = n
+        progress["n_active"] = n
 
 
 def box_qp(Q, c, C, x0, tol):
@@ -1315,31 +1372,30 @@ def _explicit_init(H, t, alpha, beta, diag):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active, istate, fstate,
-                    rng, tail_size):
+def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active, state, rng,
+                    tail_size):
     """Dual coordinate descent passes on beta = sum a_i t_i h_i (H float32, n x L).
 
-    Returns 0 when converged (checked exactly over every row), 1 at ``max_iter``
-    passes, 3 when the active set has stayed at most ``tail_size`` variables for
-    ``TAIL_PASSES`` passes (the caller solves it exactly, then calls again).  State:
-    ``active`` (the order; the first ``istate[0]`` are active), ``istate`` = (active
-    size, passes so far, passes in the tail), ``fstate`` = (the shrinking thresholds
-    from the previous pass: LIBLINEAR's, the largest gradient of a variable that may
-    decrease and the smallest of one that may increase, over ``SHRINK_DIVISOR``),
-    ``rng`` the shuffle's state (``shuffle_prefix``).
+    Returns ``PHASE_OPTIMAL`` when converged (checked exactly over every row),
+    ``PHASE_MAX_ITER`` at ``max_iter`` passes, ``PHASE_TAIL`` when the active set has
+    stayed at most ``tail_size`` variables for ``TAIL_PASSES`` passes (the caller
+    solves it exactly, then calls again).  State: ``active`` (the order; the first
+    ``state.active_size`` are active), ``state`` an ``EXPLICIT_STATE`` record (the
+    active size, the passes, the shrinking thresholds), ``rng`` the shuffle's state
+    (``shuffle_prefix``).
     """
     n, L = H.shape
-    active_size = istate[0]
-    n_iter = istate[1]
-    up_bound = fstate[0]
-    down_bound = fstate[1]
-    status = 1
+    active_size = state.active_size
+    n_iter = state.passes
+    up_bound = state.up_bound
+    down_bound = state.down_bound
+    status = PHASE_MAX_ITER
     while True:
         if max_iter >= 0 and n_iter >= max_iter:
-            status = 1
+            status = PHASE_MAX_ITER
             break
-        if active_size <= tail_size and istate[2] >= TAIL_PASSES:
-            status = 3
+        if active_size <= tail_size and state.tail_passes >= TAIL_PASSES:
+            status = PHASE_TAIL
             break
         n_iter += 1
         # random order of the active variables for this pass (memory order, or
@@ -1377,7 +1433,7 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
                     for k in range(L):
                         beta[k] += w * hi[k]
             p += 1
-        istate[2] = istate[2] + 1 if active_size <= tail_size else 0
+        state.tail_passes = state.tail_passes + 1 if active_size <= tail_size else 0
         # LIBLINEAR's two thresholds, a quarter as far from 0: a variable at 0 goes when
         # its gradient passes a quarter of the largest one of those that may decrease,
         # one at C when below a quarter of the smallest of those that may increase.
@@ -1401,19 +1457,19 @@ def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active
                 active_size = n
                 up_bound = np.inf
                 down_bound = -np.inf
-                istate[2] = 0
+                state.tail_passes = 0
                 continue
             # exact check over every row
             worst = 0.0
             for i in range(n):
                 worst = max(worst, _violation(alpha[i], t[i] * dot(H[i], beta) - 1.0, C))
             if worst <= tol:
-                status = 0
+                status = PHASE_OPTIMAL
                 break
-    istate[0] = active_size
-    istate[1] = n_iter
-    fstate[0] = up_bound
-    fstate[1] = down_bound
+    state.active_size = active_size
+    state.passes = n_iter
+    state.up_bound = up_bound
+    state.down_bound = down_bound
     return status
 
 
@@ -1432,7 +1488,8 @@ def _solve_explicit_tail(H32, t, C, tol, alpha, beta, rows):
 
 def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha0=None,
                         random_state=0, tail_size=EXPLICIT_TAIL_SIZE, info=None):
-    """Solve eq. 17 with an explicit mapping ``H`` (rows h(x_i)); returns ``(alpha, beta, n_iter, converged)``.
+    """Solve eq. 17 with an explicit mapping ``H`` (rows h(x_i)); returns ``(alpha, beta,
+    n_iter, converged)``.
 
     ``n_iter`` counts passes over the data (LIBLINEAR's convention).  As in the
     kernel solver, an active set of at most ``tail_size`` variables on which the
@@ -1448,22 +1505,21 @@ def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha
     diag = np.empty(n)
     _explicit_init(H32, t64, alpha, beta, diag)
     active = np.arange(n)
-    istate = np.array([n, 0, 0], dtype=np.int64)
-    fstate = np.array([np.inf, -np.inf])
+    progress = _new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
     # xorshift state from the seed (splitmix64's odd constant keeps it nonzero)
     rng = np.array([(int(random_state) * 0x9E3779B97F4A7C15 + 1) % 2**64 or 1], dtype=np.uint64)
     tails = 0
     while True:
         status = _explicit_phase(H32, t64, C, float(tol), bool(shrinking), int(max_iter), alpha,
-                                 beta, diag, active, istate, fstate, rng, int(tail_size))
-        if status != 3:
+                                 beta, diag, active, progress, rng, int(tail_size))
+        if status != PHASE_TAIL:
             break
         tails += _solve_explicit_tail(H32, t64, C, float(tol), alpha, beta,
-                                      np.sort(active[:istate[0]]))
-        istate[2] = 0
+                                      np.sort(active[:progress["active_size"]]))
+        progress["tail_passes"] = 0
     if info is not None:
-        info.update(passes=int(istate[1]), tails=tails)
-    return alpha, beta, int(istate[1]), status == 0
+        info.update(passes=int(progress["passes"]), tails=tails)
+    return alpha, beta, int(progress["passes"]), status == PHASE_OPTIMAL
 
 
 def dual_objective(Q, alpha):
