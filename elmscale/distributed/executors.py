@@ -19,8 +19,8 @@ every piece by reference.  Each piece runs with its BLAS and numba threads cappe
   initialised Ray.  Ray re-runs a task whose worker dies (``max_retries``).
 
 Progress: every map and reduce reports pieces done of total to the reporter installed by
-:func:`report_progress` (``elmscale run`` installs progress bars), under a label (the
-piece function's name unless given).  A piece that raises is reported as
+:func:`report_progress` (``elmscale run`` installs progress bars), under a label (given,
+or the piece function's ``progress_label`` attribute, or its name).  A piece that raises is reported as
 :class:`PieceFailed` naming it when ``describe`` is given (and always on Ray).
 """
 
@@ -114,8 +114,12 @@ class _Progress:
 
 
 def _label(fn: Callable, label: str | None) -> str:
+    """The progress label: ``label``, the function's ``progress_label`` attribute, or its
+    name."""
     if label:
         return label
+    if getattr(fn, "progress_label", None):
+        return fn.progress_label
     name = getattr(fn, "__name__", "pieces")
     return name.removeprefix("unit_").removeprefix("_").replace("_", " ")
 
