@@ -1,5 +1,6 @@
 """Pipeline files, `elmscale run` on real Dask and Ray clusters, and `elmscale score`."""
 
+import contextlib
 import json
 import os
 import signal
@@ -26,15 +27,43 @@ CLEAN_ENV = {k: v for k, v in os.environ.items()
 
 
 def _free_port() -> int:
+    """A port free now: another process may take it before ours binds it (callers retry)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _elmscale(*args, env=None, timeout=600):
+@contextlib.contextmanager
+def _closed_port():
+    """A port bound and never listened on: connections are refused, and nobody else can
+    take it while the block runs."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+def _elmscale(*args, env=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "elmscale", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout,
                           env=env or CLEAN_ENV)
+
+
+def _stop(process: subprocess.Popen, *, group=False, timeout=60):
+    """SIGTERM ``process`` (its whole process group with ``group``), wait, SIGKILL it if it
+    outlives ``timeout`` s."""
+    def send(sig):
+        try:
+            os.killpg(process.pid, sig) if group else process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    if group or process.poll() is None:
+        send(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        process.wait(30)
 
 
 def _metrics(run_dir_parent: Path, name: str) -> dict:
@@ -93,34 +122,36 @@ def _write(tmp_path: Path, text: str, name: str) -> Path:
     return path
 
 
+@pytest.mark.timeout(900)
 def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
     local = _elmscale("run", _write(tmp_path, ELM_PIPELINE, "local"))
     assert local.returncode == 0, local.stderr[-3000:]
-    port = _free_port()
-    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--port", str(port),
+    # the scheduler picks its own port and names it in its file: no port to race for
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port",
+                                  "0", "--scheduler-file", scheduler_file,
                                   "--dashboard-address", ":0"], env=CLEAN_ENV,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    workers = subprocess.Popen([BIN / "dask", "worker", f"tcp://127.0.0.1:{port}",
+    workers = subprocess.Popen([BIN / "dask", "worker", "--scheduler-file", scheduler_file,
                                 "--nworkers", "2", "--nthreads", "1", "--dashboard-address",
                                 ":0"], env=CLEAN_ENV, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        from distributed import Client
+        from elmscale.distributed.connect import connect_dask
 
-        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as client:
+        with connect_dask(scheduler_file=scheduler_file, timeout=60) as client:
             client.wait_for_workers(2, timeout=60)
+            address = client.scheduler.address
         remote = _elmscale("run", _write(tmp_path, ELM_PIPELINE, "remote"), "--scheduler",
-                           f"tcp://127.0.0.1:{port}")
+                           address, timeout=300)
         assert remote.returncode == 0, remote.stderr[-3000:]
     finally:
-        workers.terminate()
-        scheduler.terminate()
-        workers.wait(60)
-        scheduler.wait(60)
+        _stop(workers)
+        _stop(scheduler)
     ours, theirs = _metrics(tmp_path / "runs", "local"), _metrics(tmp_path / "runs", "remote")
     assert _results(ours) == _results(theirs)
     assert ours["compute"]["dask"] == "local cluster"
-    assert theirs["compute"]["dask"] == f"tcp://127.0.0.1:{port}"
+    assert theirs["compute"]["dask"] == address
     assert ours["test"]["accuracy"] > 0.85 and ours["scored"]["rows"] == 6000
     run_dir = sorted((tmp_path / "runs").glob("remote-*"))[-1]
     for name in ("pipeline.json", "metrics.json", "model.elm", "cv_results.csv",
@@ -128,6 +159,62 @@ def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
         assert (run_dir / name).is_file(), name
 
 
+RAY_AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                   "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            return True
+    except OSError:
+        return False
+
+
+def _ray_job_server_answers(url: str, env: dict) -> bool:
+    try:
+        probe = subprocess.run([BIN / "ray", "job", "list", "--address", url],
+                               capture_output=True, env=env, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0
+
+
+def _start_ray_head(env: dict, logs: Path, attempts=3, wait=120):
+    """``ray start --head --block`` on ports picked now; returns ``(process, GCS address,
+    job server URL)`` once the GCS accepts connections and the job server answers.
+
+    A port picked free may be taken before Ray binds it: a head that exits, or is not up
+    within ``wait`` s, is stopped and started again on new ports."""
+    failures = []
+    for attempt in range(1, attempts + 1):
+        port, dashboard = _free_port(), _free_port()
+        # own ports for every agent: the test session's Ray may hold the default ones
+        agent_ports = [f"--{name}={_free_port()}" for name in RAY_AGENT_PORTS]
+        log = logs / f"ray-head-{attempt}.log"
+        with open(log, "wb") as out:
+            head = subprocess.Popen([BIN / "ray", "start", "--head", "--block", "--port",
+                                     str(port), "--num-cpus", "2", "--dashboard-host",
+                                     "127.0.0.1", "--dashboard-port", str(dashboard),
+                                     "--include-dashboard", "true", *agent_ports], env=env,
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        url = f"http://127.0.0.1:{dashboard}"
+        deadline = time.monotonic() + wait
+        while head.poll() is None and time.monotonic() < deadline:
+            started = "Ray runtime started" in log.read_text(errors="replace")
+            if started and _accepts(port) and _ray_job_server_answers(url, env):
+                return head, f"127.0.0.1:{port}", url
+            time.sleep(1)
+        state = (f"exited with {head.returncode}" if head.poll() is not None
+                 else f"not up after {wait} s")
+        _stop(head, group=True)
+        failures.append(f"attempt {attempt}, port {port}: {state}; its output ends:\n"
+                        + log.read_text(errors="replace")[-1500:])
+    pytest.fail("the Ray head did not start:\n" + "\n".join(failures))
+
+
+@pytest.mark.timeout(1200)
 def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
     train = generate_classification(1500, n_features=5, n_classes=3, random_state=8)
     test = generate_classification(500, n_features=5, n_classes=3, random_state=9)
@@ -135,46 +222,26 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
     write_parquet(test, tmp_path / "sparse_test.parquet")
     local = _elmscale("run", _write(tmp_path, SPARSE_PIPELINE, "local"))
     assert local.returncode == 0, local.stderr[-3000:]
-    port, dashboard = _free_port(), _free_port()
     # Ray >= 2.59 authenticates clients of a `ray start` cluster: one token for all
     env = {**CLEAN_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
-    # own ports for every agent: the test session's Ray may hold the default ones
-    agent_ports = [f"--{name}={_free_port()}" for name in (
-        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
-        "metrics-export-port", "ray-client-server-port")]
-    head = subprocess.Popen([BIN / "ray", "start", "--head", "--block", "--port", str(port),
-                             "--num-cpus", "2", "--dashboard-host", "127.0.0.1",
-                             "--dashboard-port", str(dashboard), "--include-dashboard",
-                             "true", *agent_ports], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    head, address, job_server = _start_ray_head(env, tmp_path)
     try:
-        address = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while True:  # the job server answers once the dashboard is up
-            probe = subprocess.run([BIN / "ray", "job", "list", "--address",
-                                    f"http://127.0.0.1:{dashboard}"], capture_output=True,
-                                   env=env)
-            if probe.returncode == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(1)
         connected = _elmscale("run", _write(tmp_path, SPARSE_PIPELINE, "connected"),
                               "--ray-address", address, env=env)
         assert connected.returncode == 0, connected.stderr[-3000:]
         job_pipeline = _write(tmp_path, SPARSE_PIPELINE, "job")
         deadline = time.monotonic() + 120
         while True:  # the job server can answer before its agent is up: wait for it
-            job = subprocess.run([BIN / "ray", "job", "submit", "--address",
-                                  f"http://127.0.0.1:{dashboard}", "--", sys.executable, "-m",
-                                  "elmscale", "run", job_pipeline],
-                                 capture_output=True, text=True, timeout=600, env=env)
+            job = subprocess.run([BIN / "ray", "job", "submit", "--address", job_server, "--",
+                                  sys.executable, "-m", "elmscale", "run", job_pipeline],
+                                 capture_output=True, text=True, timeout=300, env=env)
             if (job.returncode == 0 or "No available agent" not in job.stdout + job.stderr
                     or time.monotonic() > deadline):
                 break
             time.sleep(2)
         assert job.returncode == 0, (job.stdout + job.stderr)[-3000:]
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        head.wait(120)
+        _stop(head, group=True, timeout=120)
     results = {name: _metrics(tmp_path / "runs", name) for name in ("local", "connected", "job")}
     assert _results(results["local"]) == _results(results["connected"]) == _results(results["job"])
     assert results["connected"]["compute"]["ray"] == address
@@ -219,11 +286,13 @@ def test_an_interrupted_score_resumes_without_partial_or_duplicate_files(scoring
     process = subprocess.Popen([sys.executable, "-m", "elmscale", "score", model_path,
                                 inputs, outputs, "--id", "id", "--batch-rows", "5000",
                                 "--quiet"], env=CLEAN_ENV)
-    deadline = time.monotonic() + 300
-    while not list(outputs.glob("*.parquet")) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait(60)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(outputs.glob("*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(60)
     finished = len(list(outputs.glob("*.parquet")))
     assert 1 <= finished < 12, "the run was not interrupted midway"
     rerun = _elmscale("score", model_path, inputs, outputs, "--id", "id", "--quiet")
@@ -323,16 +392,23 @@ def test_compute_precedence_flag_environment_file_local(tmp_path, monkeypatch):
     assert resolve_compute(load_pipeline(path))["local"] is True
 
 
-@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("pipelines/*.toml")),
-                         ids=lambda p: p.name)
-def test_example_pipelines_validate(path, capsys, monkeypatch):
-    """Every example pipeline passes the checks (the COD-RNA and satimage ones read
-    ../shared/data, present in CI); paths are relative to the project folder."""
-    from _datasets import shared_data
+PIPELINES = sorted(Path(__file__).resolve().parents[1].glob("pipelines/*.toml"))
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.needs_shared) if "../shared/" in p.read_text() else p
+    for p in PIPELINES], ids=lambda p: p.name)
+def test_example_pipelines_validate(path, capsys, monkeypatch, tmp_path):
+    """Every example pipeline passes the checks; paths are relative to the project folder.
+    The COD-RNA and satimage ones read ../shared: the copy checked names the shared folder
+    of the tests (``ELMSCALE_SHARED``), and they skip where it is absent."""
+    from _datasets import shared_path
 
     monkeypatch.chdir(path.parents[1])
-    if "shared/data" in path.read_text():
-        shared_data()  # skips only where ../shared is absent
+    text = path.read_text()
+    if "../shared/" in text:
+        path = tmp_path / path.name
+        path.write_text(text.replace("../shared/", f"{shared_path().as_posix()}/"))
     assert main(["validate", str(path)]) == 0, capsys.readouterr().err
 
 
@@ -345,3 +421,125 @@ def test_score_files_as_ray_tasks(scoring_setup, tmp_path, ray_session):
     summary = score_jobs(model, jobs[:2], ray_address="auto")
     assert summary == {**summary, "files": 2, "scored": 2, "rows": 120_000}
     assert _check_outputs(model, inputs, tmp_path / "on_ray", expect_all=False) == 2
+
+
+# -- a scheduler or Ray head that is not there: a clear error within seconds, never a hang --
+
+DEAD_PIPELINE = """
+[run]
+name = "{name}"
+task = "train"
+seed = 1
+[data]
+train = "{d}/small.parquet"
+[model]
+estimator = "{estimator}"
+params = {params}
+[output]
+dir = "{d}/runs"
+"""
+
+
+def _dead_pipeline(tmp_path: Path, estimator: str, params: str) -> Path:
+    path = tmp_path / f"{estimator}.toml"
+    path.write_text(DEAD_PIPELINE.format(d=tmp_path, name=estimator, estimator=estimator,
+                                         params=params))
+    return path
+
+
+def test_dead_scheduler_or_ray_address_fails_within_seconds_naming_it(tmp_path):
+    """``run`` with a Ray head or a Dask scheduler, and ``score`` with a scheduler or a Ray
+    Client server, that nobody runs: exit 1 within seconds (the connect timeout is 10 s),
+    the address in the message.  The four run side by side."""
+    data = generate_classification(300, n_features=4, random_state=2)
+    write_parquet(data, tmp_path / "small.parquet")
+    on_dask = _dead_pipeline(tmp_path, "ELMClassifier", '{ n_hidden = 10 }')  # data plane
+    on_ray = _dead_pipeline(tmp_path, "SparseELMClassifier", '{ kernel = "gaussian" }')
+    model = ELMClassifier(n_hidden=10, random_state=0).fit(data.X, data.y)
+    model_path = save(model, tmp_path / "model.elm", features=[f"f{j + 1}" for j in range(4)])
+    pq.write_table(pa.table({f"f{j + 1}": data.X[:, j] for j in range(4)}),
+                   tmp_path / "input.parquet")
+    with contextlib.ExitStack() as stack:
+        p1, p2, p3, p4 = (stack.enter_context(_closed_port()) for _ in range(4))
+        cases = {
+            f"127.0.0.1:{p1}": ["run", on_ray, "--ray-address", f"127.0.0.1:{p1}"],
+            f"tcp://127.0.0.1:{p2}": ["run", on_dask, "--scheduler", f"tcp://127.0.0.1:{p2}"],
+            f"tcp://127.0.0.1:{p3}": ["score", model_path, tmp_path / "input.parquet",
+                                      tmp_path / "out3.parquet", "--scheduler",
+                                      f"tcp://127.0.0.1:{p3}"],
+            f"ray://127.0.0.1:{p4}": ["score", model_path, tmp_path / "input.parquet",
+                                      tmp_path / "out4.parquet", "--ray-address",
+                                      f"ray://127.0.0.1:{p4}"],
+        }
+        start = time.monotonic()
+        running = {address: subprocess.Popen(
+            [sys.executable, "-m", "elmscale", *map(str, argv)], env=CLEAN_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=stack.enter_context(open(tmp_path / f"err{i}", "w")))
+            for i, (address, argv) in enumerate(cases.items())}
+        seconds = {}
+        try:
+            while len(seconds) < len(running) and time.monotonic() - start < 120:
+                for address, process in running.items():
+                    if address not in seconds and process.poll() is not None:
+                        seconds[address] = time.monotonic() - start
+                time.sleep(0.1)
+        finally:
+            for process in running.values():
+                if process.poll() is None:
+                    process.kill()
+                process.wait(30)
+    for i, (address, process) in enumerate(running.items()):
+        err = (tmp_path / f"err{i}").read_text()
+        print(f"{address}: exit {process.returncode} after {seconds.get(address, -1):.1f} s")
+        assert address in seconds, f"{address}: still running after 120 s"
+        assert process.returncode == 1, (address, err[-2000:])
+        assert address in err and "elmscale: error: " in err, (address, err[-2000:])
+        assert "Traceback" not in err, (address, err[-2000:])
+        assert seconds[address] < 60, (address, seconds[address])
+    assert not list(tmp_path.glob("out*.parquet"))
+
+
+def test_connect_fails_fast_with_the_address(tmp_path, monkeypatch):
+    """The connect functions themselves: an unreachable address, 'auto' with no cluster or
+    a stale one, a scheduler file that is not there; Ray is never initialised."""
+    import ray
+    import ray._private.services as services
+
+    from elmscale.distributed import connect
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init was called"))
+    with _closed_port() as port:
+        start = time.monotonic()
+        with pytest.raises(ConnectionError, match=f"Ray cluster at 127.0.0.1:{port}:"):
+            connect.connect_ray(f"127.0.0.1:{port}", timeout=1)
+        with pytest.raises(ConnectionError, match=f"ray://127.0.0.1:{port}"):
+            connect.connect_ray(f"ray://127.0.0.1:{port}", timeout=1)
+        monkeypatch.setattr(services, "get_ray_address_from_environment",
+                            lambda addr, temp_dir: f"127.0.0.1:{port}")
+        with pytest.raises(ConnectionError, match=f"found by 'auto' at 127.0.0.1:{port}"):
+            connect.connect_ray("auto", timeout=1)
+        with pytest.raises(ConnectionError, match=f"Dask scheduler at tcp://127.0.0.1:{port}"):
+            connect.connect_dask(f"tcp://127.0.0.1:{port}", timeout=1)
+        assert time.monotonic() - start < 30
+
+    def nothing_running(addr, temp_dir):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(services, "get_ray_address_from_environment", nothing_running)
+    with pytest.raises(ConnectionError, match="at auto: no running Ray found"):
+        connect.connect_ray("auto", timeout=1)
+    with pytest.raises(ConnectionError, match=r"scheduler file .*absent\.json does not exist"):
+        connect.connect_dask(scheduler_file=tmp_path / "absent.json", timeout=0.5)
+    with pytest.raises(ValueError, match="expected 'auto', 'local'"):
+        connect.connect_ray("nohost", timeout=1)
+
+
+def test_the_connect_module_imports_neither_dask_nor_ray():
+    code = ("import sys, elmscale.distributed.connect; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed', "
+            "'ray'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]"
