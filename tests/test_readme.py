@@ -1,0 +1,137 @@
+"""The README's Python snippets run as written, with a few explicit stand-ins.
+
+Each ```python block of README.md runs in a fresh interpreter (working directory a
+temporary folder, this checkout's elmscale first on the path) after the replacements its
+entry in STAND_INS lists: the cluster addresses become the test session's Dask
+LocalCluster and local Ray, ``../shared`` the tests' shared folder.  Every replacement
+must find its text exactly as often as listed, and every block must have an entry (and
+every entry a block): a README that changes fails here until this file follows it, so
+that a snippet that stops working cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BLOCKS = re.findall(r"^```python\n(.*?)^```$", README.read_text(), flags=re.M | re.S)
+
+
+@dataclass
+class StandIn:
+    """What one README block needs to run here."""
+
+    needle: str  # text that identifies the block
+    # old text -> (new text, occurrences); "{name}" in the new text is filled in by the test
+    replace: dict = field(default_factory=dict)
+    expects: tuple = ()  # text the test's set-up relies on (the data it writes, names)
+    prelude: str = ""  # names the README leaves to the reader
+    creates: tuple = ()  # files the block must write
+    shared: bool = False  # reads ../shared
+    fixtures: tuple = ()
+
+
+STAND_INS = {
+    "python-api": StandIn(
+        needle='load("../shared/data/svmguide1/svmguide1")',
+        replace={'"../shared/': ('"{shared}/', 2)},
+        creates=("svmguide1.elm",), shared=True),
+    "parquet-on-dask": StandIn(
+        needle='Client("tcp://scheduler:8786")',
+        # absolute: Dask workers resolve a relative path against their own directory
+        replace={'Client("tcp://scheduler:8786")': ('Client("{dask}")', 1),
+                 '"data/big/*.parquet"': ('"{big}/*.parquet"', 1)},
+        expects=('features="f*", label="label"',),
+        fixtures=("dask_client",)),
+    "ray": StandIn(
+        needle='ray.init(address="auto")',
+        replace={'ray.init(address="auto")': ('ray.init(address="{ray}")', 1)},
+        expects=(".fit(X, y)",),
+        prelude=("from elmscale.data import generate_classification\n"
+                 "_data = generate_classification(300, n_features=4, random_state=0)\n"
+                 "X, y = _data.X, _data.y\n"),
+        creates=("cv_results.csv", "cv_accuracy.png"), fixtures=("ray_session",)),
+    "registry": StandIn(needle="register(EstimatorEntry("),
+}
+
+
+def _entry(block: str) -> str:
+    found = [name for name, spec in STAND_INS.items() if spec.needle in block]
+    assert len(found) == 1, (f"README python block matches stand-ins {found} (expected "
+                             f"one): give it an entry in tests/test_readme.py\n{block}")
+    return found[0]
+
+
+def _params():
+    params = []
+    for i, block in enumerate(BLOCKS):
+        names = [n for n, spec in STAND_INS.items() if spec.needle in block]
+        marks = [pytest.mark.needs_shared] if any(STAND_INS[n].shared for n in names) else []
+        params.append(pytest.param(block, id=f"block{i + 1}-{'-'.join(names) or 'unknown'}",
+                                   marks=marks))
+    return params
+
+
+def test_every_stand_in_has_its_readme_block():
+    assert BLOCKS, f"no ```python block found in {README}"
+    used = {_entry(block) for block in BLOCKS}
+    assert used == set(STAND_INS), f"no README block for {sorted(set(STAND_INS) - used)}"
+
+
+def _write_big_parquet(directory: Path):
+    """For the README's ``data/big/*.parquet``: two files, features f1..f8 and a label."""
+    from elmscale.data import generate_classification
+
+    directory.mkdir(parents=True)
+    data = generate_classification(8_000, n_features=8, random_state=5)
+    for i, rows in enumerate(np.array_split(np.arange(8_000), 2)):
+        columns = {f"f{j + 1}": data.X[rows, j].astype(np.float32) for j in range(8)}
+        pq.write_table(pa.table({**columns, "label": data.y[rows]}),
+                       directory / f"part-{i}.parquet", row_group_size=1_000)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("block", _params())
+def test_readme_python_block_runs(block, tmp_path, request):
+    spec = STAND_INS[_entry(block)]
+    values = {}
+    if spec.shared:
+        from _datasets import shared_path
+
+        values["shared"] = shared_path().as_posix()
+    if "dask_client" in spec.fixtures:
+        values["dask"] = request.getfixturevalue("dask_client").scheduler.address
+        values["big"] = (tmp_path / "big").as_posix()
+        _write_big_parquet(tmp_path / "big")
+    if "ray_session" in spec.fixtures:
+        ray = request.getfixturevalue("ray_session")
+        values["ray"] = ray.get_runtime_context().gcs_address
+    for text in spec.expects:
+        assert text in block, f"the README block no longer has {text!r}:\n{block}"
+    source = block
+    for old, (new, count) in spec.replace.items():
+        found = source.count(old)
+        assert found == count, (f"{old!r} found {found} times in the README block, expected "
+                                f"{count}: update tests/test_readme.py\n{block}")
+        source = source.replace(old, new.format(**values))
+    (tmp_path / "snippet.py").write_text(spec.prelude + source)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "DASK_SCHEDULER_ADDRESS")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["MPLBACKEND"] = "Agg"
+    run = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{source}\n-- stdout:\n{run.stdout}\n-- stderr:\n{run.stderr}"
+    for name in spec.creates:
+        assert (tmp_path / name).is_file(), f"the snippet did not write {name}"
