@@ -47,6 +47,7 @@ takes the far half of each long pass of a step (``helper``), to the same result.
 from __future__ import annotations
 
 import threading
+from collections import namedtuple
 
 import numba
 import numpy as np
@@ -176,6 +177,23 @@ def column_dtype(largest_diagonal, tol):
     return np.dtype(np.float64 if largest_diagonal * 2.0**-24 > 0.1 * tol else np.float32)
 
 
+# Q as the kernel solver sees it (LIBSVM's QMatrix): where its columns come from
+# (``source``, a SOURCE_* code, and the arrays that source reads), its signs ``t32`` and
+# diagonal (``diag``, ``dinv`` = 1 / diag, ``unit_diag`` when all ones), all in the
+# solver's order (``perm[p]``: the row at position p), which shrinking permutes (LIBSVM's
+# swap_index).  Another source (another model's Q) is another code, its arrays, and a
+# branch in ``_column_segment``; the cache and the steps stay as they are.
+SOURCE_ROWS = 0  # K computed from the rows: ``Xt`` (d x n, float32), kind / sigma / degree
+SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X's order)
+QMatrix = namedtuple("QMatrix", ["source", "Xt", "t32", "perm", "gram", "kind", "sigma",
+                                 "degree", "diag", "dinv", "unit_diag"])
+# The LRU cache of Q's columns (float32 or float64 by ``column_dtype``): ``cols`` (slots x
+# n, in the solver's order) with ``col_len[s]`` entries of slot s valid; ``slot_of[p]``
+# position p's slot (-1: none) and ``owner[s]`` slot s's position; ``prev`` / ``nxt`` a
+# circular doubly linked list of the slots, the head the most recently used.
+ColumnCache = namedtuple("ColumnCache", ["cols", "col_len", "slot_of", "owner", "prev", "nxt"])
+
+
 class KernelSolverState:
     """What ``solve_kernel_dual`` keeps between calls on the same rows (a C path): the
     solver's order of the rows (shrinking permutes them), the rows' data, targets and
@@ -204,19 +222,22 @@ class KernelSolverState:
         self.dinv = 1.0 / np.maximum(diag, _TAU)
         self.unit_diag = bool(np.all(diag == 1.0))
         self.diag = 1.0 / self.dinv
-        # the cache (col_len[s] entries of slot s valid, in the solver's order); owner
-        # of each slot; a circular doubly linked list (head = most recently used)
         dtype = column_dtype(float(self.diag.max(initial=1.0)), tol)
         n_slots = int(max(2, min(n, cache_size * 2**20 // (dtype.itemsize * max(n, 1)))))
-        self.cols = empty_huge((n_slots, n), dtype)
-        self.col_len = np.zeros(n_slots, np.int64)
-        self.slot_of = np.full(n, -1, np.int64)
-        self.owner = np.full(n_slots, -1, np.int64)
-        self.prev = (np.arange(n_slots) - 1) % n_slots
-        self.nxt = (np.arange(n_slots) + 1) % n_slots
+        self.cache = ColumnCache(cols=empty_huge((n_slots, n), dtype),
+                                 col_len=np.zeros(n_slots, np.int64),
+                                 slot_of=np.full(n, -1, np.int64),
+                                 owner=np.full(n_slots, -1, np.int64),
+                                 prev=(np.arange(n_slots) - 1) % n_slots,
+                                 nxt=(np.arange(n_slots) + 1) % n_slots)
         # (u, Q u) exactly: the last solution's variables at the bound and their G_bar,
         # from which the next C's G_bar is a scaling (see ``product_from``)
         self.known_bar = None
+
+    @property
+    def cols(self):
+        """The cached columns (slots x n)."""
+        return self.cache.cols
 
 
 _ALL_COLUMNS = np.empty(0, np.int64)  # weighted_row_sum's cols: every column
@@ -496,16 +517,29 @@ def _gram_segment(gram, perm, t32, i, start, end, out):
         out[p] = ti * t32[p] * row[perm[p]]
 
 
+# A step's scratch (``_step_scratch``; the solver's thread and the helper each have
+# their own): ``xi`` (d floats) for a column's row, ``q_segment``'s block buffers, and
+# the passes' ``score`` and ``viol`` blocks
+_Scratch = namedtuple("_Scratch", ["xi", "acc32", "kbuf32", "acc64", "kbuf64", "score", "viol"])
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi, acc32, kbuf32,
-                    acc64, kbuf64, out):
-    """Q's column i over positions ``[start, end)``: from ``gram`` when there is one
-    (non-empty), else computed from ``Xt`` (``q_segment``)."""
-    if gram.shape[0] > 0:
-        _gram_segment(gram, perm, t32, i, start, end, out)
+def _step_scratch(d):
+    """A step's buffers (``_Scratch``) for rows of ``d`` features."""
+    return _Scratch(np.empty(d, np.float32), np.empty(SEGMENT_BLOCK, np.float32),
+                    np.empty(SEGMENT_BLOCK, np.int32), np.empty(SEGMENT_BLOCK),
+                    np.empty(SEGMENT_BLOCK, np.int64), np.empty(_BLOCK), np.empty(_BLOCK))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _column_segment(q, i, start, end, scratch, out):
+    """Q's column i over positions ``[start, end)`` (``q`` a ``QMatrix``), from its
+    source: read from the kept Gram matrix, or computed from the rows (``q_segment``)."""
+    if q.source == SOURCE_GRAM:
+        _gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
     else:
-        q_segment(Xt, t32, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc64, kbuf64,
-                  out)
+        q_segment(q.Xt, q.t32, i, start, end, q.kind, q.sigma, q.degree, scratch.xi,
+                  scratch.acc32, scratch.kbuf32, scratch.acc64, scratch.kbuf64, out)
 
 
 # The helper thread.  With two cores, a second thread takes the far half of each long
@@ -513,10 +547,11 @@ def _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi,
 # G_bar's update) while the solver's thread does the near half: the halves touch
 # disjoint entries, and every decision stays on the solver's thread, so the result is
 # the same to the bit as on one thread (a helper's best counts only when strictly
-# better, as the first maximum would in one pass).  The two meet through ``ctrl``
-# (int64, slots _CTRL_*) and ``fargs`` (float64, slots _F_*).  A hand-over measured
-# 0.2-0.85 us (a bare round trip between two threads 0.06 us), so passes shorter than
-# ``SPLIT_MIN`` stay whole.
+# better, as the first maximum would in one pass).  The two meet through ``_Helper``'s
+# ``ctrl`` (int64, slots _CTRL_*) and ``fargs`` (float64, slots _F_*); no helper: both
+# empty.  A hand-over measured 0.2-0.85 us (a bare round trip between two threads 0.06
+# us), so passes shorter than ``SPLIT_MIN`` stay whole.
+_Helper = namedtuple("_Helper", ["ctrl", "fargs"])
 _CTRL_POSTED = 0  # the number of the job posted (the solver's thread writes it)
 _CTRL_DONE = 1  # of the job done (the helper's)
 _CTRL_JOB = 2  # its kind (_JOB_*)
@@ -539,8 +574,7 @@ _JOB_UPDATE = 3
 _JOB_G_BAR = 4
 SPLIT_MIN = 4096
 HELPER_MIN_ROWS = 2 * SPLIT_MIN  # problems smaller than this never start a helper
-_NO_HELPER = np.zeros(0, np.int64)
-_NO_FARGS = np.zeros(0)
+_NO_HELPER = _Helper(np.zeros(0, np.int64), np.zeros(0))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -564,10 +598,10 @@ def _wait(ctrl):
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def _split_point(ctrl, start, end):
+def _split_point(helper, start, end):
     """Where a pass over ``[start, end)`` is cut (a multiple of ``_BLOCK`` from ``start``);
     ``start`` when there is no helper or the pass is short."""
-    if ctrl.shape[0] == 0 or end - start < SPLIT_MIN:
+    if helper.ctrl.shape[0] == 0 or end - start < SPLIT_MIN:
         return start
     return start + (end - start) // 2 // _BLOCK * _BLOCK
 
@@ -582,21 +616,24 @@ def _add_column(g_bar, w, col, start, end):
         gs[k] += w * cs[k]
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def _step_scratch(d):
-    """A step's scratch: ``xi`` (d floats) for a column's row, the kernel blocks' and the
-    passes' buffers (the solver's thread and the helper each have their own)."""
-    return (np.empty(d, np.float32), np.empty(SEGMENT_BLOCK, np.float32),
-            np.empty(SEGMENT_BLOCK, np.int32), np.empty(SEGMENT_BLOCK),
-            np.empty(SEGMENT_BLOCK, np.int64), np.empty(_BLOCK), np.empty(_BLOCK))
+# The kernel solver's arguments, grouped (numba passes a tuple of arrays as its arrays:
+# no cost).  The settings of a solve; the solution in the solver's order (alpha, its
+# ``bound`` flags, the gradient, G_bar); Q (``QMatrix``) and its ``ColumnCache``; the
+# integer state (a ``KERNEL_STATE`` record); the helper's control (``_Helper``).
+_Settings = namedtuple("_Settings",
+                       ["C", "tol", "shrinking", "pair_steps", "max_iter", "tail_size"])
+_Solution = namedtuple("_Solution", ["alpha", "bound", "g", "g_bar"])
+# ``_shrink``'s buffers: the new order, and one of each dtype it permutes
+_ShrinkScratch = namedtuple("_ShrinkScratch", ["order", "tmp64", "tmp32", "tmpi", "tmp8"])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _helper_loop(ctrl, fargs, Xt, t32, gram, perm, kind, sigma, degree, cols, g, g_bar, bound,
-                 diag, dinv, unit_diag):
-    """The helper thread's body: do the jobs posted in ``ctrl`` until ``_JOB_STOP``.  It
-    spins between jobs; it runs only while a phase of steps runs (see ``_run_phase``)."""
-    xi, acc32, kbuf32, acc64, kbuf64, score, viol = _step_scratch(Xt.shape[0])
+def _helper_loop(helper, q, sol, cache):
+    """The helper thread's body: do the jobs posted in ``helper.ctrl`` until ``_JOB_STOP``.
+    It spins between jobs; it runs only while a phase of steps runs (see ``_run_phase``)."""
+    ctrl, fargs = helper.ctrl, helper.fargs
+    cols = cache.cols
+    scratch = _step_scratch(q.Xt.shape[0])
     done = atomic_load_acquire(ctrl, _CTRL_DONE)
     while True:
         posted = atomic_load_acquire(ctrl, _CTRL_POSTED)
@@ -609,71 +646,72 @@ def _helper_loop(ctrl, fargs, Xt, t32, gram, perm, kind, sigma, degree, cols, g,
         var, start, end = ctrl[_CTRL_VAR], ctrl[_CTRL_START], ctrl[_CTRL_END]
         s, s2 = ctrl[_CTRL_SLOT], ctrl[_CTRL_SLOT2]
         if job == _JOB_COLUMN:
-            _column_segment(Xt, t32, gram, perm, var, start, end, kind, sigma, degree, xi,
-                            acc32, kbuf32, acc64, kbuf64, cols[s])
+            _column_segment(q, var, start, end, scratch, cols[s])
         elif job == _JOB_PARTNER:
-            j, best = _select_partner_range(fargs[_F_ARG], fargs[_F_ARG2], start, end, g, bound,
-                                            diag, cols[s], score)
+            j, best = _select_partner_range(fargs[_F_ARG], fargs[_F_ARG2], start, end, sol.g,
+                                            sol.bound, q.diag, cols[s], scratch.score)
             ctrl[_CTRL_RESULT] = j
             fargs[_F_BEST] = best
         elif job == _JOB_UPDATE:
-            i_sel, best, max_v = _update_select_range(start, end, g, bound, dinv, cols[s],
-                                                      fargs[_F_ARG], cols[s2], fargs[_F_ARG2],
-                                                      var != 0, unit_diag, score, viol)
+            i_sel, best, max_v = _update_select_range(start, end, sol.g, sol.bound, q.dinv,
+                                                      cols[s], fargs[_F_ARG], cols[s2],
+                                                      fargs[_F_ARG2], var != 0, q.unit_diag,
+                                                      scratch.score, scratch.viol)
             ctrl[_CTRL_RESULT] = i_sel
             fargs[_F_BEST] = best
             fargs[_F_MAX_V] = max_v
         elif job == _JOB_G_BAR:
-            _add_column(g_bar, fargs[_F_ARG], cols[s], start, end)
+            _add_column(sol.g_bar, fargs[_F_ARG], cols[s], start, end)
         done = posted
         atomic_store_release(ctrl, _CTRL_DONE, posted)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _column_fill(i, start, end, s, Xt, t32, gram, perm, kind, sigma, degree, cols, xi, acc32,
-                 kbuf32, acc64, kbuf64, ctrl):
+def _column_fill(i, start, end, s, q, cols, scratch, helper):
     """``cols[s][start:end]`` = Q's column i there, the far half on the helper if any."""
-    mid = _split_point(ctrl, start, end)
+    mid = _split_point(helper, start, end)
     if mid > start:
-        _post(ctrl, _JOB_COLUMN, i, mid, end, s, 0)
-        _column_segment(Xt, t32, gram, perm, i, start, mid, kind, sigma, degree, xi, acc32,
-                        kbuf32, acc64, kbuf64, cols[s])
-        _wait(ctrl)
+        _post(helper.ctrl, _JOB_COLUMN, i, mid, end, s, 0)
+        _column_segment(q, i, start, mid, scratch, cols[s])
+        _wait(helper.ctrl)
     else:
-        _column_segment(Xt, t32, gram, perm, i, start, end, kind, sigma, degree, xi, acc32,
-                        kbuf32, acc64, kbuf64, cols[s])
+        _column_segment(q, i, start, end, scratch, cols[s])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _select_partner(i, n_active, g, bound, diag, cols, s, score, ctrl, fargs):
+def _select_partner(i, n_active, sol, q, cols, s, scratch, helper):
     """``_select_partner_range`` over the active variables (column i in slot ``s``)."""
+    g, bound, diag = sol.g, sol.bound, q.diag
     gi = g[i]
     qii = diag[i]
-    mid = _split_point(ctrl, 0, n_active)
+    mid = _split_point(helper, 0, n_active)
     if mid == 0:
-        return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s], score)[0]
+        return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s],
+                                     scratch.score)[0]
+    ctrl, fargs = helper.ctrl, helper.fargs
     fargs[_F_ARG] = gi
     fargs[_F_ARG2] = qii
     _post(ctrl, _JOB_PARTNER, 0, mid, n_active, s, 0)
-    j, best = _select_partner_range(gi, qii, 0, mid, g, bound, diag, cols[s], score)
+    j, best = _select_partner_range(gi, qii, 0, mid, g, bound, diag, cols[s], scratch.score)
     _wait(ctrl)
     return ctrl[_CTRL_RESULT] if fargs[_F_BEST] > best else j
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, two, unit_diag, score,
-                         viol, ctrl, fargs):
+def _update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, helper):
     """``_update_select`` with Q's columns in slots ``s`` and ``s2``, the far half of the
     active variables on the helper if any."""
-    mid = _split_point(ctrl, 0, n_active)
+    g, bound, dinv, unit_diag = sol.g, sol.bound, q.dinv, q.unit_diag
+    mid = _split_point(helper, 0, n_active)
     if mid == 0:
         return _update_select(n_active, g, bound, dinv, cols[s], di, cols[s2], dj, two, unit_diag,
-                              score, viol)
+                              scratch.score, scratch.viol)
+    ctrl, fargs = helper.ctrl, helper.fargs
     fargs[_F_ARG] = di
     fargs[_F_ARG2] = dj
     _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
     i_sel, best, max_v = _update_select_range(0, mid, g, bound, dinv, cols[s], di, cols[s2], dj,
-                                              two, unit_diag, score, viol)
+                                              two, unit_diag, scratch.score, scratch.viol)
     _wait(ctrl)
     if fargs[_F_BEST] > best:
         i_sel = ctrl[_CTRL_RESULT]
@@ -681,25 +719,27 @@ def _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, two, uni
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_g_bar(g_bar, w, cols, s, n, ctrl, fargs):
+def _update_g_bar(g_bar, w, cols, s, n, helper):
     """``g_bar[:n] += w * cols[s][:n]``, the far half on the helper if any."""
-    mid = _split_point(ctrl, 0, n)
+    mid = _split_point(helper, 0, n)
     if mid == 0:
         _add_column(g_bar, w, cols[s], 0, n)
         return
-    fargs[_F_ARG] = w
-    _post(ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
+    helper.fargs[_F_ARG] = w
+    _post(helper.ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
     _add_column(g_bar, w, cols[s], 0, mid)
-    _wait(ctrl)
+    _wait(helper.ctrl)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len, slot_of,
-                  owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64, state, ctrl):
-    """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front.
+def _fetch_column(i, length, head, q, cache, scratch, state, helper):
+    """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front
+    (``head`` the list's head before).
 
     Returns the slot, which is the new head; counts the entries computed in ``state``
     (a ``KERNEL_STATE`` record)."""
+    cols, col_len, slot_of, owner = cache.cols, cache.col_len, cache.slot_of, cache.owner
+    prev, nxt = cache.prev, cache.nxt
     s = slot_of[i]
     if s < 0:
         s = prev[head]  # least recently used slot
@@ -710,8 +750,7 @@ def _fetch_column(i, length, Xt, t32, gram, perm, kind, sigma, degree, cols, col
         col_len[s] = 0
     if col_len[s] < length:
         state.column_entries += length - col_len[s]
-        _column_fill(i, col_len[s], length, s, Xt, t32, gram, perm, kind, sigma, degree, cols,
-                     xi, acc32, kbuf32, acc64, kbuf64, ctrl)
+        _column_fill(i, col_len[s], length, s, q, cols, scratch, helper)
         col_len[s] = length
     if s != head:
         nxt[prev[s]] = nxt[s]
@@ -733,15 +772,17 @@ def _permute_prefix(x, order, m, tmp):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, Xt,
-            cols, col_len, slot_of, owner, order, tmp64, tmp32, tmpi, tmp8):
+def _shrink(n_active, min_drop, sol, q, cache, tmp):
     """Move the bounded variables that cannot move behind the active ones; returns the new
     active size.
 
     Done only when at least ``min_drop`` variables go, because every cached
     column is compacted with them: a stable partition, so that a column keeps
     its entries for the variables still active (the others are recomputed when
-    needed, rarely) at a cost of one pass over the kept part."""
+    needed, rarely) at a cost of one pass over the kept part.  The solution's arrays,
+    Q's per-position ones (LIBSVM's swap_index) and the cache's are permuted alike."""
+    bound, g = sol.bound, sol.g
+    order = tmp.order
     # LIBLINEAR's thresholds: a variable at 0 goes if its gradient exceeds the
     # largest violation of the variables that may decrease, one at C if minus its
     # gradient exceeds the largest of those that may increase
@@ -762,21 +803,24 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
             n_keep += 1
     if n_active - n_keep < min_drop:
         return n_active
-    q = n_keep
+    k_out = n_keep
     for p in range(n_active):
         if ((bound[p] == LOWER_BOUND and g[p] > low_thr)
                 or (bound[p] == UPPER_BOUND and -g[p] > up_thr)):
-            order[q] = p
-            q += 1
-    for x in (alpha, g, g_bar, diag, dinv):
-        _permute_prefix(x, order, n_active, tmp64)
+            order[k_out] = p
+            k_out += 1
+    for x in (sol.alpha, g, sol.g_bar, q.diag, q.dinv):
+        _permute_prefix(x, order, n_active, tmp.tmp64)
+    perm, tmpi = q.perm, tmp.tmpi
     for p in range(n_active):
         tmpi[p] = perm[order[p]]
     perm[:n_active] = tmpi[:n_active]
-    _permute_prefix(t32, order, n_active, tmp32)
-    _permute_prefix(bound, order, n_active, tmp8)
+    _permute_prefix(q.t32, order, n_active, tmp.tmp32)
+    _permute_prefix(bound, order, n_active, tmp.tmp8)
+    Xt = q.Xt
     for k in range(Xt.shape[0]):
-        _permute_prefix(Xt[k], order, n_active, tmp32)
+        _permute_prefix(Xt[k], order, n_active, tmp.tmp32)
+    cols, col_len, slot_of, owner = cache.cols, cache.col_len, cache.slot_of, cache.owner
     for p in range(n_active):
         tmpi[p] = slot_of[order[p]]
     slot_of[:n_active] = tmpi[:n_active]
@@ -797,32 +841,32 @@ def _shrink(n_active, min_drop, alpha, bound, g, g_bar, diag, dinv, t32, perm, X
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_steps, max_iter,
-                  alpha, bound, diag, dinv, unit_diag, g, g_bar, perm, cols, col_len, slot_of,
-                  owner, prev, nxt, state, tail_size, ctrl, fargs):
-    """Steps (two variables each with ``pair_steps``) on the active variables, positions
-    ``[0, n_active)``.
+def _kernel_phase(settings, q, sol, cache, state, helper):
+    """Steps (two variables each with ``settings.pair_steps``) on the active variables,
+    positions ``[0, state.n_active)``.
 
     Returns ``PHASE_OPTIMAL`` when every variable is within ``tol`` by the cached
     gradient (a candidate optimum, which the caller checks exactly), ``PHASE_MAX_ITER``
     at ``max_iter`` steps, ``PHASE_UNSHRINK`` when the caller must rebuild the gradient
     of the shrunk variables (then call again), ``PHASE_TAIL`` when the active set is a
     tail (at most ``tail_size`` variables, ``TAIL_STEPS_PER_VARIABLE`` steps each since
-    the last change) for the caller to solve exactly.  The state lives in the arrays
-    passed in and in ``state``, a ``KERNEL_STATE`` record (the LRU head, the active
-    size, the steps, counters for diagnosis, ...).
-    All per-variable arrays, ``Xt``'s columns and the cached columns are in the
-    solver's order (``perm`` maps it to rows), active variables first.
+    the last change) for the caller to solve exactly.  ``settings`` (``_Settings``),
+    ``q`` (``QMatrix``), ``sol`` (``_Solution``), ``cache`` (``ColumnCache``), ``state``
+    (a ``KERNEL_STATE`` record: the LRU head, the active size, the steps, counters for
+    diagnosis, ...), ``helper`` (``_Helper``, empty arrays when there is none).
+    All per-variable arrays, Q's and the cached columns are in the solver's order
+    (``q.perm`` maps it to rows), active variables first.
     """
-    n = Xt.shape[1]
-    d = Xt.shape[0]
-    xi, acc32, kbuf32, acc64, kbuf64, score, viol = _step_scratch(d)
+    C, tol, shrinking, pair_steps, max_iter, tail_size = settings
+    alpha, bound, g, g_bar = sol
+    diag, dinv, unit_diag = q.diag, q.dinv, q.unit_diag
+    cols, col_len = cache.cols, cache.col_len
+    n = q.Xt.shape[1]
+    scratch = _step_scratch(q.Xt.shape[0])
+    score, viol = scratch.score, scratch.viol
     zero = np.zeros(n, np.float32)  # the column of a step of size 0
-    order = np.empty(n, np.int64)
-    tmp64 = np.empty(n)
-    tmp32 = np.empty(n, np.float32)
-    tmpi = np.empty(n, np.int64)
-    tmp8 = np.empty(n, np.int8)
+    tmp = _ShrinkScratch(np.empty(n, np.int64), np.empty(n), np.empty(n, np.float32),
+                         np.empty(n, np.int64), np.empty(n, np.int8))
     head = state.head
     n_active = state.n_active
     unshrunk = state.unshrunk
@@ -851,9 +895,7 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
                     if n_active < n:
                         status = PHASE_UNSHRINK
                         break
-                new_active = _shrink(n_active, max(1, n_active // 8), alpha, bound,
-                                     g, g_bar, diag, dinv, t32, perm, Xt, cols, col_len,
-                                     slot_of, owner, order, tmp64, tmp32, tmpi, tmp8)
+                new_active = _shrink(n_active, max(1, n_active // 8), sol, q, cache, tmp)
                 if new_active != n_active:
                     state.shrinks += 1
                     state.shrunk_active_sum += new_active
@@ -864,21 +906,17 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
                     continue
         n_iter += 1
         i = i_sel
-        s = _fetch_column(i, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols, col_len,
-                          slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64, kbuf64,
-                          state, ctrl)
+        s = _fetch_column(i, n_active, head, q, cache, scratch, state, helper)
         head = s
         j = -1
         if pair_steps:
-            j = _select_partner(i, n_active, g, bound, diag, cols, s, score, ctrl, fargs)
+            j = _select_partner(i, n_active, sol, q, cols, s, scratch, helper)
         if j < 0:
             di = min(max(alpha[i] - g[i] / diag[i], 0.0), C) - alpha[i]
             dj = 0.0
             s2 = s
         else:
-            s2 = _fetch_column(j, n_active, Xt, t32, gram, perm, kind, sigma, degree, cols,
-                               col_len, slot_of, owner, prev, nxt, head, xi, acc32, kbuf32, acc64,
-                               kbuf64, state, ctrl)
+            s2 = _fetch_column(j, n_active, head, q, cache, scratch, state, helper)
             head = s2
             di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
                                  np.float64(cols[s][j]), C)
@@ -894,12 +932,11 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
                 state.g_bar_updates += 1
                 if col_len[sv] < n:
                     state.g_bar_entries += n - col_len[sv]
-                    _column_fill(v, col_len[sv], n, sv, Xt, t32, gram, perm, kind, sigma, degree,
-                                 cols, xi, acc32, kbuf32, acc64, kbuf64, ctrl)
+                    _column_fill(v, col_len[sv], n, sv, q, cols, scratch, helper)
                     col_len[sv] = n
-                _update_g_bar(g_bar, C if new >= C else -C, cols, sv, n, ctrl, fargs)
-        i_sel, max_v = _update_select_split(n_active, g, bound, dinv, cols, s, di, s2, dj, j >= 0,
-                                            unit_diag, score, viol, ctrl, fargs)
+                _update_g_bar(g_bar, C if new >= C else -C, cols, sv, n, helper)
+        i_sel, max_v = _update_select_split(n_active, sol, q, cols, s, di, s2, dj, j >= 0,
+                                            scratch, helper)
     state.head = head
     state.n_active = n_active
     state.unshrunk = unshrunk
@@ -908,21 +945,19 @@ def _kernel_phase(Xt, t32, gram, kind, sigma, degree, C, tol, shrinking, pair_st
     return status
 
 
-def _run_phase(args, helper_args):
-    """``_kernel_phase(*args)``, with a helper thread for the far halves of its passes
-    when ``helper_args`` (``_helper_loop``'s arrays after ``ctrl, fargs``) are given:
-    started here, and stopped however the phase ends."""
-    if helper_args is None:
-        return _kernel_phase(*args, _NO_HELPER, _NO_FARGS)
-    ctrl = np.zeros(_CTRL_SIZE, np.int64)
-    fargs = np.zeros(_FARGS_SIZE)
+def _run_phase(settings, q, sol, cache, state, helper):
+    """``_kernel_phase``, with a helper thread for the far halves of its passes when
+    ``helper``: started here, and stopped however the phase ends."""
+    if not helper:
+        return _kernel_phase(settings, q, sol, cache, state, _NO_HELPER)
+    control = _Helper(np.zeros(_CTRL_SIZE, np.int64), np.zeros(_FARGS_SIZE))
     thread = threading.Thread(target=_helper_loop, daemon=True, name="elmscale-solver-helper",
-                              args=(ctrl, fargs, *helper_args))
+                              args=(control, q, sol, cache))
     thread.start()
     try:
-        return _kernel_phase(*args, ctrl, fargs)
+        return _kernel_phase(settings, q, sol, cache, state, control)
     finally:
-        _post(ctrl, _JOB_STOP, 0, 0, 0, 0, 0)
+        _post(control.ctrl, _JOB_STOP, 0, 0, 0, 0, 0)
         thread.join()
 
 
@@ -1027,16 +1062,14 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     # the solver works in its own order (active variables first)
     alpha, g, g_bar = alpha_rows[perm], g_rows[perm], g_bar_rows[perm]
     bound = _bound_flags(alpha, C)
-    gram_arg = gram if gram is not None else np.empty((0, 0))
-    helper_args = ((Xt, tp, gram_arg, perm, kind_code, sigma, degree, state.cols, g, g_bar, bound,
-                    diag, dinv, state.unit_diag) if helper else None)
+    q = QMatrix(SOURCE_ROWS if gram is None else SOURCE_GRAM, Xt, tp, perm,
+                gram if gram is not None else np.empty((0, 0)), kind_code, sigma, degree, diag,
+                dinv, state.unit_diag)
+    sol = _Solution(alpha, bound, g, g_bar)
+    settings = _Settings(C, tol, bool(shrinking), bool(pair_steps), int(max_iter), int(tail_size))
     progress = _new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
     while True:
-        args = (Xt, tp, gram_arg, kind_code, sigma, degree, C, tol, bool(shrinking),
-                bool(pair_steps), int(max_iter), alpha, bound, diag, dinv, state.unit_diag, g,
-                g_bar, perm, state.cols, state.col_len, state.slot_of, state.owner, state.prev,
-                state.nxt, progress, int(tail_size))
-        status = _run_phase(args, helper_args)
+        status = _run_phase(settings, q, sol, state.cache, progress, helper)
         if status == PHASE_TAIL:
             counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,
                                            int(progress["n_active"]))
@@ -1371,19 +1404,34 @@ def _explicit_init(H, t, alpha, beta, diag):
                 beta[k] += w * hi[k]
 
 
+# The explicit solver's arguments, grouped as the kernel solver's: its settings; the
+# problem (``H`` float32 n x L, the targets ``t``, ``diag`` = h_i.h_i); the solution
+# (alpha, beta = sum a_i t_i h_i); the order of the rows (``active``, the active ones
+# first) and the shuffle's state (``rng``, see ``shuffle_prefix``)
+_ExplicitSettings = namedtuple("_ExplicitSettings", ["C", "tol", "shrinking", "max_iter",
+                                                     "tail_size"])
+_ExplicitProblem = namedtuple("_ExplicitProblem", ["H", "t", "diag"])
+_ExplicitSolution = namedtuple("_ExplicitSolution", ["alpha", "beta"])
+_PassOrder = namedtuple("_PassOrder", ["active", "rng"])
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _explicit_phase(H, t, C, tol, shrinking, max_iter, alpha, beta, diag, active, state, rng,
-                    tail_size):
+def _explicit_phase(settings, problem, sol, order, state):
     """Dual coordinate descent passes on beta = sum a_i t_i h_i (H float32, n x L).
 
     Returns ``PHASE_OPTIMAL`` when converged (checked exactly over every row),
     ``PHASE_MAX_ITER`` at ``max_iter`` passes, ``PHASE_TAIL`` when the active set has
     stayed at most ``tail_size`` variables for ``TAIL_PASSES`` passes (the caller
-    solves it exactly, then calls again).  State: ``active`` (the order; the first
-    ``state.active_size`` are active), ``state`` an ``EXPLICIT_STATE`` record (the
-    active size, the passes, the shrinking thresholds), ``rng`` the shuffle's state
-    (``shuffle_prefix``).
+    solves it exactly, then calls again).  ``settings`` (``_ExplicitSettings``),
+    ``problem`` (``_ExplicitProblem``), ``sol`` (``_ExplicitSolution``), ``order``
+    (``_PassOrder``: the first ``state.active_size`` of ``order.active`` are active),
+    ``state`` an ``EXPLICIT_STATE`` record (the active size, the passes, the shrinking
+    thresholds).
     """
+    C, tol, shrinking, max_iter, tail_size = settings
+    H, t, diag = problem
+    alpha, beta = sol
+    active, rng = order
     n, L = H.shape
     active_size = state.active_size
     n_iter = state.passes
@@ -1508,10 +1556,13 @@ def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha
     progress = _new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
     # xorshift state from the seed (splitmix64's odd constant keeps it nonzero)
     rng = np.array([(int(random_state) * 0x9E3779B97F4A7C15 + 1) % 2**64 or 1], dtype=np.uint64)
+    settings = _ExplicitSettings(C, float(tol), bool(shrinking), int(max_iter), int(tail_size))
+    problem = _ExplicitProblem(H32, t64, diag)
+    sol = _ExplicitSolution(alpha, beta)
+    order = _PassOrder(active, rng)
     tails = 0
     while True:
-        status = _explicit_phase(H32, t64, C, float(tol), bool(shrinking), int(max_iter), alpha,
-                                 beta, diag, active, progress, rng, int(tail_size))
+        status = _explicit_phase(settings, problem, sol, order, progress)
         if status != PHASE_TAIL:
             break
         tails += _solve_explicit_tail(H32, t64, C, float(tol), alpha, beta,
