@@ -227,9 +227,13 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
             dataset = dataset.scaled(scaler)
         if task == "cv":
             grid = _grid(pipeline)
+            params = estimator.get_params(deep=False)
+            if not _capabilities(estimator).cross_validates_parquet(params):
+                raise ValueError(f"{pipeline['model']['estimator']} has no one-pass "
+                                 "cross-validation on Parquet data; give in-memory data")
             if set(grid) - {"C"}:
-                raise ValueError(f"search.grid {sorted(grid)}: on Parquet data the unified "
-                                 "ELM's one-pass search varies C only")
+                raise ValueError(f"search.grid {sorted(grid)}: on Parquet data the one-pass "
+                                 "search varies C only")
             from elmscale.model_selection import cross_validate_path
 
             result = cross_validate_path(
