@@ -42,6 +42,13 @@ solution; the exact final check is unchanged.  On a C path with K kept whole, a
 warm start with few free variables (wide kernels) goes to ``box_qp``'s method over
 every row before any step (``face_qp_max_free``).  With two cores a helper thread
 takes the far half of each long pass of a step (``helper``), to the same result.
+
+Inside, the numba phases take their state in named groups, never by slot number: named
+tuples of arrays and scalars (the kernel solver's ``_Settings``, ``QMatrix``, Q as a
+column source with a ``SOURCE_*`` code, ``_Solution``, ``ColumnCache``, ``_Helper``; the
+explicit solver's ``_ExplicitSettings``, ``_ExplicitProblem``, ``_ExplicitSolution``,
+``_PassOrder``), one record of integer state each (``KERNEL_STATE``,
+``EXPLICIT_STATE``), and the bound flags ``LOWER_BOUND``, ``FREE``, ``UPPER_BOUND``.
 """
 
 from __future__ import annotations
