@@ -140,7 +140,7 @@ def test_a_killed_ray_worker_does_not_change_the_grid(ray_session):
         except BaseException as exc:  # reported below
             outcome["error"] = exc
 
-    runner = threading.Thread(target=run)
+    runner = threading.Thread(target=run, daemon=True)  # never holds up the exit
     runner.start()
     deadline, victims = time.monotonic() + 60, []
     while not victims and time.monotonic() < deadline:
@@ -151,6 +151,7 @@ def test_a_killed_ray_worker_does_not_change_the_grid(ray_session):
     os.kill(victims[0], signal.SIGKILL)
     assert runner.is_alive(), "the grid finished before the worker was killed"
     runner.join(300)
+    assert not runner.is_alive(), "the grid did not finish within 300 s"
     assert "error" not in outcome, outcome.get("error")
     np.testing.assert_array_equal(outcome["search"].cv_results_["mean_test_score"],
                                   reference.cv_results_["mean_test_score"])
