@@ -132,7 +132,7 @@ KERNEL_STATE = np.dtype([
     ("shrunk_active_sum", np.int64),  # the active sizes they left, summed
     ("g_bar_updates", np.int64),
     ("g_bar_entries", np.int64),  # column entries added for G_bar's updates
-])
+], align=True)
 # The explicit solver's (``_explicit_phase``)
 EXPLICIT_STATE = np.dtype([
     ("active_size", np.int64),  # the first active_size of ``active`` are active
@@ -143,7 +143,7 @@ EXPLICIT_STATE = np.dtype([
     # SHRINK_DIVISOR
     ("up_bound", np.float64),
     ("down_bound", np.float64),
-])
+], align=True)
 
 
 def _new_record(dtype, **fields):
