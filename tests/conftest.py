@@ -48,11 +48,21 @@ def ray_session():
 
 
 def _timeout_of(item) -> float:
+    """The test's pytest-timeout limit in seconds (0: none), found as pytest-timeout finds
+    it: the marker, else --timeout, else PYTEST_TIMEOUT, else the ini file's."""
     marker = item.get_closest_marker("timeout")
+    value = None
     if marker is not None:
         value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
-    else:
-        value = item.config.getoption("timeout", None) or item.config.getini("timeout")
+    if value is None:
+        value = item.config.getoption("timeout", None)
+    if value is None:
+        value = os.environ.get("PYTEST_TIMEOUT") or None
+    if value is None:
+        try:
+            value = item.config.getini("timeout")
+        except ValueError:  # pytest-timeout not installed
+            value = None
     try:
         return float(value or 0)
     except (TypeError, ValueError):

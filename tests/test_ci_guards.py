@@ -26,7 +26,7 @@ IGNORES_ITS_TIMEOUT = """
 import time
 
 def test_carries_on_after_its_timeout():
-    for _ in range(60):
+    for _ in range({seconds}):
         try:
             time.sleep(1)
         except BaseException:  # pytest-timeout's failure, swallowed as a blocked call would
@@ -75,13 +75,20 @@ def test_a_hanging_test_fails_within_seconds_and_is_named(tmp_path):
 
 
 def test_a_test_that_outlives_its_timeout_stops_the_run_named(tmp_path):
-    result, seconds = _pytest(tmp_path, IGNORES_ITS_TIMEOUT, "-p", "conftest", "--timeout",
-                              "2", env={"ELMSCALE_TIMEOUT_GRACE": "2"})
+    result, seconds = _pytest(tmp_path, IGNORES_ITS_TIMEOUT.format(seconds=60), "-p",
+                              "conftest", "--timeout", "2", env={"ELMSCALE_TIMEOUT_GRACE": "2"})
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert seconds < 30, out
     assert "test_guarded.py::test_carries_on_after_its_timeout still running 4 s" in out, out
     assert "in test_carries_on_after_its_timeout" in out, out  # its stack
+
+
+def test_no_watchdog_where_the_timeout_is_turned_off(tmp_path):
+    result, _ = _pytest(tmp_path, IGNORES_ITS_TIMEOUT.format(seconds=4), "-p", "conftest",
+                        "--timeout", "0", "-o", "timeout=1",
+                        env={"ELMSCALE_TIMEOUT_GRACE": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_project_sets_a_timeout_for_every_test(pytestconfig):
