@@ -183,15 +183,15 @@ def test_a_path_from_a_small_C_starts_every_variable_at_the_bound():
     solved by the face QP), it reaches a fresh solve's optimum in fewer steps."""
     X, t, Q = _gaussian_problem(3, n=600)
     Cs = [0.01, 0.1]
-    path = pair_path((np.arange(600), t), X=X, kernel=GAUSSIAN, layer=None, Cs=Cs, seed=0,
+    path = pair_path((np.arange(600), t), X=X, feature_map=GAUSSIAN, Cs=Cs, seed=0,
                      tol=1e-3, cache_size=200.0, shrinking=True, max_iter=-1)
     for result, C in zip(path, Cs):
         fresh, n_fresh, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C)
-        assert result["converged"]
-        assert kkt_violation(result["alpha"], Q @ result["alpha"] - 1.0, C) <= 1e-3
-        assert result["objective"] == pytest.approx(dual_objective(Q, fresh), rel=1e-6)
+        assert result.converged
+        assert kkt_violation(result.alpha, Q @ result.alpha - 1.0, C) <= 1e-3
+        assert result.objective == pytest.approx(dual_objective(Q, fresh), rel=1e-6)
         if C == Cs[0]:
-            assert result["n_iter"] < n_fresh / 10
+            assert result.n_iter < n_fresh / 10
 
 
 @pytest.mark.parametrize("seed", range(4))
