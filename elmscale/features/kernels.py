@@ -1,21 +1,29 @@
-"""Kernels (paper eqs. 29-31) as feature maps: the kernel block ``K(A, B)`` against basis rows."""
+"""Kernels (paper eqs. 29-31): kernel blocks ``K(A, B)`` (:class:`Kernel`) and a kernel
+against a set of basis rows as a feature map (:class:`KernelFeatures`: ``h(x) = K(x, basis)``,
+as the kernel ELM's scoring, kernel boosting and forward selection of basis rows use it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from elmscale.core import jit as _jit
 from elmscale.core.memory import empty_huge
-from elmscale.features.base import _as_float32_rows, iter_row_blocks
+from elmscale.features.base import (
+    _as_float32_rows,
+    _check_out,
+    iter_row_blocks,
+    register_feature_map,
+)
 
 KERNELS = ("gaussian", "laplacian", "polynomial")
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """A kernel function with its parameters (``sigma`` for gaussian / laplacian, ``degree`` for polynomial)."""
+    """A kernel function with its parameters (``sigma`` for gaussian / laplacian, ``degree``
+    for polynomial)."""
 
     kind: str
     sigma: float = 1.0
@@ -29,11 +37,14 @@ class Kernel:
         if int(self.degree) < 1 or int(self.degree) != self.degree:
             raise ValueError(f"degree must be an integer >= 1; got {self.degree}")
 
-    def block(self, A: np.ndarray, B: np.ndarray, dtype=np.float64) -> np.ndarray:
-        """The kernel block ``K(A, B)``, ``(len(A), len(B))``.  Caller bounds the size."""
+    def block(self, A: np.ndarray, B: np.ndarray, dtype=np.float64,
+              out: np.ndarray | None = None) -> np.ndarray:
+        """The kernel block ``K(A, B)``, ``(len(A), len(B))``, in ``dtype`` or written into
+        ``out`` (C-contiguous, that shape).  Caller bounds the size."""
         A32 = _as_float32_rows(A)
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
-        out = empty_huge((A32.shape[0], Bt.shape[1]), dtype)
+        shape = (A32.shape[0], Bt.shape[1])
+        out = empty_huge(shape, dtype) if out is None else _check_out(out, shape, dtype)
         _jit.kernel_block(A32, Bt, _jit.KERNEL_CODES[self.kind], float(self.sigma),
                           int(self.degree), out)
         return out
@@ -60,3 +71,58 @@ class Kernel:
     @classmethod
     def from_dict(cls, d: dict) -> Kernel:
         return cls(kind=str(d["kind"]), sigma=float(d["sigma"]), degree=int(d["degree"]))
+
+
+@register_feature_map("kernel")
+@dataclass(frozen=True, eq=False)
+class KernelFeatures:
+    """A kernel against basis rows as a feature map: ``h(x) = [K(x, b_1), ..., K(x, b_m)]``.
+
+    ``n_outputs`` is the number of basis rows (kept as float32, the precision kernels read
+    their inputs in).  The kernel ELM's fitted model is ``KernelFeatures(kernel, X_fit_)``
+    with the dual weights as output weights; kernel boosting and forward selection grow a
+    basis of chosen rows.  ``to_dict()`` holds the basis rows themselves (a list per row):
+    it is as large as the basis.
+    """
+
+    kernel: Kernel
+    basis: np.ndarray = field(repr=False)
+
+    def __post_init__(self) -> None:
+        basis = _as_float32_rows(self.basis)
+        if basis.ndim != 2 or basis.shape[0] < 1:
+            raise ValueError(f"basis must be a 2-D array of at least one row; got shape "
+                             f"{basis.shape}")
+        object.__setattr__(self, "basis", basis)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.basis.shape[1])
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.basis.shape[0])
+
+    def _check_X(self, X: np.ndarray) -> np.ndarray:
+        if np.ndim(X) != 2 or np.shape(X)[1] != self.n_features:
+            raise ValueError(f"X has {np.shape(X)[-1]} features; the basis rows have "
+                             f"{self.n_features}")
+        return X
+
+    def transform(self, X: np.ndarray, dtype=np.float32,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """``K(X, basis)`` ``(len(X), n_outputs)`` (distances or products in float64 from
+        float32 inputs, stored in ``dtype``)."""
+        return self.kernel.block(self._check_X(X), self.basis, dtype=dtype, out=out)
+
+    def scores(self, X: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        """``K(X, basis) @ coef`` without storing the kernel block."""
+        return self.kernel.block_matvec(self._check_X(X), self.basis, coef)
+
+    def to_dict(self) -> dict:
+        return {"type": "kernel", "kernel": self.kernel.to_dict(),
+                "basis": self.basis.astype(np.float64).tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KernelFeatures:
+        return cls(Kernel.from_dict(d["kernel"]), np.asarray(d["basis"], dtype=np.float32))

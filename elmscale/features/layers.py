@@ -32,7 +32,8 @@ products are accumulated in float64 from float32 inputs; blocks are returned in
 float32 or float64.
 
 Both kinds of mapping work on row blocks so that memory stays bounded
-(``iter_row_blocks``).
+(``iter_row_blocks``).  Layers are feature maps (``elmscale.features.base.FeatureMap``):
+``n_outputs`` is ``n_hidden``, and ``to_dict()`` is rebuilt by ``feature_map_from_dict``.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from elmscale.core import jit as _jit
-from elmscale.features.base import _as_float32_rows
+from elmscale.features.base import _as_float32_rows, _check_out, register_feature_map
 
 HIDDEN_KINDS = ("sigmoid", "sinusoid", "multiquadric", "gaussian")
 
 
+@register_feature_map("hidden_layer")
 @dataclass(frozen=True)
 class HiddenLayer:
     """A random hidden layer, rebuilt identically from its four defining values."""
@@ -70,6 +72,11 @@ class HiddenLayer:
             raise ValueError(f"seed must be in [0, 2**63); got {self.seed}")
         if not (np.isfinite(self.weight_scale) and self.weight_scale > 0):
             raise ValueError(f"weight_scale must be > 0; got {self.weight_scale}")
+
+    @property
+    def n_outputs(self) -> int:
+        """Columns of ``h(X)``: ``n_hidden`` (the feature-map interface's name)."""
+        return int(self.n_hidden)
 
     # -- weights ---------------------------------------------------------
     @functools.cached_property
@@ -106,7 +113,8 @@ class HiddenLayer:
             )
         return X32
 
-    def transform(self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None) -> np.ndarray:
+    def transform(self, X: np.ndarray, dtype=np.float32,
+                  out: np.ndarray | None = None) -> np.ndarray:
         """``H = h(X)``, ``(n_rows, n_hidden)``, nodes evaluated in float32.
 
         ``dtype=np.float64`` stores the same float32 values widened; ``out`` (a
@@ -115,12 +123,7 @@ class HiddenLayer:
         on the same row of X.
         """
         X32 = self._check_X(X)
-        if out is None:
-            H = np.empty((X32.shape[0], self.n_hidden), dtype=dtype)
-        else:
-            if out.shape != (X32.shape[0], self.n_hidden) or not out.flags.c_contiguous:
-                raise ValueError(f"out must be C-contiguous of shape {(X32.shape[0], self.n_hidden)}")
-            H = out
+        H = _check_out(out, (X32.shape[0], self.n_hidden), dtype)
         _jit.hidden_block(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind], H)
         return H
 
@@ -137,7 +140,7 @@ class HiddenLayer:
         return out[:, 0] if squeeze else out
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "n_features": int(self.n_features),
+        return {"type": "hidden_layer", "kind": self.kind, "n_features": int(self.n_features),
                 "n_hidden": int(self.n_hidden), "seed": int(self.seed),
                 "weight_scale": float(self.weight_scale)}
 
@@ -148,13 +151,14 @@ class HiddenLayer:
                    weight_scale=float(d.get("weight_scale", 1.0)))
 
 
+@register_feature_map("concatenated_layers")
 @dataclass(frozen=True)
 class ConcatenatedLayers:
     """Random layers side by side: ``h(x) = [h_1(x), ..., h_S(x)]`` (S x L columns).
 
-    Same interface as :class:`HiddenLayer` (``n_features``, ``n_hidden``, ``transform``,
-    ``scores``, ``to_dict``), so the Gram of an ensemble of S layers is accumulated by the
-    same functions as one layer's.
+    Same interface as :class:`HiddenLayer` (``n_features``, ``n_hidden`` = ``n_outputs``,
+    ``transform``, ``scores``, ``to_dict``), so the Gram of an ensemble of S layers is
+    accumulated by the same functions as one layer's.
     """
 
     layers: tuple[HiddenLayer, ...]
@@ -175,17 +179,19 @@ class ConcatenatedLayers:
     def n_hidden(self) -> int:
         return sum(layer.n_hidden for layer in self.layers)
 
+    @property
+    def n_outputs(self) -> int:
+        return self.n_hidden
+
     def _slices(self) -> Iterator[tuple[HiddenLayer, slice]]:
         start = 0
         for layer in self.layers:
             yield layer, slice(start, start + layer.n_hidden)
             start += layer.n_hidden
 
-    def transform(self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None) -> np.ndarray:
-        n = np.shape(X)[0]
-        H = np.empty((n, self.n_hidden), dtype=dtype) if out is None else out
-        if H.shape != (n, self.n_hidden):
-            raise ValueError(f"out must have shape {(n, self.n_hidden)}")
+    def transform(self, X: np.ndarray, dtype=np.float32,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        H = _check_out(out, (np.shape(X)[0], self.n_hidden), dtype)
         for layer, cols in self._slices():
             H[:, cols] = layer.transform(X, dtype=dtype)
         return H
@@ -195,13 +201,17 @@ class ConcatenatedLayers:
         return sum(layer.scores(X, coef[cols]) for layer, cols in self._slices())
 
     def to_dict(self) -> dict:
-        return {"layers": [layer.to_dict() for layer in self.layers]}
+        return {"type": "concatenated_layers", "layers": [layer.to_dict() for layer in self.layers]}
 
     @classmethod
     def from_dict(cls, d: dict) -> ConcatenatedLayers:
         return cls(tuple(HiddenLayer.from_dict(layer) for layer in d["layers"]))
 
 
-def layer_from_dict(d: dict) -> HiddenLayer | ConcatenatedLayers:
-    """Rebuild a layer or a concatenation of layers from its ``to_dict()``."""
-    return ConcatenatedLayers.from_dict(d) if "layers" in d else HiddenLayer.from_dict(d)
+
+def layer_from_dict(d: dict):
+    """Rebuild a layer or a concatenation of layers from its ``to_dict()`` (until the work
+    units call ``feature_map_from_dict``)."""
+    from elmscale.features.base import feature_map_from_dict
+
+    return feature_map_from_dict(d)
