@@ -25,6 +25,8 @@ from elmscale.data import Scaler, generate_classification, load, write_parquet
 from elmscale.distributed import dataplane
 from elmscale.distributed.units import fold_of_rows
 from elmscale.linalg.gram import accumulate_gram
+from elmscale.linalg.ridge import solve_ridge
+from elmscale.model_selection import cross_validate_path
 
 
 def _to_parquet_dir(data, directory, n_files=3):
@@ -112,8 +114,9 @@ def test_concatenated_layers_gram_is_the_gram_of_stacked_outputs():
     data = generate_classification(2_000, random_state=5)
     layers = ConcatenatedLayers(tuple(HiddenLayer("sigmoid", 8, 40, seed) for seed in (1, 2, 3)))
     H = np.hstack([layer.transform(data.X).astype(np.float64) for layer in layers.layers])
-    stats = accumulate_gram(layers, data.X, data.y[:, None].astype(float), block_rows=300)
-    np.testing.assert_allclose(stats.HtH, H.T @ H, rtol=1e-10)
+    HtH, _, _ = accumulate_gram(layers, data.X, data.y[:, None].astype(float),
+                                block_rows=300).ridge_terms()
+    np.testing.assert_allclose(HtH, H.T @ H, rtol=1e-10)
     coef = np.random.default_rng(0).normal(size=120)
     np.testing.assert_allclose(layers.scores(data.X, coef), H @ coef, rtol=1e-5, atol=1e-6)
 
@@ -131,8 +134,7 @@ def test_one_pass_cv_equals_fold_by_fold_fits(generated, dask_client):
     X, y = ds.read()
     Cs = [0.1, 10.0, 1000.0]
     model = ELMClassifier(n_hidden=120, precision="double", random_state=7)
-    result = dataplane.cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2,
-                                           client=dask_client)
+    result = cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2, client=dask_client)
     folds = fold_of_rows(0, len(y), 3, seed=2)
     for k in range(3):
         train, test = folds != k, folds == k
@@ -142,11 +144,11 @@ def test_one_pass_cv_equals_fold_by_fold_fits(generated, dask_client):
     assert result.best_C == Cs[int(np.argmax(result.mean_scores))]
     refit = clone(model).set_params(C=result.best_C).fit(X, y)
     assert _rel(result.best_estimator.coef_, refit.coef_) <= 1e-6
-    local = dataplane.cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2)
+    local = cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2)
     np.testing.assert_allclose(local.split_scores, result.split_scores, atol=1e-12)
     # the Gram-only score is the mean squared error of the +1 / -1 targets
-    mse = dataplane.cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2,
-                                        scoring="neg_mean_squared_error", client=dask_client)
+    mse = cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2,
+                              scoring="neg_mean_squared_error", client=dask_client)
     for k in range(3):
         fitted = clone(model).fit_path(X[folds != k], y[folds != k], Cs)
         t = np.where(y[folds == k] == 1, 1.0, -1.0)
@@ -154,6 +156,23 @@ def test_one_pass_cv_equals_fold_by_fold_fits(generated, dask_client):
         np.testing.assert_allclose(mse.split_scores[k], expected, rtol=1e-6)
     assert set(result.cv_results()) >= {"param_C", "mean_test_score", "rank_test_score",
                                         "split2_test_score"}
+
+
+def test_dataset_gram_then_set_solution_is_the_fit(generated):
+    ds = open_parquet(generated).with_units(3)
+    model = ELMClassifier(n_hidden=50, C=3.0, precision="double", random_state=4)
+    est = clone(model)
+    layer, gram = est.dataset_gram(ds)
+    assert est.classes_.tolist() == gram.classes.tolist() and est.n_features_in_ == 8
+    HtH, HtT, _ = gram.ridge_terms(est.target_encoder_)
+    assert est.set_solution(layer, solve_ridge(HtH, HtT, 3.0)) is est
+    fitted = clone(model).fit(ds)
+    np.testing.assert_array_equal(est.coef_, fitted.coef_)
+    assert est.feature_map_ == fitted.hidden_layer_ == layer
+    with pytest.raises(ValueError, match="random hidden nodes"):
+        ELMClassifier(kernel="gaussian").dataset_gram(ds)
+    with pytest.raises(TypeError, match="expected a ParquetDataset"):
+        ELMClassifier().dataset_gram(np.zeros((3, 8)))
 
 
 def test_worker_killed_during_a_reduction_does_not_change_the_fit(generated, dask_client):
@@ -208,12 +227,13 @@ def test_bad_input_on_the_cluster_is_named(tmp_path, dask_client):
 
 def test_the_same_units_run_as_ray_tasks(generated, ray_session):
     from elmscale.distributed.ray_tasks import run_tasks
-    from elmscale.distributed.units import UnitGram, unit_gram
+    from elmscale.distributed.units import unit_gram
+    from elmscale.linalg.gram import Gram
 
     ds = open_parquet(generated).with_units(5)
     layer = HiddenLayer("sigmoid", 8, 40, 3).to_dict()
     parts = run_tasks(unit_gram, ds.units(), ray_address="auto", layer=layer, n_folds=3)
-    on_ray = UnitGram.combine(*parts)
+    on_ray = Gram.combine(*parts)
     here = dataplane.gram(ds, HiddenLayer("sigmoid", 8, 40, 3), n_folds=3)
     np.testing.assert_allclose(on_ray.HtH, here.HtH, rtol=1e-12)
     np.testing.assert_allclose(on_ray.HtY, here.HtY, rtol=1e-12)

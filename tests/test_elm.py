@@ -11,6 +11,8 @@ from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import ELMClassifier, ELMRegressor
+from elmscale.features.kernels import Kernel, KernelFeatures
+from elmscale.features.layers import HiddenLayer
 
 
 @parametrize_with_checks([
@@ -131,6 +133,39 @@ def test_random_state_fixes_the_layer():
     b = ELMClassifier(n_hidden=20, random_state=11).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.hidden_layer_ == b.hidden_layer_
+
+
+def test_the_fitted_feature_map_decides_the_mode():
+    X, y = nonlinear_problem(200, d=4, n_classes=3, seed=12)
+    primal = ELMClassifier(n_hidden=30, random_state=0).fit(X, y)
+    assert primal.feature_map_ is primal.hidden_layer_
+    dual = ELMClassifier(kernel="gaussian", sigma=0.5).fit(X, y)
+    features = dual.feature_map_
+    assert isinstance(features, KernelFeatures) and features.basis is dual.X_fit_
+    assert features.kernel == Kernel("gaussian", sigma=0.5)
+    np.testing.assert_allclose(dual.decision_function(X),
+                               features.scores(X, dual.dual_coef_), rtol=1e-12)
+    # a refit in the other mode leaves no weights of the first
+    dual.set_params(kernel=None, n_hidden=30, random_state=0).fit(X, y)
+    assert "X_fit_" not in vars(dual) and "dual_coef_" not in vars(dual)
+    np.testing.assert_array_equal(dual.predict(X), primal.predict(X))
+    with pytest.raises(ValueError, match="expected a KernelFeatures map"):
+        ELMClassifier(kernel="gaussian").set_solution(primal.hidden_layer_, primal.coef_)
+    with pytest.raises(ValueError, match="not this estimator's kernel"):
+        ELMClassifier(kernel="laplacian").set_solution(features, np.zeros((200, 3)))
+    with pytest.raises(AttributeError):
+        _ = ELMClassifier().feature_map_
+
+
+def test_set_solution_installs_weights_solved_elsewhere():
+    X, y = nonlinear_problem(300, d=4, seed=13)
+    model = ELMRegressor(n_hidden=40, C=10.0, precision="double", random_state=2).fit(X, y)
+    layer = HiddenLayer("sinusoid", 4, 25, seed=9)
+    H = layer.transform(X).astype(np.float64)
+    beta = scipy.linalg.solve(np.eye(25) / 10.0 + H.T @ H, H.T @ y[:, None], assume_a="pos")
+    assert model.set_solution(layer, beta) is model
+    assert model.hidden_layer_ is layer and model.coef_.shape == (25,)
+    np.testing.assert_allclose(model.predict(X), H @ beta[:, 0], rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("param, value, message", [

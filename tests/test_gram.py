@@ -1,12 +1,15 @@
-"""Accumulate-then-solve: block sums, fold differences, Cholesky and eigen paths."""
+"""Accumulate-then-solve: block sums, folds, class merging, Cholesky and eigen paths."""
 
 import numpy as np
 import pytest
 import scipy.linalg
 
+from elmscale.features.kernels import Kernel, KernelFeatures
 from elmscale.features.layers import HiddenLayer
-from elmscale.linalg.gram import GramStats, accumulate_gram
+from elmscale.features.masks import FeatureMask
+from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.ridge import ridge_path, solve_ridge
+from elmscale.linalg.targets import TargetEncoder
 
 
 def _problem(n=500, d=5, L=40, k=3, seed=0):
@@ -21,37 +24,103 @@ def test_block_sums_equal_one_block(precision):
     layer, X, T = _problem()
     whole = accumulate_gram(layer, X, T, precision=precision, block_rows=10_000)
     blocks = accumulate_gram(layer, X, T, precision=precision, block_rows=64)
-    assert whole.n_samples == blocks.n_samples == 500
+    assert whole.n_samples == blocks.n_samples == 500 and whole.n_folds == 1
     np.testing.assert_allclose(blocks.HtH, whole.HtH, rtol=1e-5)
-    np.testing.assert_allclose(blocks.HtT, whole.HtT, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(blocks.HtY, whole.HtY, rtol=1e-5, atol=1e-4)
     H = layer.transform(X).astype(np.float64)
-    np.testing.assert_allclose(whole.HtH, H.T @ H, rtol=1e-12 if precision == "double" else 1e-5)
+    HtH, HtT, TtT = whole.ridge_terms()
+    np.testing.assert_allclose(HtH, H.T @ H, rtol=1e-12 if precision == "double" else 1e-5)
+    np.testing.assert_allclose(TtT, np.square(T).sum(axis=0))
+    np.testing.assert_array_equal(whole.counts, [[500, 500, 500]])
 
 
-def test_stats_add_and_subtract_by_rows():
+def test_grams_add_by_rows():
     layer, X, T = _problem()
     total = accumulate_gram(layer, X, T, precision="double")
     first = accumulate_gram(layer, X[:200], T[:200], precision="double")
     rest = accumulate_gram(layer, X[200:], T[200:], precision="double")
     both = first + rest
     np.testing.assert_allclose(both.HtH, total.HtH, rtol=1e-12)
-    fold = total - first
-    np.testing.assert_allclose(fold.HtH, rest.HtH, rtol=1e-9, atol=1e-9)
-    assert fold.n_samples == 300
-    acc = GramStats.zeros(40, 3)
-    acc += first
-    acc += rest
-    np.testing.assert_allclose(acc.HtT, total.HtT, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(both.HtY, total.HtY, rtol=1e-12, atol=1e-12)
+    assert both.n_samples == 500
+    acc = Gram.zeros(40, 3)
+    for part in (first, rest):
+        acc = Gram.combine(acc, part)
+    np.testing.assert_allclose(acc.HtY, total.HtY, rtol=1e-12, atol=1e-12)
+
+
+def test_folds_total_and_fold_parts():
+    layer, X, T = _problem()
+    folds = np.arange(500) % 3
+    gram = accumulate_gram(layer, X, T, folds=folds, n_folds=3, precision="double",
+                           block_rows=50)
+    assert gram.n_folds == 3 and gram.n_rows.tolist() == [167, 167, 166]
+    for k in range(3):
+        alone = accumulate_gram(layer, X[folds == k], T[folds == k], precision="double")
+        others = accumulate_gram(layer, X[folds != k], T[folds != k], precision="double")
+        part, rest = gram.fold(k), gram.total(exclude=k)
+        assert part.n_folds == rest.n_folds == 1
+        np.testing.assert_allclose(part.HtH, alone.HtH, rtol=1e-12)
+        np.testing.assert_allclose(rest.HtH, others.HtH, rtol=1e-12)
+        np.testing.assert_allclose(rest.ridge_terms()[1], others.ridge_terms()[1], rtol=1e-12,
+                                   atol=1e-12)
+        assert rest.n_samples == 500 - part.n_samples
+    np.testing.assert_allclose(gram.total().HtH[0], gram.HtH.sum(axis=0))
+    with pytest.raises(ValueError, match="one-fold"):
+        gram.ridge_terms()
+    with pytest.raises(ValueError, match="needs the fold of each row"):
+        accumulate_gram(layer, X, T, n_folds=3)
+
+
+def test_class_indicator_grams_merge_by_value_and_encode():
+    layer, X, _ = _problem(n=600)
+    y = np.array(["a", "b", "c"])[np.arange(600) % 3]
+    # three parts of 200 rows, each without one of the classes
+    pieces = [np.flatnonzero(y[a:a + 200] != missing) + a
+              for a, missing in ((0, "c"), (200, "a"), (400, "b"))]
+    parts = []
+    for rows in pieces:
+        enc, Y = TargetEncoder("one_of_j").fit_transform(y[rows])
+        assert enc.classes.size == 2
+        parts.append(accumulate_gram(layer, X[rows], Y, classes=enc.classes))
+    merged = Gram.combine(*parts)
+    assert merged.classes.tolist() == ["a", "b", "c"]
+    kept = np.concatenate(pieces)
+    H = layer.transform(X[kept]).astype(np.float64)
+    encoder = TargetEncoder("plus_minus", merged.classes)
+    T = encoder.transform(y[kept])
+    HtH, HtT, TtT = merged.ridge_terms(encoder)
+    np.testing.assert_allclose(HtH, H.T @ H, rtol=1e-12)
+    np.testing.assert_allclose(HtT, H.T @ T, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(TtT, np.square(T).sum(axis=0))
+    np.testing.assert_array_equal(merged.counts[0], [np.sum(y[kept] == c) for c in "abc"])
+    one_of_j = merged.ridge_terms(TargetEncoder("one_of_j", merged.classes))
+    np.testing.assert_allclose(one_of_j[1], H.T @ TargetEncoder("one_of_j", merged.classes)
+                               .transform(y[kept]), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="not the Gram's"):
+        merged.ridge_terms(TargetEncoder("plus_minus", ["a", "b"]))
+
+
+def test_any_feature_map_accumulates():
+    _, X, T = _problem()
+    layer = HiddenLayer("sigmoid", 3, 15, seed=3)
+    masked = FeatureMask(5, [1, 3, 4]).then(layer)
+    kernel = KernelFeatures(Kernel("laplacian"), X[:20])
+    for feature_map, H in ((masked, layer.transform(X[:, [1, 3, 4]]).astype(np.float64)),
+                           (kernel, kernel.transform(X, dtype=np.float64))):
+        HtH, HtT, _ = accumulate_gram(feature_map, X, T, block_rows=32).ridge_terms()
+        np.testing.assert_allclose(HtH, H.T @ H, rtol=1e-12)
+        np.testing.assert_allclose(HtT, H.T @ T, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("C", [0.01, 1.0, 1000.0])
 def test_solve_and_path_equal_a_dense_solve(C):
     layer, X, T = _problem()
-    stats = accumulate_gram(layer, X, T, precision="double")
-    A = np.eye(40) / C + stats.HtH
-    ref = scipy.linalg.solve(A, stats.HtT, assume_a="pos")
-    np.testing.assert_allclose(solve_ridge(stats.HtH, stats.HtT, C), ref, rtol=1e-8)
-    path = ridge_path(stats.HtH, stats.HtT, [C, 2 * C])
+    HtH, HtT, _ = accumulate_gram(layer, X, T, precision="double").ridge_terms()
+    A = np.eye(40) / C + HtH
+    ref = scipy.linalg.solve(A, HtT, assume_a="pos")
+    np.testing.assert_allclose(solve_ridge(HtH, HtT, C), ref, rtol=1e-8)
+    path = ridge_path(HtH, HtT, [C, 2 * C])
     np.testing.assert_allclose(path[0], ref, rtol=1e-8, atol=1e-10 * np.abs(ref).max())
 
 

@@ -1,35 +1,34 @@
-"""Whole-data-set operations on a :class:`~elmscale.parquet_units.ParquetDataset`.
+"""Whole-data-set operations on a :class:`~elmscale.data.parquet.ParquetDataset`.
 
 Each takes ``client=None`` (run the units here, one after another, on this process's
 cores) or a ``distributed.Client`` (one task per unit, partial results summed on the
-workers); both paths call the same unit functions (``elmscale.reductions``).
+workers); both paths call the same unit functions (``elmscale.distributed.units``).
 
 * :func:`column_stats` / :func:`fit_scaler`: one pass for rows, classes and the [-1, 1]
   scaler.
-* :func:`gram`: ``H'H`` / ``H'Y`` of a hidden layer (optionally per CV fold).
+* :func:`gram`: the :class:`~elmscale.linalg.gram.Gram` of a feature map (optionally per
+  CV fold); :func:`fold_scores`: every fold's validation results of a C path, one pass.
 * :func:`gather_rows`, :func:`kernel_matrix`: for the kernel ELM (the training rows are
   part of the model, so they come to the coordinator; the kernel matrix is computed in row
   blocks on the workers).
-* :func:`predict`, :func:`decision_function`: score every row with a fitted model.
-* :func:`cross_validate_path`: the unified ELM's whole C path for K folds from one pass
-  (per-fold Grams, one eigendecomposition per fold).
+* :func:`predict`, :func:`decision_function`, :func:`evaluate`: score every row with a
+  fitted model.
 
-``ELMClassifier(...).fit(dataset, client=client)`` and ``fit_path`` use these.
+``ELMClassifier(...).fit(dataset, client=client)`` and
+``elmscale.model_selection.cross_validate_path`` use these.  Nothing here knows an
+estimator's internals: models are scored through their public methods.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.base import clone, is_classifier
 
 from elmscale.data.parquet import ParquetDataset
 from elmscale.distributed.executors import broadcast, map_units, reduce_units
 from elmscale.distributed.units import (
     ColumnStats,
-    UnitGram,
     add_arrays,
     metrics_from_sums,
     unit_column_stats,
@@ -40,12 +39,13 @@ from elmscale.distributed.units import (
     unit_metric_sums,
     unit_rows,
 )
-from elmscale.features.base import DEFAULT_BLOCK_ROWS
+from elmscale.features.base import DEFAULT_BLOCK_ROWS, FeatureMap
 from elmscale.features.kernels import Kernel
-from elmscale.linalg.ridge import ridge_path, solve_ridge
+from elmscale.linalg.gram import Gram
+from elmscale.linalg.targets import TargetEncoder
 
-__all__ = ["PathCVResult", "column_stats", "cross_validate_path", "decision_function", "evaluate",
-           "fit_scaler", "gather_rows", "gram", "kernel_matrix", "predict"]
+__all__ = ["column_stats", "decision_function", "evaluate", "fit_scaler", "fold_scores",
+           "gather_rows", "gram", "kernel_matrix", "predict"]
 
 
 #: Size of the kernel-matrix block one task returns.
@@ -83,19 +83,45 @@ def column_stats(dataset: ParquetDataset, *, client=None, n_units: int | None = 
 
 def fit_scaler(dataset: ParquetDataset, *, client=None, feature_range=(-1, 1)):
     """The paper's scaler fitted on every row of ``dataset`` (one pass)."""
-    return column_stats(dataset, client=client).scaler(feature_range)
+    from elmscale.data.scaling import Scaler
+
+    stats = column_stats(dataset, client=client)
+    return Scaler.from_stats(stats.col_min, stats.col_max, feature_range,
+                             n_samples_seen=stats.n_rows)
 
 
-def gram(dataset: ParquetDataset, layer, *, targets: str = "classes", n_folds: int = 1,
-         fold_seed: int = 0, precision: str = "double", block_rows: int = DEFAULT_BLOCK_ROWS,
-         client=None, n_threads: int | None = None, n_units: int | None = None) -> UnitGram:
-    """``H'H``, ``H'Y`` of ``layer`` (a ``HiddenLayer`` or ``ConcatenatedLayers``) over every
-    row, per fold when ``n_folds`` > 1.  ``n_threads`` applies without a client."""
+def gram(dataset: ParquetDataset, feature_map: FeatureMap, *, targets: str = "classes",
+         n_folds: int = 1, fold_seed: int = 0, precision: str = "double",
+         block_rows: int = DEFAULT_BLOCK_ROWS, client=None, n_threads: int | None = None,
+         n_units: int | None = None) -> Gram:
+    """The :class:`~elmscale.linalg.gram.Gram` of ``feature_map`` (a ``HiddenLayer``,
+    ``ConcatenatedLayers``, ...) over every row, per fold when ``n_folds`` > 1 (folds drawn
+    per row from ``fold_seed``: ``units.fold_of_rows``).  ``targets``: "classes" (``Y``: the
+    indicators of the classes, merged by value over the units) or "values".  ``n_threads``
+    applies without a client."""
     units = _units(dataset, client, n_units)
-    return reduce_units(unit_gram, units, UnitGram.combine, client=client,
+    return reduce_units(unit_gram, units, Gram.combine, client=client,
                         threads_per_task=None if client is not None else n_threads,
-                        layer=layer.to_dict(), targets=targets, n_folds=n_folds,
+                        layer=feature_map.to_dict(), targets=targets, n_folds=n_folds,
                         fold_seed=fold_seed, precision=precision, block_rows=block_rows)
+
+
+def fold_scores(dataset: ParquetDataset, feature_map: FeatureMap, coefs: np.ndarray,
+                encoder: TargetEncoder, *, n_folds: int, fold_seed: int = 0,
+                block_rows: int = DEFAULT_BLOCK_ROWS, client=None, n_threads: int | None = None,
+                n_units: int | None = None) -> np.ndarray:
+    """Every fold's validation results of a C path in one pass: ``(n_folds, n_C)`` correct
+    predictions (``encoder`` a class coding) or sums of squared errors (values).
+
+    ``coefs`` ``(n_folds, n_C, L, n_outputs)``: the output weights of ``feature_map``
+    trained without fold k; folds as in :func:`gram` (same ``n_folds`` and ``fold_seed``).
+    """
+    return reduce_units(unit_fold_scores, _units(dataset, client, n_units), add_arrays,
+                        client=client,
+                        threads_per_task=None if client is not None else n_threads,
+                        layer=feature_map.to_dict(), coefs=broadcast(coefs, client),
+                        encoder=encoder, n_folds=int(n_folds), fold_seed=fold_seed,
+                        block_rows=block_rows)
 
 
 def gather_rows(dataset: ParquetDataset, *, client=None, n_threads: int | None = None
@@ -167,101 +193,3 @@ def decision_function(model, dataset: ParquetDataset, *, client=None,
                       n_threads: int | None = None) -> np.ndarray:
     """``model.decision_function`` of every row of ``dataset``, in row order."""
     return _score(model, dataset, "decision_function", client, n_threads)
-
-
-@dataclass
-class PathCVResult:
-    """Cross-validation of a C path.  ``split_scores[k, j]``: fold k, ``Cs[j]``."""
-
-    Cs: np.ndarray
-    scoring: str
-    split_scores: np.ndarray
-    best_C: float
-    best_estimator: object = field(repr=False)
-
-    @property
-    def mean_scores(self) -> np.ndarray:
-        return self.split_scores.mean(axis=0)
-
-    @property
-    def std_scores(self) -> np.ndarray:
-        return self.split_scores.std(axis=0)
-
-    def cv_results(self) -> dict:
-        """In the shape of scikit-learn's ``cv_results_``."""
-        results = {"params": [{"C": float(c)} for c in self.Cs], "param_C": self.Cs.copy(),
-                   "mean_test_score": self.mean_scores,
-                   "std_test_score": self.std_scores}
-        for k, row in enumerate(self.split_scores):
-            results[f"split{k}_test_score"] = row
-        order = np.argsort(-self.mean_scores, kind="stable")
-        results["rank_test_score"] = np.empty(self.Cs.size, dtype=np.int64)
-        results["rank_test_score"][order] = np.arange(1, self.Cs.size + 1)
-        return results
-
-
-SCORINGS = ("accuracy", "neg_mean_squared_error")
-
-
-def _gram_scores(ug: UnitGram, coefs: np.ndarray) -> np.ndarray:
-    """Negative mean squared error of each fold's path from the fold's own Gram (no data)."""
-    scores = np.empty(coefs.shape[:2])
-    for k in range(ug.n_folds):
-        stats, TtT = ug.fold_stats(k)
-        for j, beta in enumerate(coefs[k]):
-            sse = TtT.sum() - 2 * np.sum(beta * stats.HtT) + np.sum(beta * (stats.HtH @ beta))
-            scores[k, j] = -sse / max(stats.n_samples * beta.shape[1], 1)
-    return scores
-
-
-def cross_validate_path(estimator, dataset: ParquetDataset, Cs, *, n_folds: int = 5,
-                        scoring: str | None = None, fold_seed: int = 0, client=None,
-                        n_units: int | None = None) -> PathCVResult:
-    """K-fold cross-validation of a random-node ELM over the values ``Cs``, then a refit.
-
-    One pass over the data computes ``H'H`` / ``H'Y`` per fold; the training Gram of fold
-    k is the total minus fold k's, and one eigendecomposition per fold gives the solutions
-    for every C.  ``scoring="neg_mean_squared_error"`` (the ridge loss on the ELM's
-    targets) is computed from the folds' Grams: no second pass.  ``"accuracy"`` (the
-    default for classifiers) needs each validation row's prediction: one more pass that
-    scores every C and fold at once.  Folds are drawn per row from ``fold_seed``.
-    The best C (highest mean score; the smallest C on ties) is refitted from the total
-    Gram, without reading the data again.
-    """
-    if getattr(estimator, "kernel", None) is not None:
-        raise ValueError("cross_validate_path needs random hidden nodes (kernel=None)")
-    Cs = np.asarray(Cs, dtype=np.float64).ravel()
-    if Cs.size == 0 or not np.all(Cs > 0):
-        raise ValueError(f"Cs must be positive values; got {Cs.tolist()}")
-    if int(n_folds) < 2:
-        raise ValueError(f"n_folds must be >= 2; got {n_folds}")
-    classifier = is_classifier(estimator)
-    scoring = scoring or ("accuracy" if classifier else "neg_mean_squared_error")
-    if scoring not in SCORINGS or (scoring == "accuracy" and not classifier):
-        raise ValueError(f"scoring must be one of {SCORINGS} (accuracy for classifiers); got "
-                         f"{scoring!r}")
-    model = clone(estimator)
-    model._validate_params()
-    layer, precision, ug = model._dataset_gram_stats(
-        _check_dataset(dataset), client, float(Cs.max()), n_folds=int(n_folds),
-        fold_seed=fold_seed, n_units=n_units)
-    coefs = []
-    for k in range(ug.n_folds):
-        train, _ = ug.gram_stats(exclude_fold=k)
-        path = ridge_path(train.HtH, train.HtT, Cs)
-        coefs.append(path)
-    coefs = np.asarray(coefs)  # (k, n_C, L, n_outputs)
-    if scoring == "neg_mean_squared_error":
-        split_scores = _gram_scores(ug, coefs)
-    else:
-        correct = reduce_units(
-            unit_fold_scores, _units(dataset, client, n_units), add_arrays, client=client,
-            threads_per_task=None if client is not None else model.n_threads,
-            layer=layer.to_dict(), coefs=broadcast(coefs, client), classes=ug.classes,
-            n_folds=int(n_folds), fold_seed=fold_seed, block_rows=model.block_rows)
-        split_scores = correct / np.maximum(ug.n_rows, 1)[:, None]
-    best = int(np.argmax(split_scores.mean(axis=0)))
-    total, _ = ug.gram_stats()
-    model.set_params(C=float(Cs[best]))
-    model._set_solution(layer, solve_ridge(total.HtH, total.HtT, float(Cs[best])))
-    return PathCVResult(Cs, scoring, split_scores, float(Cs[best]), model)

@@ -1,17 +1,18 @@
 """What a worker computes on one work unit: pure functions, no cluster inside.
 
-Each function takes a :class:`~elmscale.parquet_units.WorkUnit` and small descriptions
-(a hidden layer's ``to_dict()``, a kernel's parameters), reads the unit's rows itself,
+Each function takes a :class:`~elmscale.data.parquet.WorkUnit` and small descriptions
+(a feature map's ``to_dict()``, a kernel's parameters), reads the unit's rows itself,
 caps BLAS and numba threads for the task (``n_threads``, default 1: one task per worker
 thread), and returns a small result.  The same functions run in the calling process
-(no client), on Dask workers and in Ray tasks (``elmscale.executors``).
+(no client), on Dask workers and in Ray tasks (``elmscale.distributed.executors``).
+Nothing here imports scikit-learn, Dask or Ray: a fresh worker starts fast.
 
-* :func:`unit_gram`: ``H'H`` and ``H'Y`` of the unit, optionally per cross-validation
-  fold, with row counts per class and the column minima and maxima.  ``Y`` holds one
-  indicator column per class present in the unit (classification) or the target values
-  (regression); :class:`UnitGram` results add up whatever classes each unit saw, and
-  :meth:`UnitGram.gram_stats` turns the sum into the ``GramStats`` of the ELM's +1 / -1
-  targets.
+* :func:`unit_gram`: the :class:`~elmscale.linalg.gram.Gram` (``H'H``, ``H'Y``) of the
+  unit, optionally per cross-validation fold.  ``Y`` holds one indicator column per class
+  present in the unit (classification: the ``one_of_j`` coding) or the target values
+  (regression); the Grams of units add up whatever classes each unit saw
+  (``Gram.combine``), and ``Gram.ridge_terms(encoder)`` turns the sum into the ``H'T`` of
+  the estimator's targets (+1 / -1 for the unified ELM).
 * :func:`unit_column_stats`: rows, classes and per-column minima and maxima (a scaler).
 * :func:`unit_kernel_rows` and :func:`unit_kernel_matvec`: ``K(unit rows, points)`` or
   ``K(unit rows, points) @ coef``.
@@ -31,13 +32,14 @@ import numpy as np
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.threads import thread_budget
 from elmscale.data.parquet import WorkUnit
-from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
+from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
-from elmscale.features.layers import layer_from_dict
-from elmscale.linalg.gram import GramStats, accumulate_gram
+from elmscale.linalg.gram import Gram, accumulate_gram
+from elmscale.linalg.targets import TargetEncoder, merge_classes
 
-__all__ = ["ColumnStats", "UnitGram", "add_arrays", "fold_of_rows", "unit_column_stats", "unit_method",
-           "metric_sums", "metrics_from_sums", "unit_fold_scores", "unit_gram", "unit_metric_sums", "unit_kernel_matvec", "unit_kernel_rows", "unit_rows"]
+__all__ = ["ColumnStats", "add_arrays", "fold_of_rows", "metric_sums", "metrics_from_sums",
+           "unit_column_stats", "unit_fold_scores", "unit_gram", "unit_kernel_matvec",
+           "unit_kernel_rows", "unit_method", "unit_metric_sums", "unit_rows"]
 
 TARGET_KINDS = ("classes", "values")
 
@@ -55,17 +57,12 @@ def fold_of_rows(start: int, n_rows: int, n_folds: int, seed: int = 0) -> np.nda
 
 
 def add_arrays(*parts: np.ndarray) -> np.ndarray:
-    """The sum of the parts (a ``combine`` for :func:`elmscale.executors.reduce_units`)."""
+    """The sum of the parts (a ``combine`` for
+    :func:`elmscale.distributed.executors.reduce_units`)."""
     total = parts[0].copy()
     for part in parts[1:]:
         total += part
     return total
-
-
-def _merge_classes(parts, attr: str) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The union of the parts' classes, and for each part its columns' positions in it."""
-    classes = np.unique(np.concatenate([getattr(p, attr) for p in parts]))
-    return classes, [np.searchsorted(classes, getattr(p, attr)) for p in parts]
 
 
 @dataclass
@@ -80,20 +77,13 @@ class ColumnStats:
 
     @classmethod
     def combine(cls, *parts: ColumnStats) -> ColumnStats:
-        classes, where = _merge_classes(parts, "classes")
+        classes, where = merge_classes(*(p.classes for p in parts))
         counts = np.zeros(classes.size, dtype=np.int64)
         for p, pos in zip(parts, where):
             np.add.at(counts, pos, p.class_counts)
         return cls(sum(p.n_rows for p in parts),
                    np.minimum.reduce([p.col_min for p in parts]),
                    np.maximum.reduce([p.col_max for p in parts]), classes, counts)
-
-    def scaler(self, feature_range=(-1, 1)):
-        """The paper's [-1, 1] scaler fitted on these statistics."""
-        from elmscale.data.scaling import Scaler
-
-        return Scaler.from_stats(self.col_min, self.col_max, feature_range,
-                                 n_samples_seen=self.n_rows)
 
 
 def _labels_of(y, unit: WorkUnit) -> np.ndarray:
@@ -116,127 +106,27 @@ def unit_column_stats(unit: WorkUnit, *, n_threads: int = 1) -> ColumnStats:
                            X.max(axis=0).astype(np.float64), classes, counts)
 
 
-@dataclass
-class UnitGram:
-    """``H'H`` and ``H'Y`` per fold, summed over any number of units.
-
-    ``HtH`` ``(k, L, L)``, ``HtY`` ``(k, L, c)``, ``YtY`` ``(k, c)`` (sums of squared
-    targets), ``counts`` ``(k, c)`` (rows per class; for values, rows) and ``n_rows``
-    ``(k,)``, with k the number of folds (1 without cross-validation).  For classes,
-    column j of ``Y`` is the indicator of ``classes[j]``.
-    """
-
-    HtH: np.ndarray
-    HtY: np.ndarray
-    YtY: np.ndarray
-    counts: np.ndarray
-    n_rows: np.ndarray
-    classes: np.ndarray | None
-    col_min: np.ndarray
-    col_max: np.ndarray
-
-    @classmethod
-    def combine(cls, *parts: UnitGram) -> UnitGram:
-        """The statistics of all the parts' rows (classes merged by value)."""
-        first = parts[0]
-        HtH = first.HtH.copy()
-        for p in parts[1:]:
-            HtH += p.HtH
-        if first.classes is None:
-            HtY, YtY, counts = (sum(getattr(p, name) for p in parts)
-                                for name in ("HtY", "YtY", "counts"))
-            classes = None
-        else:
-            classes, where = _merge_classes(parts, "classes")
-            k, L = first.HtH.shape[:2]
-            HtY = np.zeros((k, L, classes.size))
-            YtY = np.zeros((k, classes.size))
-            counts = np.zeros((k, classes.size), dtype=np.int64)
-            for p, pos in zip(parts, where):
-                HtY[:, :, pos] += p.HtY
-                YtY[:, pos] += p.YtY
-                counts[:, pos] += p.counts
-        return cls(HtH, HtY, YtY, counts, sum(p.n_rows for p in parts), classes,
-                   np.minimum.reduce([p.col_min for p in parts]),
-                   np.maximum.reduce([p.col_max for p in parts]))
-
-    @property
-    def n_folds(self) -> int:
-        return self.HtH.shape[0]
-
-    def _encode(self, HtY: np.ndarray, counts: np.ndarray, YtY: np.ndarray):
-        """``H'T`` and ``T'T`` for the ELM's targets (classes: +1 / -1 columns)."""
-        if self.classes is None:
-            return HtY, YtY
-        n = counts.sum()
-        if self.classes.size == 2:  # one output: +1 for classes[1], -1 for classes[0]
-            return (HtY[:, 1] - HtY[:, 0])[:, None], np.array([float(n)])
-        return 2.0 * HtY - HtY.sum(axis=1, keepdims=True), np.full(self.classes.size, float(n))
-
-    def gram_stats(self, exclude_fold: int | None = None) -> tuple[GramStats, np.ndarray]:
-        """``GramStats`` (``H'H``, ``H'T``, rows) of every fold but ``exclude_fold`` (all
-        rows when None), and the targets' ``T'T`` per output column."""
-        keep = np.ones(self.n_folds, dtype=bool)
-        if exclude_fold is not None:
-            keep[exclude_fold] = False
-        HtT, TtT = self._encode(self.HtY[keep].sum(axis=0), self.counts[keep].sum(axis=0),
-                                self.YtY[keep].sum(axis=0))
-        return GramStats(self.HtH[keep].sum(axis=0), HtT, int(self.n_rows[keep].sum())), TtT
-
-    def fold_stats(self, fold: int) -> tuple[GramStats, np.ndarray]:
-        """``GramStats`` and ``T'T`` of one fold's rows only (its validation part)."""
-        HtT, TtT = self._encode(self.HtY[fold], self.counts[fold], self.YtY[fold])
-        return GramStats(self.HtH[fold], HtT, int(self.n_rows[fold])), TtT
-
-
-def _targets(y: np.ndarray, targets: str):
-    """``(Y, classes, counts-per-column)`` of one unit."""
-    if targets == "classes":
-        classes, index = np.unique(y, return_inverse=True)
-        Y = np.zeros((y.size, classes.size))
-        Y[np.arange(y.size), index] = 1.0
-        return Y, classes
-    try:
-        values = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"regression targets must be numbers; got {y.dtype} labels") from exc
-    if not np.isfinite(values).all():
-        raise ValueError("regression targets hold NaN or infinity; expected finite numbers")
-    return values.reshape(len(values), -1), None
-
-
 def unit_gram(unit: WorkUnit, layer: dict, *, targets: str = "classes", n_folds: int = 1,
               fold_seed: int = 0, precision: str = "double",
-              block_rows: int = DEFAULT_BLOCK_ROWS, n_threads: int = 1) -> UnitGram:
-    """``H'H``, ``H'Y`` (per fold when ``n_folds`` > 1) of one unit's rows.
+              block_rows: int = DEFAULT_BLOCK_ROWS, n_threads: int = 1) -> Gram:
+    """The :class:`~elmscale.linalg.gram.Gram` (``H'H``, ``H'Y``; per fold when ``n_folds``
+    > 1) of one unit's rows.
 
-    ``layer`` is a ``HiddenLayer.to_dict()`` (or a ``ConcatenatedLayers`` one), rebuilt
-    here from its seed.  ``targets``: "classes" (indicator columns) or "values".
+    ``layer`` is a feature map's ``to_dict()`` (a ``HiddenLayer``, ``ConcatenatedLayers``,
+    ...), rebuilt here from its seed.  ``targets``: "classes" (the indicators of the unit's
+    classes) or "values".
     """
     if targets not in TARGET_KINDS:
         raise ValueError(f"targets must be one of {TARGET_KINDS}; got {targets!r}")
     with thread_budget(n_threads):
         X, y = unit.read()
-        Y, classes = _targets(_labels_of(y, unit), targets)
-        hidden = layer_from_dict(layer)
-        folds = (np.zeros(unit.n_rows, dtype=np.int64) if n_folds == 1
+        encoder, Y = TargetEncoder("one_of_j" if targets == "classes" else "values"
+                                   ).fit_transform(_labels_of(y, unit))
+        folds = (None if n_folds == 1
                  else fold_of_rows(unit.start, unit.n_rows, n_folds, fold_seed))
-        L, c = hidden.n_hidden, Y.shape[1]
-        HtH, HtY = np.zeros((n_folds, L, L)), np.zeros((n_folds, L, c))
-        YtY, counts = np.zeros((n_folds, c)), np.zeros((n_folds, c), dtype=np.int64)
-        n_rows = np.zeros(n_folds, dtype=np.int64)
-        for k in range(n_folds):
-            rows = slice(None) if n_folds == 1 else folds == k
-            Xk, Yk = X[rows], Y[rows]
-            if len(Xk):
-                stats = accumulate_gram(hidden, Xk, Yk, precision=precision,
-                                        block_rows=block_rows)
-                HtH[k], HtY[k] = stats.HtH, stats.HtT
-            YtY[k] = np.square(Yk).sum(axis=0)
-            counts[k] = Yk.sum(axis=0) if classes is not None else len(Yk)
-            n_rows[k] = len(Xk)
-        return UnitGram(HtH, HtY, YtY, counts, n_rows, classes,
-                        X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64))
+        return accumulate_gram(feature_map_from_dict(layer), X, Y, classes=encoder.classes,
+                               folds=folds, n_folds=n_folds, precision=precision,
+                               block_rows=block_rows)
 
 
 def unit_rows(unit: WorkUnit, *, n_threads: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
@@ -266,20 +156,24 @@ def unit_method(unit: WorkUnit, model, *, method: str = "predict",
     """``getattr(model, method)(rows)`` on the unit's rows ("predict", "decision_function").
 
     The model's own ``n_threads`` applies inside its methods: the caller sets it (see
-    ``elmscale.dataplane``).
+    ``elmscale.distributed.dataplane``).
     """
     with thread_budget(n_threads):
         X, _ = unit.read(with_labels=False)
         return getattr(model, method)(X)
 
 
+def _is_classifier(model) -> bool:
+    """Whether the fitted ``model`` (or a Pipeline's last step) classifies: it has
+    ``classes_`` (checked without importing scikit-learn, which workers do not load)."""
+    return hasattr(final_estimator(model), "classes_")
+
+
 def metric_sums(model, X, y) -> np.ndarray:
     """Sums that add up over row blocks: ``[correct, rows]`` for classifiers, ``[squared
     error, sum y, sum y^2, rows]`` for regressors (see :func:`metrics_from_sums`)."""
-    from sklearn.base import is_classifier
-
     pred = model.predict(X)
-    if is_classifier(final_estimator(model)):
+    if _is_classifier(model):
         return np.array([float(np.sum(pred == y)), float(len(y))])
     y = np.asarray(y, dtype=np.float64)
     return np.array([float(np.sum((pred - y) ** 2)), y.sum(), np.square(y).sum(), len(y)])
@@ -301,27 +195,28 @@ def unit_metric_sums(unit: WorkUnit, model, *, n_threads: int = 1) -> np.ndarray
         return metric_sums(model, X, _labels_of(y, unit))
 
 
-def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, classes: np.ndarray | None,
+def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, encoder: TargetEncoder,
                      *, n_folds: int, fold_seed: int = 0, block_rows: int = DEFAULT_BLOCK_ROWS,
                      n_threads: int = 1) -> np.ndarray:
     """Validation results of a C path for every fold, on one unit's rows.
 
-    ``coefs`` ``(n_folds, n_C, L, n_outputs)``: the output weights trained without fold k.
-    Each row is scored by its own fold's weights.  Returns ``(n_folds, n_C)``: the number of
-    correct predictions (``classes`` given) or the sum of squared errors (regression).
+    ``layer``: a feature map's ``to_dict()``; ``coefs`` ``(n_folds, n_C, L, n_outputs)``: the
+    output weights trained without fold k; ``encoder``: the targets' coding (a class coding
+    with its classes, or values).  Each row is scored by its own fold's weights.  Returns
+    ``(n_folds, n_C)``: the number of correct predictions (class codings) or the sum of
+    squared errors (values).
     """
     with thread_budget(n_threads):
         X, y = unit.read()
         y = _labels_of(y, unit)
-        hidden = layer_from_dict(layer)
+        feature_map = feature_map_from_dict(layer)
         folds = fold_of_rows(unit.start, unit.n_rows, n_folds, fold_seed)
         k, n_C, L, n_out = coefs.shape
         result = np.zeros((k, n_C))
-        if classes is not None:
-            truth = np.searchsorted(classes, y)
-            known = (truth < classes.size) & (classes[np.minimum(truth, classes.size - 1)] == y)
+        if encoder.for_classes:
+            truth = encoder.index(y)  # -1: a label the training rows never had (never right)
         else:
-            truth = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+            truth = encoder.transform(y)
         wide = np.ascontiguousarray(coefs.transpose(0, 2, 1, 3).reshape(k, L, n_C * n_out))
         buffer = np.empty((min(block_rows, unit.n_rows), L))
         for fold in range(k):
@@ -329,13 +224,12 @@ def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, classes: np
             for rows in iter_row_blocks(mine.size, block_rows):
                 picked = mine[rows]
                 # float64 nodes written straight into one buffer: no widened copies of H
-                H = hidden.transform(X[picked], dtype=np.float64,
-                                     out=buffer[: picked.size])
+                H = feature_map.transform(X[picked], dtype=np.float64,
+                                          out=buffer[: picked.size])
                 out = (H @ wide[fold]).reshape(picked.size, n_C, n_out)
-                if classes is None:
+                if not encoder.for_classes:
                     result[fold] += np.square(out - truth[picked][:, None, :]).sum(axis=(0, 2))
                     continue
-                guess = (out[:, :, 0] > 0).astype(np.int64) if n_out == 1 else out.argmax(axis=2)
-                right = (guess == truth[picked][:, None]) & known[picked][:, None]
+                right = encoder.decode(out) == truth[picked][:, None]
                 result[fold] += right.sum(axis=0)
         return result

@@ -207,11 +207,3 @@ class ConcatenatedLayers:
     def from_dict(cls, d: dict) -> ConcatenatedLayers:
         return cls(tuple(HiddenLayer.from_dict(layer) for layer in d["layers"]))
 
-
-
-def layer_from_dict(d: dict):
-    """Rebuild a layer or a concatenation of layers from its ``to_dict()`` (until the work
-    units call ``feature_map_from_dict``)."""
-    from elmscale.features.base import feature_map_from_dict
-
-    return feature_map_from_dict(d)

@@ -2,9 +2,15 @@
 
 * Random hidden nodes (``kernel=None``): primal solution
   ``beta = (I/C + H'H)^-1 H'T`` from ``H'H`` and ``H'T`` accumulated block by
-  block (``elmscale.gram``); scoring is ``h(x) beta``.
+  block (``elmscale.linalg.gram``); scoring is ``h(x) beta``.
 * Kernels (``kernel="gaussian" | "laplacian" | "polynomial"``): dual solution
   ``alpha = (I/C + Omega)^-1 T``; scoring is ``K(x, X_train) alpha``.
+
+Either way the fitted model is a feature map (``feature_map_``: the ``HiddenLayer``, or
+``KernelFeatures`` against the training rows) and output weights, and scoring decides by
+the map's type.  On a Parquet data set, ``dataset_gram`` (one pass: the feature map and the
+Gram of the targets), ``target_encoder_`` and ``set_solution`` let a search such as
+``elmscale.model_selection.cross_validate_path`` solve the ridge problems itself.
 
 ``C`` is the paper's: larger C, less regularisation.  Classifiers use one output
 per class with targets +1 / -1 (one output of +1 / -1 for two classes).
@@ -25,11 +31,12 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import thread_budget
-from elmscale.features.base import iter_row_blocks
-from elmscale.features.kernels import KERNELS, Kernel
+from elmscale.features.base import FeatureMap, iter_row_blocks
+from elmscale.features.kernels import KERNELS, Kernel, KernelFeatures
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
-from elmscale.linalg.gram import accumulate_gram
+from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.ridge import PRECISIONS, choose_precision, ridge_path, solve_ridge
+from elmscale.linalg.targets import TargetEncoder
 
 # Kernel scoring: rows per block so that a block of K stays near 32 MB.
 _KERNEL_BLOCK_BYTES = 32 * 2**20
@@ -38,7 +45,16 @@ _PRECISION_SAMPLE_ROWS = 4096
 
 
 class _BaseELM(BaseEstimator):
-    """Shared parameters, fitting and scoring of the unified ELM estimators."""
+    """Shared parameters, fitting and scoring of the unified ELM estimators.
+
+    The fitted model is a feature map and output weights: ``feature_map_`` is the random
+    layer ``hidden_layer_`` (output weights ``coef_``) or the kernel against the training
+    rows, ``KernelFeatures(kernel, X_fit_)`` (output weights ``dual_coef_``); scoring is
+    ``feature_map_.scores(X, weights)`` either way.
+    """
+
+    #: The targets' coding (``elmscale.linalg.targets``), set by the subclasses.
+    target_coding = "values"
 
     _parameter_constraints: dict = {
         "hidden": [StrOptions(set(HIDDEN_KINDS))],
@@ -71,9 +87,24 @@ class _BaseELM(BaseEstimator):
 
     # -- targets (classifier / regressor specific) -------------------------
     def _encode_targets(self, y):  # pragma: no cover - abstract
+        """``T`` of the labels or values ``y``; sets ``classes_`` or ``n_outputs_``."""
         raise NotImplementedError
 
-    # -- fitting -------------------------------------------------------------
+    def _set_gram_targets(self, gram: Gram):  # pragma: no cover - abstract
+        """Sets ``classes_`` or ``n_outputs_`` from a data set's Gram."""
+        raise NotImplementedError
+
+    @property
+    def target_encoder_(self) -> TargetEncoder:
+        """The coding of the fitted targets (with ``classes_`` for classifiers): it turns the
+        Gram of :meth:`dataset_gram` into this estimator's ``H'T``
+        (``gram.ridge_terms(target_encoder_)``) and decodes outputs."""
+        if self.target_coding == "values":
+            return TargetEncoder("values")
+        check_is_fitted(self, "classes_")
+        return TargetEncoder(self.target_coding, self.classes_)
+
+    # -- feature maps ----------------------------------------------------------
     def _validate_X_y(self, X, y):
         is_regressor = isinstance(self, RegressorMixin)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
@@ -89,7 +120,24 @@ class _BaseELM(BaseEstimator):
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
 
-    def _resolve_precision(self, layer: HiddenLayer, X, C_max: float, n_rows=None) -> str:
+    @property
+    def feature_map_(self) -> FeatureMap:
+        """The fitted feature map: ``hidden_layer_`` (random nodes), or the kernel against the
+        training rows ``KernelFeatures(Kernel(kernel, sigma, degree), X_fit_)``."""
+        fitted = vars(self)
+        if "hidden_layer_" in fitted:
+            return self.hidden_layer_
+        if "X_fit_" in fitted:
+            return KernelFeatures(self._kernel_obj(), self.X_fit_)
+        check_is_fitted(self, ("hidden_layer_", "X_fit_"), all_or_any=any)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _output_weights(self) -> np.ndarray:
+        kernel = isinstance(self.feature_map_, KernelFeatures)
+        return self.dual_coef_ if kernel else self.coef_
+
+    # -- fitting -------------------------------------------------------------
+    def _resolve_precision(self, layer: FeatureMap, X, C_max: float, n_rows=None) -> str:
         """``precision``, or for "auto" the choice for ``n_rows`` rows like the first of ``X``."""
         if self.precision != "auto":
             return self.precision
@@ -98,51 +146,74 @@ class _BaseELM(BaseEstimator):
         return choose_precision(mean_square * (X.shape[0] if n_rows is None else n_rows), C_max)
 
     def _gram(self, X, T, C_max: float):
-        """The matrix G and right-hand side B of ``(I/C + G) x = B``."""
-        if self.kernel is None:
-            layer = self._new_layer(X.shape[1])
-            self.precision_ = self._resolve_precision(layer, X, C_max)
-            stats = accumulate_gram(layer, X, T, precision=self.precision_,
-                                    block_rows=self.block_rows)
-            return layer, stats.HtH, stats.HtT
-        X_fit = np.ascontiguousarray(X, dtype=np.float32)
-        omega = self._kernel_obj().block(X_fit, X_fit, dtype=np.float64)
-        return X_fit, omega, T
+        """``(feature map, G, B)``: the matrix G and right-hand side B of
+        ``(I/C + G) x = B`` (primal ``H'H``, ``H'T``; kernels: dual ``K(X, X)``, ``T``)."""
+        if self.kernel is not None:
+            features = KernelFeatures(self._kernel_obj(), X)
+            return features, features.transform(features.basis, dtype=np.float64), T
+        layer = self._new_layer(X.shape[1])
+        self.precision_ = self._resolve_precision(layer, X, C_max)
+        HtH, HtT, _ = accumulate_gram(layer, X, T, precision=self.precision_,
+                                      block_rows=self.block_rows).ridge_terms()
+        return layer, HtH, HtT
 
-    def _dataset_gram_stats(self, dataset, client, C_max: float, *, n_folds: int = 1,
-                            fold_seed: int = 0, n_units=None):
-        """Random nodes on a Parquet data set: ``(layer, precision, UnitGram)``; sets the
-        fitted attributes that come from the data (``classes_``, ``n_features_in_``, ...)."""
+    def dataset_gram(self, dataset, *, C_max: float | None = None, n_folds: int = 1,
+                     fold_seed: int = 0, client=None, n_units: int | None = None
+                     ) -> tuple[FeatureMap, Gram]:
+        """One pass over a Parquet data set (random hidden nodes): a new feature map and the
+        :class:`~elmscale.linalg.gram.Gram` of its outputs and the targets.
+
+        Returns ``(feature_map, gram)``: the hidden layer drawn from ``random_state`` and the
+        Gram per cross-validation fold (``n_folds`` > 1: folds drawn per row from
+        ``fold_seed``, ``elmscale.distributed.units.fold_of_rows``; ``gram.total(exclude=k)``
+        is fold k's training part).  ``gram.ridge_terms(self.target_encoder_)`` gives
+        ``H'H`` and ``H'T`` of this estimator's targets; a solution ``beta`` of
+        ``(I/C + H'H) beta = H'T`` is installed by :meth:`set_solution`.  ``C_max`` (default
+        ``C``): the largest C to be solved, for ``precision="auto"``.  Sets the fitted
+        attributes that come from the data: ``n_features_in_``, ``precision_`` and
+        ``classes_`` (classifiers) or ``n_outputs_`` (regressors).  Units run on the Dask
+        cluster of ``client``, or here without one.
+        """
+        from elmscale.data.parquet import ParquetDataset
         from elmscale.distributed import dataplane
 
+        self._validate_params()
+        if self.kernel is not None:
+            raise ValueError("dataset_gram needs random hidden nodes (kernel=None)")
+        if not isinstance(dataset, ParquetDataset):
+            raise TypeError(f"expected a ParquetDataset (elmscale.open_parquet); got "
+                            f"{type(dataset).__name__}")
+        C_max = float(self.C if C_max is None else C_max)
         layer = self._new_layer(dataset.n_features)
         first_rows, _ = dataset.units()[0].head(_PRECISION_SAMPLE_ROWS).read(with_labels=False)
         self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
-        ug = dataplane.gram(dataset, layer, targets=self._target_kind, n_folds=n_folds,
-                            fold_seed=fold_seed, precision=self.precision_,
-                            block_rows=self.block_rows, client=client,
-                            n_threads=self.n_threads, n_units=n_units)
+        gram = dataplane.gram(dataset, layer,
+                              targets="values" if self.target_coding == "values" else "classes",
+                              n_folds=n_folds, fold_seed=fold_seed, precision=self.precision_,
+                              block_rows=self.block_rows, client=client,
+                              n_threads=self.n_threads, n_units=n_units)
         self.n_features_in_ = dataset.n_features
-        self._encode_gram_targets(ug)
-        return layer, self.precision_, ug
+        self._set_gram_targets(gram)
+        return layer, gram
 
     def _dataset_gram(self, dataset, client, C_max: float):
         """``_gram`` for a Parquet data set, on the cluster ``client`` (None: here)."""
         from elmscale.distributed import dataplane
 
         if self.kernel is None:
-            layer, _, ug = self._dataset_gram_stats(dataset, client, C_max)
-            stats, _ = ug.gram_stats()
-            return layer, stats.HtH, stats.HtT
+            layer, gram = self.dataset_gram(dataset, C_max=C_max, client=client)
+            HtH, HtT, _ = gram.ridge_terms(self.target_encoder_)
+            return layer, HtH, HtT
         X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
         self.n_features_in_ = dataset.n_features
         T = self._encode_targets(y)
-        omega = dataplane.kernel_matrix(dataset, X, self._kernel_obj(), client=client,
+        features = KernelFeatures(self._kernel_obj(), X)
+        omega = dataplane.kernel_matrix(dataset, features.basis, features.kernel, client=client,
                                         n_threads=self.n_threads)
-        return X, omega, T
+        return features, omega, T
 
     def _any_gram(self, X, y, client, C_max: float):
-        """``(basis, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
+        """``(feature map, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
         from elmscale.data.parquet import ParquetDataset
 
         if self.n_threads == 0:
@@ -161,8 +232,8 @@ class _BaseELM(BaseEstimator):
         X, y = self._validate_X_y(X, y)
         return self._gram(X, self._encode_targets(y), C_max)
 
-    def _warn_if_single_precision_is_too_coarse(self, G, C_max: float) -> None:
-        if self.kernel is None and self.precision == "single":
+    def _warn_if_single_precision_is_too_coarse(self, feature_map, G, C_max: float) -> None:
+        if self.precision == "single" and not isinstance(feature_map, KernelFeatures):
             mean_diagonal = float(np.trace(G)) / G.shape[0]
             if choose_precision(mean_diagonal, C_max) == "double":
                 warnings.warn(
@@ -170,26 +241,53 @@ class _BaseELM(BaseEstimator):
                     f"reach of float32 rounding of H'H); use precision='double' or 'auto'",
                     UserWarning, stacklevel=3)
 
-    def _set_solution(self, basis, coef):
-        if self.kernel is None:
-            self.hidden_layer_ = basis
-            self.coef_ = coef
+    def _shape_coef(self, coef: np.ndarray) -> np.ndarray:
+        """The output weights as stored (subclasses drop a single output's column)."""
+        return coef
+
+    def set_solution(self, feature_map: FeatureMap, coef: np.ndarray):
+        """Make this estimator the model ``h(x) @ coef`` of ``feature_map``; returns ``self``.
+
+        For a solution computed outside ``fit``, e.g. from the Gram of :meth:`dataset_gram`
+        (``coef`` ``(n_outputs of the map, n_columns of the targets)``).  A
+        ``KernelFeatures`` map (its kernel must be this estimator's) sets the dual model
+        ``X_fit_`` (its basis rows) and ``dual_coef_``; any other map (the estimator's own
+        ``HiddenLayer``: the one a model file can store) sets ``hidden_layer_`` and
+        ``coef_``.  The fitted state from the targets (``classes_``, ``n_outputs_``,
+        ``n_features_in_``) must be set already (by ``fit`` or ``dataset_gram``).
+        """
+        coef = self._shape_coef(np.asarray(coef))
+        if isinstance(feature_map, KernelFeatures):
+            if self.kernel is None or feature_map.kernel != self._kernel_obj():
+                raise ValueError(f"the kernel map's {feature_map.kernel} is not this "
+                                 f"estimator's kernel ({self.kernel!r}, sigma={self.sigma}, "
+                                 f"degree={self.degree})")
+            attrs, stale = {"X_fit_": feature_map.basis, "dual_coef_": coef}, ("hidden_layer_",
+                                                                               "coef_")
         else:
-            self.X_fit_ = basis
-            self.dual_coef_ = coef
+            if self.kernel is not None:
+                raise ValueError(f"this estimator has kernel={self.kernel!r}; expected a "
+                                 f"KernelFeatures map, got {type(feature_map).__name__}")
+            attrs, stale = {"hidden_layer_": feature_map, "coef_": coef}, ("X_fit_",
+                                                                         "dual_coef_")
+        for name in stale:  # a refit in the other mode leaves no weights of the first
+            self.__dict__.pop(name, None)
+        for name, value in attrs.items():
+            setattr(self, name, value)
+        return self
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, client=None):
         """Fit the unified ELM on ``X`` (n_samples, n_features) and targets ``y``.
 
-        ``X`` may also be a :class:`~elmscale.parquet_units.ParquetDataset` (labels from its
+        ``X`` may also be a :class:`~elmscale.data.parquet.ParquetDataset` (labels from its
         label column, ``y`` None): its units are reduced on the Dask cluster of
         ``client`` (a ``distributed.Client``), or in this process without one.
         """
         with thread_budget(self.n_threads):
-            basis, G, B = self._any_gram(X, y, client, float(self.C))
-            self._warn_if_single_precision_is_too_coarse(G, float(self.C))
-            self._set_solution(basis, solve_ridge(G, B, float(self.C)))
+            features, G, B = self._any_gram(X, y, client, float(self.C))
+            self._warn_if_single_precision_is_too_coarse(features, G, float(self.C))
+            self.set_solution(features, solve_ridge(G, B, float(self.C)))
         return self
 
     def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
@@ -205,8 +303,8 @@ class _BaseELM(BaseEstimator):
                 raise ValueError(f"every C in Cs must be > 0; got {c}")
         self._validate_params()
         with thread_budget(self.n_threads):
-            basis, G, B = self._any_gram(X, y, client, max(Cs))
-            self._warn_if_single_precision_is_too_coarse(G, max(Cs))
+            features, G, B = self._any_gram(X, y, client, max(Cs))
+            self._warn_if_single_precision_is_too_coarse(features, G, max(Cs))
             solutions = ridge_path(G, B, Cs)
         fitted = []
         for c, coef in zip(Cs, solutions):
@@ -215,10 +313,10 @@ class _BaseELM(BaseEstimator):
             for name, value in vars(self).items():
                 if name not in params:  # fitted state: classes_, n_features_in_, ...
                     setattr(est, name, value)
-            est._set_solution(basis, coef)
+            est.set_solution(features, coef)
             fitted.append(est)
         self.set_params(C=Cs[-1])
-        self._set_solution(basis, solutions[-1])
+        self.set_solution(features, solutions[-1])
         return fitted
 
     # -- scoring -------------------------------------------------------------
@@ -226,22 +324,13 @@ class _BaseELM(BaseEstimator):
         """``f(X)`` with shape (n_samples, n_outputs), in row blocks."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        n_outputs = self._n_coef_columns()
-        out = np.empty((X.shape[0], n_outputs), dtype=np.float64)
+        features = self.feature_map_
+        coef = self._output_weights().reshape(features.n_outputs, -1)
+        out = np.empty((X.shape[0], coef.shape[1]), dtype=np.float64)
         with thread_budget(self.n_threads):
-            if self.kernel is None:
-                coef = self.coef_.reshape(self.hidden_layer_.n_hidden, -1)
-                for rows in iter_row_blocks(X.shape[0], self.block_rows):
-                    out[rows] = self.hidden_layer_.scores(X[rows], coef)
-            else:
-                kernel = self._kernel_obj()
-                out[:] = kernel.block_matvec(X, self.X_fit_, self.dual_coef_.reshape(
-                    self.X_fit_.shape[0], -1))
+            for rows in iter_row_blocks(X.shape[0], self.block_rows):
+                out[rows] = features.scores(X[rows], coef)
         return out
-
-    def _n_coef_columns(self) -> int:
-        coef = self.coef_ if self.kernel is None else self.dual_coef_
-        return 1 if coef.ndim == 1 else coef.shape[1]
 
     # -- persistence -----------------------------------------------------------
     def save(self, path) -> None:
@@ -280,7 +369,7 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         Precision of the products forming H'H (nodes are float32 either way).
         "double" is exact at any C; "single" is about 2x faster to fit but only
         accurate while 1/C is large against float32 rounding of H'H (see
-        ``elmscale.gram``); "auto" picks single where it is safe, else double.
+        ``elmscale.linalg.ridge``); "auto" picks single where it is safe, else double.
     block_rows : int, default=16384
         Rows per block when building H, bounding memory.
     n_threads : int or None, default=None
@@ -304,7 +393,7 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
     n_features_in_ : int
     """
 
-    _target_kind = "classes"
+    target_coding = "plus_minus"
 
     def _encode_targets(self, y):
         if y.ndim == 2 and y.shape[1] == 1:
@@ -313,38 +402,33 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         if type_of_target(y) not in ("binary", "multiclass"):
             raise ValueError(
                 f"y must hold one class label per row; got target type {type_of_target(y)!r}")
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
-        n_classes = len(self.classes_)
-        if n_classes < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes in y; got 1 class "
-                f"({self.classes_[0]!r})")
-        if n_classes == 2:
-            return np.where(y_idx == 1, 1.0, -1.0)[:, None]
-        T = -np.ones((y_idx.size, n_classes))
-        T[np.arange(y_idx.size), y_idx] = 1.0
-        return T
+        encoder = TargetEncoder(self.target_coding).fit(y)
+        self.classes_ = encoder.classes
+        self._check_classes()
+        return encoder.transform(y)
 
-    def _encode_gram_targets(self, ug):
-        self.classes_ = ug.classes
+    def _check_classes(self):
         if self.classes_.size < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y; got "
-                             f"{self.classes_.size} class ({self.classes_.tolist()})")
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 classes in y; got "
+                f"{self.classes_.size} class ({', '.join(map(repr, self.classes_.tolist()))})")
 
-    def _set_solution(self, basis, coef):
-        coef = coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
-        super()._set_solution(basis, coef)
+    def _set_gram_targets(self, gram):
+        self.classes_ = gram.classes
+        self._check_classes()
+
+    def _shape_coef(self, coef):
+        return coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
 
     def decision_function(self, X) -> np.ndarray:
-        """ELM outputs: (n_samples,) for two classes (> 0 means ``classes_[1]``), else (n_samples, n_classes)."""
+        """ELM outputs: (n_samples,) for two classes (> 0 means ``classes_[1]``), else
+        (n_samples, n_classes)."""
         out = self._raw_output(X)
         return out[:, 0] if len(self.classes_) == 2 else out
 
     def predict(self, X) -> np.ndarray:
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(np.intp)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        out = self._raw_output(X)
+        return self.classes_[self.target_encoder_.decode(out)]
 
 
 class ELMRegressor(RegressorMixin, _BaseELM):
@@ -359,28 +443,24 @@ class ELMRegressor(RegressorMixin, _BaseELM):
     n_outputs_ : int
     """
 
-    _target_kind = "values"
+    target_coding = "values"
 
     def _encode_targets(self, y):
-        y = np.asarray(y, dtype=np.float64)
-        if not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinity; expected finite targets")
-        self._single_output = y.ndim == 1
-        self.n_outputs_ = 1 if y.ndim == 1 else y.shape[1]
-        return y[:, None] if y.ndim == 1 else y
+        T = TargetEncoder(self.target_coding).transform(y)
+        self._single_output = np.ndim(y) == 1
+        self.n_outputs_ = T.shape[1]
+        return T
 
-    def _encode_gram_targets(self, ug):
+    def _set_gram_targets(self, gram):
         self._single_output = True  # one label column
         self.n_outputs_ = 1
 
-    def _set_solution(self, basis, coef):
-        coef = coef[:, 0] if coef.ndim == 2 and self._single_output else coef
-        super()._set_solution(basis, coef)
+    def _shape_coef(self, coef):
+        return coef[:, 0] if coef.ndim == 2 and self._single_output else coef
 
     def predict(self, X) -> np.ndarray:
         out = self._raw_output(X)
-        coef = self.coef_ if self.kernel is None else self.dual_coef_
-        return out[:, 0] if coef.ndim == 1 else out
+        return out[:, 0] if self._output_weights().ndim == 1 else out
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
