@@ -1,16 +1,17 @@
 """Ridge ELM in two steps: accumulate sufficient statistics, then solve.
 
 The unified ELM with random nodes (paper eq. 11, primal form) needs only
-``H'H`` (L x L), ``H'T`` (L x k) and the row count.  ``accumulate_gram`` computes
-them for one block of rows; ``GramStats`` adds (and subtracts, for
-cross-validation folds) blocks computed anywhere, so a distributed fit is a sum
-of the same local computation.  ``solve_ridge`` and ``ridge_path`` turn the
+``H'H`` (L x L), ``H'T`` (L x k) and the row count.  ``gram.accumulate_gram`` computes
+them for a set of rows, block by block; ``gram.Gram`` adds Grams computed anywhere and
+keeps them per cross-validation fold, so a distributed fit is a sum of the same local
+computation.  ``solve_ridge`` and ``ridge_path`` turn the
 statistics into output weights ``beta = (I/C + H'H)^-1 H'T``; the same two
 functions solve the kernel (dual) form with ``Omega`` in place of ``H'H``.
 
 Precision.  The nodes are always evaluated in float32 (that is the layer; the
-same float32 values are used when scoring).  ``precision="double"`` forms ``H'H`` of those values in float64: exact products, so ``H'H`` is the
-true Gram of the layer and the solution is right at any C.
+same float32 values are used when scoring).  ``precision="double"`` forms ``H'H`` of
+those values in float64: exact products, so ``H'H`` is the true Gram of the layer and the
+solution is right at any C.
 ``precision="single"`` multiplies in float32 (about 2x faster), which adds
 rounding of about 1e-7 * |H'H| that is not a Gram matrix: harmless while
 ``1/C`` is far above it (C up to ~1e3 on 1e5 rows of sigmoid nodes), wrong
@@ -38,7 +39,8 @@ SINGLE_PRECISION_MARGIN = 1e-5
 
 
 def choose_precision(mean_diagonal: float, C_max: float) -> str:
-    """"single" if float32 products are safe for ``C_max`` given the mean diagonal of H'H, else "double"."""
+    """"single" if float32 products are safe for ``C_max`` given the mean diagonal of H'H, else
+    "double"."""
     return "single" if 1.0 / C_max >= SINGLE_PRECISION_MARGIN * mean_diagonal else "double"
 
 
