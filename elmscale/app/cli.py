@@ -509,7 +509,3 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # invalid parameter values (scikit-learn's validation)
         print(f"elmscale: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

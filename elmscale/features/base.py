@@ -96,9 +96,7 @@ def feature_map_from_dict(d: dict) -> FeatureMap:
     ``{"kind", "n_features", "n_hidden", "seed", ...}`` or concatenated layers'
     ``{"layers": [...]}``) are still read.
     """
-    # The modules defining the maps register their types when imported.
-    from elmscale.features import kernels, layers, masks  # noqa: F401
-
+    # every map's module registered its type when ``elmscale.features`` was imported
     kind = d.get("type")
     if kind is None:
         kind = "concatenated_layers" if "layers" in d else "hidden_layer"
