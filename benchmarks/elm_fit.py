@@ -37,9 +37,9 @@ def numpy_floor_fit(X, y, weights, biases, C, chunk=10_000):
     G = np.zeros((L, L))
     HT = np.zeros(L)
     for start in range(0, X.shape[0], chunk):
-        H = 1.0 / (1.0 + np.exp(-(X[start:start + chunk] @ W + b)))
+        H = 1.0 / (1.0 + np.exp(-(X[start : start + chunk] @ W + b)))
         G += H.T @ H
-        HT += H.T @ T[start:start + chunk]
+        HT += H.T @ T[start : start + chunk]
     G.flat[:: L + 1] += 1.0 / C
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(G), HT)
 
@@ -49,7 +49,9 @@ def numpy_floor_predict(X, weights, biases, beta, chunk=10_000):
     b = biases.astype(np.float64)
     out = np.empty(X.shape[0])
     for start in range(0, X.shape[0], chunk):
-        out[start:start + chunk] = 1.0 / (1.0 + np.exp(-(X[start:start + chunk] @ W + b))) @ beta
+        out[start : start + chunk] = (
+            1.0 / (1.0 + np.exp(-(X[start : start + chunk] @ W + b))) @ beta
+        )
     return (out > 0).astype(int)
 
 
@@ -67,8 +69,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small size for CI")
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--n-hidden", type=int, default=1000)
-    parser.add_argument("--C", type=float, nargs="+", default=[1.0, 100.0],
-                        help="values of C (default: 1, the estimator's default, and 100)")
+    parser.add_argument(
+        "--C",
+        type=float,
+        nargs="+",
+        default=[1.0, 100.0],
+        help="values of C (default: 1, the estimator's default, and 100)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     rows = args.rows or (20_000 if args.quick else 200_000)
@@ -81,8 +88,10 @@ def main(argv=None):
     # Warm-up: numba compiles (or loads its cache) outside the timed runs.
     ELMClassifier(n_hidden=16, random_state=0).fit(X[:500], y[:500]).predict(X[:10])
 
-    print(f"ELM fit, sigmoid, {args.n_hidden} nodes, {rows:,} x 8 rows, {cores} cores, "
-          f"best of {args.repeats}; floor = numpy float64, chunked H'H, Cholesky")
+    print(
+        f"ELM fit, sigmoid, {args.n_hidden} nodes, {rows:,} x 8 rows, {cores} cores, "
+        f"best of {args.repeats}; floor = numpy float64, chunked H'H, Cholesky"
+    )
     ratios = []
     for C in args.C:
         est = ELMClassifier(hidden="sigmoid", n_hidden=args.n_hidden, C=C, random_state=0)
@@ -91,13 +100,17 @@ def main(argv=None):
         layer = model.hidden_layer_
         with threadpool_limits(cores):
             floor_s, beta = best_time(
-                lambda: numpy_floor_fit(X, y, layer.weights, layer.biases, C), args.repeats)
-            floor_acc = float(np.mean(
-                numpy_floor_predict(X_test, layer.weights, layer.biases, beta) == y_test))
+                lambda: numpy_floor_fit(X, y, layer.weights, layer.biases, C), args.repeats
+            )
+            floor_acc = float(
+                np.mean(numpy_floor_predict(X_test, layer.weights, layer.biases, beta) == y_test)
+            )
         ratios.append(floor_s / seconds)
-        print(f"  C={C:<6g} floor {floor_s:6.3f} s (test acc {floor_acc:.4f})   "
-              f"elmscale {seconds:6.3f} s (test acc {acc:.4f}, precision {model.precision_})   "
-              f"speed-up {floor_s / seconds:4.2f}x")
+        print(
+            f"  C={C:<6g} floor {floor_s:6.3f} s (test acc {floor_acc:.4f})   "
+            f"elmscale {seconds:6.3f} s (test acc {acc:.4f}, precision {model.precision_})   "
+            f"speed-up {floor_s / seconds:4.2f}x"
+        )
     return 0
 
 

@@ -50,43 +50,61 @@ def main(argv=None) -> int:
     X = Scaler().fit_transform(data.X[train])
     y = data.y[train]
     folds = StratifiedKFold(5, shuffle=True, random_state=0)
-    print(f"COD-RNA training half, {len(y):,} rows (seeded subsample); grid {len(Cs)} C x "
-          f"{len(sigmas)} sigma x 5 folds = {len(Cs) * len(sigmas) * 5} fits")
+    print(
+        f"COD-RNA training half, {len(y):,} rows (seeded subsample); grid {len(Cs)} C x "
+        f"{len(sigmas)} sigma x 5 folds = {len(Cs) * len(sigmas) * 5} fits"
+    )
 
     # numba's one-time compilation (written to its on-disk cache, which the Ray workers
     # then load) is not counted, as SVC's compiled code is not
-    GridSearchCV(SparseELMClassifier(kernel="gaussian"), {"C": [1.0, 10.0], "sigma": [1.0]},
-                 cv=2, refit=False).fit(X[:300], y[:300])
+    GridSearchCV(
+        SparseELMClassifier(kernel="gaussian"),
+        {"C": [1.0, 10.0], "sigma": [1.0]},
+        cv=2,
+        refit=False,
+    ).fit(X[:300], y[:300])
 
     import ray
 
     start = time.perf_counter()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"  local Ray start {time.perf_counter() - start:.1f} s (not counted)")
-    ours = GridSearchCV(SparseELMClassifier(kernel="gaussian"), {"C": Cs, "sigma": sigmas},
-                        cv=folds, ray_address="auto", refit=False)
+    ours = GridSearchCV(
+        SparseELMClassifier(kernel="gaussian"),
+        {"C": Cs, "sigma": sigmas},
+        cv=folds,
+        ray_address="auto",
+        refit=False,
+    )
     start = time.perf_counter()
     ours.fit(X, y)
     ours_s = time.perf_counter() - start
     ray.shutdown()
-    print(f"  ours:    {ours_s:8.1f} s, {ours.n_pieces_} Ray tasks, best {ours.best_params_} "
-          f"mean CV accuracy {100 * ours.best_score_:.2f} %")
+    print(
+        f"  ours:    {ours_s:8.1f} s, {ours.n_pieces_} Ray tasks, best {ours.best_params_} "
+        f"mean CV accuracy {100 * ours.best_score_:.2f} %"
+    )
     if args.plot:
         ours.plot_heatmap(args.plot)
 
     grid = [{"C": Cs, "gamma": [1 / (2 * s**2)]} for s in sigmas]
-    theirs = SklearnGridSearchCV(SVC(kernel="rbf", tol=1e-3, cache_size=200), grid, cv=folds,
-                                 n_jobs=2, refit=False)
+    theirs = SklearnGridSearchCV(
+        SVC(kernel="rbf", tol=1e-3, cache_size=200), grid, cv=folds, n_jobs=2, refit=False
+    )
     start = time.perf_counter()
     theirs.fit(X, y)
     theirs_s = time.perf_counter() - start
     best = theirs.best_params_
-    print(f"  sklearn: {theirs_s:8.1f} s, best C={best['C']:g} sigma="
-          f"{np.sqrt(1 / (2 * best['gamma'])):g} mean CV accuracy "
-          f"{100 * theirs.best_score_:.2f} %")
-    print(f"  ratio sklearn / ours: {theirs_s / ours_s:.1f}x (target >= 10x); accuracy "
-          f"difference {100 * (ours.best_score_ - theirs.best_score_):+.2f} points "
-          f"(target within 0.3)")
+    print(
+        f"  sklearn: {theirs_s:8.1f} s, best C={best['C']:g} sigma="
+        f"{np.sqrt(1 / (2 * best['gamma'])):g} mean CV accuracy "
+        f"{100 * theirs.best_score_:.2f} %"
+    )
+    print(
+        f"  ratio sklearn / ours: {theirs_s / ours_s:.1f}x (target >= 10x); accuracy "
+        f"difference {100 * (ours.best_score_ - theirs.best_score_):+.2f} points "
+        f"(target within 0.3)"
+    )
     return 0
 
 

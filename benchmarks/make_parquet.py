@@ -18,10 +18,12 @@ from pathlib import Path
 from elmscale.data import write_generated_parquet
 
 
-def make_parquet(out: Path, rows: int, features: int = 8, rows_per_file: int = 1_000_000,
-                 random_state: int = 0) -> Path:
-    return write_generated_parquet(out, rows, n_features=features, random_state=random_state,
-                                   rows_per_file=rows_per_file)
+def make_parquet(
+    out: Path, rows: int, features: int = 8, rows_per_file: int = 1_000_000, random_state: int = 0
+) -> Path:
+    return write_generated_parquet(
+        out, rows, n_features=features, random_state=random_state, rows_per_file=rows_per_file
+    )
 
 
 def main(argv=None) -> int:
@@ -35,8 +37,10 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     make_parquet(args.out, args.rows, args.features, args.rows_per_file, args.random_state)
     size = sum(f.stat().st_size for f in args.out.glob("part-*.parquet")) / 2**20
-    print(f"{args.out}: {args.rows:,} rows x {args.features} features, {size:.0f} MB, "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        f"{args.out}: {args.rows:,} rows x {args.features} features, {size:.0f} MB, "
+        f"{time.perf_counter() - start:.1f} s"
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Sparse ELM against SVC at the same parameters (Table III's sparse-ELM values) on the paper's sets.
+"""Sparse ELM against SVC at the same parameters (Table III's sparse-ELM values) on the
+paper's sets.
 
     python benchmarks/sparse_elm_parity.py Australian,Diabetes,Heart,Ionosphere,SVMguide1,Satimage
 
@@ -39,10 +40,13 @@ def main(argv):
                 svc.append(100 * ref.score(X_te, y_te))
                 sv_ours.append(model.support_.size)
                 sv_svc.append(ref.support_.size)
-            print(f"{name:10s} {kernel:10s} C={C:g} p={p:g}: ours {np.mean(ours):.2f} "
-                  f"SVC {np.mean(svc):.2f} diff {np.mean(ours) - np.mean(svc):+.2f} | SVs ours "
-                  f"{np.mean(sv_ours):.0f} SVC {np.mean(sv_svc):.0f} | fit s ours {t_ours:.2f} "
-                  f"SVC {t_svc:.2f}", flush=True)
+            print(
+                f"{name:10s} {kernel:10s} C={C:g} p={p:g}: ours {np.mean(ours):.2f} "
+                f"SVC {np.mean(svc):.2f} diff {np.mean(ours) - np.mean(svc):+.2f} | SVs ours "
+                f"{np.mean(sv_ours):.0f} SVC {np.mean(sv_svc):.0f} | fit s ours {t_ours:.2f} "
+                f"SVC {t_svc:.2f}",
+                flush=True,
+            )
     return 0
 
 

@@ -79,11 +79,13 @@ def race(ours, svc, X_tr, y_tr, X_te, y_te, repeat=1):
     pred_ours, p_ours = best_of(repeat, lambda: ours.predict(X_te))
     fit_svc, _ = best_of(repeat, lambda: svc.fit(X_tr, y_tr))
     pred_svc, p_svc = best_of(repeat, lambda: svc.predict(X_te))
-    return (f"fit: ours {fit_ours:7.2f} s, SVC {fit_svc:7.2f} s, ratio {fit_svc / fit_ours:5.2f}x"
-            f" | predict: ours {pred_ours:5.2f} s, SVC {pred_svc:5.2f} s, ratio "
-            f"{pred_svc / pred_ours:5.2f}x | test acc: ours {np.mean(p_ours == y_te):.4f}, SVC "
-            f"{np.mean(p_svc == y_te):.4f} | SVs: ours {ours.support_.size}, SVC "
-            f"{svc.support_.size}")
+    return (
+        f"fit: ours {fit_ours:7.2f} s, SVC {fit_svc:7.2f} s, ratio {fit_svc / fit_ours:5.2f}x"
+        f" | predict: ours {pred_ours:5.2f} s, SVC {pred_svc:5.2f} s, ratio "
+        f"{pred_svc / pred_ours:5.2f}x | test acc: ours {np.mean(p_ours == y_te):.4f}, SVC "
+        f"{np.mean(p_svc == y_te):.4f} | SVs: ours {ours.support_.size}, SVC "
+        f"{svc.support_.size}"
+    )
 
 
 def main(argv=None):
@@ -91,14 +93,22 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--C", type=float, nargs="+", default=None)
     parser.add_argument("--sigma", type=float, default=0.5)
-    parser.add_argument("--hidden", action="store_true",
-                        help="random sigmoid nodes against LinearSVC on the same layer")
+    parser.add_argument(
+        "--hidden",
+        action="store_true",
+        help="random sigmoid nodes against LinearSVC on the same layer",
+    )
     parser.add_argument("--multiclass", action="store_true", help="satimage, one-vs-one")
-    parser.add_argument("--million", action="store_true",
-                        help="random nodes on 1,000,000 generated rows")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="fits and predictions of each model in a row; the best time "
-                             "counts (default 3, 1 with --quick)")
+    parser.add_argument(
+        "--million", action="store_true", help="random nodes on 1,000,000 generated rows"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="fits and predictions of each model in a row; the best time "
+        "counts (default 3, 1 with --quick)",
+    )
     args = parser.parse_args(argv)
     repeat = args.repeat or (1 if args.quick else 3)
     if args.multiclass:
@@ -119,22 +129,29 @@ def main(argv=None):
 
     if args.hidden:
         return compare_random_nodes(X_tr, y_tr, X_te, y_te, Cs)
-    print(f"COD-RNA, {len(train):,} train / {len(test):,} test rows, gaussian sigma={args.sigma}"
-          f", times the best of {repeat}")
+    print(
+        f"COD-RNA, {len(train):,} train / {len(test):,} test rows, gaussian sigma={args.sigma}"
+        f", times the best of {repeat}"
+    )
     for C in Cs:
         ours = SparseELMClassifier(sigma=args.sigma, C=C, cache_size=200)
         svc = SVC(kernel="rbf", gamma=1 / (2 * args.sigma**2), C=C, tol=1e-3, cache_size=200)
         result = race(ours, svc, X_tr, y_tr, X_te, y_te, repeat)
-        memory = peak_extra_mb(lambda: SparseELMClassifier(sigma=args.sigma, C=C,
-                                                           cache_size=200).fit(X_tr, y_tr))
-        print(f"  C={C:<7g} {result} | steps {int(ours.n_iter_[0])} | peak memory of our fit "
-              f"{memory:.0f} MB (cache 200 MB + data {X_tr.nbytes / 2**20:.0f} MB)")
+        memory = peak_extra_mb(
+            lambda: SparseELMClassifier(sigma=args.sigma, C=C, cache_size=200).fit(X_tr, y_tr)
+        )
+        print(
+            f"  C={C:<7g} {result} | steps {int(ours.n_iter_[0])} | peak memory of our fit "
+            f"{memory:.0f} MB (cache 200 MB + data {X_tr.nbytes / 2**20:.0f} MB)"
+        )
     return 0
 
 
 def compare_random_nodes(X_tr, y_tr, X_te, y_te, Cs, n_hidden=200):
-    print(f"COD-RNA, {len(y_tr):,} train rows, {n_hidden} sigmoid nodes: sparse ELM vs LinearSVC "
-          "(hinge, no intercept) on the same hidden layer")
+    print(
+        f"COD-RNA, {len(y_tr):,} train rows, {n_hidden} sigmoid nodes: sparse ELM vs LinearSVC "
+        "(hinge, no intercept) on the same hidden layer"
+    )
     # numba compile / cache load of the random-node path (main's warm-up is a kernel fit)
     SparseELMClassifier(hidden="sigmoid", n_hidden=n_hidden).fit(X_tr[:200], y_tr[:200])
     for C in Cs:
@@ -142,13 +159,16 @@ def compare_random_nodes(X_tr, y_tr, X_te, y_te, Cs, n_hidden=200):
         fit_ours, _ = timed(lambda: ours.fit(X_tr, y_tr))
         layer = ours.hidden_layer_
         H_tr, H_te = layer.transform(X_tr), layer.transform(X_te)
-        ref = LinearSVC(loss="hinge", fit_intercept=False, dual=True, tol=1e-3, C=C,
-                        max_iter=1_000_000)
+        ref = LinearSVC(
+            loss="hinge", fit_intercept=False, dual=True, tol=1e-3, C=C, max_iter=1_000_000
+        )
         fit_ref, _ = timed(lambda: ref.fit(H_tr, y_tr))
-        print(f"  C={C:<5g} fit: ours {fit_ours:6.2f} s (incl. the layer), LinearSVC "
-              f"{fit_ref:6.2f} s (layer given), ratio {fit_ref / fit_ours:5.2f}x | test acc: ours "
-              f"{ours.score(X_te, y_te):.4f}, LinearSVC {ref.score(H_te, y_te):.4f} | "
-              f"SVs ours {ours.support_.size} | passes {int(ours.n_iter_[0])}")
+        print(
+            f"  C={C:<5g} fit: ours {fit_ours:6.2f} s (incl. the layer), LinearSVC "
+            f"{fit_ref:6.2f} s (layer given), ratio {fit_ref / fit_ours:5.2f}x | test acc: ours "
+            f"{ours.score(X_te, y_te):.4f}, LinearSVC {ref.score(H_te, y_te):.4f} | "
+            f"SVs ours {ours.support_.size} | passes {int(ours.n_iter_[0])}"
+        )
     return 0
 
 
@@ -157,10 +177,12 @@ def compare_multiclass(quick, repeat):
     test = load(SHARED / "satimage" / "satimage.scale.t", n_features=train.n_features)
     scaler = Scaler().fit(train.X)
     X_tr, X_te = scaler.transform(train.X), scaler.transform(test.X)
-    print(f"satimage, {len(train.y):,} train / {len(test.y):,} test rows, "
-          f"{len(np.unique(train.y))} classes, one-vs-one, times the best of {repeat}")
+    print(
+        f"satimage, {len(train.y):,} train / {len(test.y):,} test rows, "
+        f"{len(np.unique(train.y))} classes, one-vs-one, times the best of {repeat}"
+    )
     SparseELMClassifier().fit(X_tr[::20], train.y[::20])  # numba compile / cache load
-    for C, sigma in ([(1.0, 0.2)] if quick else [(1.0, 0.2), (5.0, 2.0)]):
+    for C, sigma in [(1.0, 0.2)] if quick else [(1.0, 0.2), (5.0, 2.0)]:
         ours = SparseELMClassifier(sigma=sigma, C=C)
         svc = SVC(kernel="rbf", gamma=1 / (2 * sigma**2), C=C, tol=1e-3, cache_size=200)
         print(f"  C={C:g} sigma={sigma:g} {race(ours, svc, X_tr, train.y, X_te, test.y, repeat)}")
@@ -176,9 +198,11 @@ def random_nodes_at_scale(n_rows):
     model = SparseELMClassifier(hidden="sigmoid", n_hidden=200, C=1.0, random_state=0)
     model.fit(X_tr[:1000], y_tr[:1000])  # numba compile / cache load
     fit_s, _ = timed(lambda: model.fit(X_tr, y_tr))
-    print(f"generated, {n_rows:,} train rows x 8 features, 200 sigmoid nodes, C=1: fit "
-          f"{fit_s:.2f} s, {model.support_.size:,} SVs, {int(model.n_iter_[0])} passes, "
-          f"test acc {model.score(X_te, y_te):.4f} on 100,000 rows")
+    print(
+        f"generated, {n_rows:,} train rows x 8 features, 200 sigmoid nodes, C=1: fit "
+        f"{fit_s:.2f} s, {model.support_.size:,} SVs, {int(model.n_iter_[0])} passes, "
+        f"test acc {model.score(X_te, y_te):.4f} on 100,000 rows"
+    )
     return 0
 
 

@@ -6,11 +6,29 @@ prediction and evaluation of every row, on a Dask cluster or in this process) an
 one-pass cross-validation of a C path (:mod:`elmscale.model_selection.parquet_path`).
 """
 
-from elmscale.distributed.dataplane import (column_stats, decision_function, evaluate,
-                                            fit_scaler, fold_scores, gather_rows, gram,
-                                            kernel_matrix, predict)
+from elmscale.distributed.dataplane import (
+    column_stats,
+    decision_function,
+    evaluate,
+    fit_scaler,
+    fold_scores,
+    gather_rows,
+    gram,
+    kernel_matrix,
+    predict,
+)
 from elmscale.model_selection.parquet_path import PathCVResult, cross_validate_path
 
-__all__ = ["PathCVResult", "column_stats", "cross_validate_path", "decision_function",
-           "evaluate", "fit_scaler", "fold_scores", "gather_rows", "gram", "kernel_matrix",
-           "predict"]
+__all__ = [
+    "PathCVResult",
+    "column_stats",
+    "cross_validate_path",
+    "decision_function",
+    "evaluate",
+    "fit_scaler",
+    "fold_scores",
+    "gather_rows",
+    "gram",
+    "kernel_matrix",
+    "predict",
+]

@@ -21,8 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
 
-__all__ = ["Capabilities", "EstimatorEntry", "entries", "entry", "entry_for", "names",
-           "register", "unregister"]
+__all__ = [
+    "Capabilities",
+    "EstimatorEntry",
+    "entries",
+    "entry",
+    "entry_for",
+    "names",
+    "register",
+    "unregister",
+]
 
 TASKS = ("classifier", "regressor")
 GRID_PIECES = ("folds", "pairs")
@@ -62,18 +70,15 @@ class Capabilities:
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}; got {self.task!r}")
         if self.grid_pieces not in GRID_PIECES:
-            raise ValueError(f"grid_pieces must be one of {GRID_PIECES}; got "
-                             f"{self.grid_pieces!r}")
+            raise ValueError(f"grid_pieces must be one of {GRID_PIECES}; got {self.grid_pieces!r}")
 
     def fits_parquet(self, params: dict) -> bool:
         """Whether an estimator with these parameters fits a Parquet data set on Dask."""
-        return bool(self.parquet_fit(params) if callable(self.parquet_fit)
-                    else self.parquet_fit)
+        return bool(self.parquet_fit(params) if callable(self.parquet_fit) else self.parquet_fit)
 
     def cross_validates_parquet(self, params: dict) -> bool:
         """Whether ``cross_validate_path`` takes an estimator with these parameters."""
-        return bool(self.parquet_cv(params) if callable(self.parquet_cv)
-                    else self.parquet_cv)
+        return bool(self.parquet_cv(params) if callable(self.parquet_cv) else self.parquet_cv)
 
 
 @dataclass(frozen=True)
@@ -158,15 +163,42 @@ def _random_nodes(params: dict) -> bool:
     return params.get("kernel") is None
 
 
-register(EstimatorEntry(
-    "ELMClassifier", "elmscale.models.elm:ELMClassifier",
-    Capabilities(task="classifier", c_path=True, parquet_fit=_random_nodes,
-                 parquet_cv=_random_nodes, paper_grid=_UNIFIED_GRID)))
-register(EstimatorEntry(
-    "ELMRegressor", "elmscale.models.elm:ELMRegressor",
-    Capabilities(task="regressor", c_path=True, parquet_fit=_random_nodes,
-                 parquet_cv=_random_nodes, paper_grid=_UNIFIED_GRID)))
-register(EstimatorEntry(
-    "SparseELMClassifier", "elmscale.models.sparse_elm:SparseELMClassifier",
-    Capabilities(task="classifier", c_path=True, grid_pieces="pairs", ray_fit=True,
-                 paper_grid="elmscale.models.paper_grids:sparse_elm_grid")))
+register(
+    EstimatorEntry(
+        "ELMClassifier",
+        "elmscale.models.elm:ELMClassifier",
+        Capabilities(
+            task="classifier",
+            c_path=True,
+            parquet_fit=_random_nodes,
+            parquet_cv=_random_nodes,
+            paper_grid=_UNIFIED_GRID,
+        ),
+    )
+)
+register(
+    EstimatorEntry(
+        "ELMRegressor",
+        "elmscale.models.elm:ELMRegressor",
+        Capabilities(
+            task="regressor",
+            c_path=True,
+            parquet_fit=_random_nodes,
+            parquet_cv=_random_nodes,
+            paper_grid=_UNIFIED_GRID,
+        ),
+    )
+)
+register(
+    EstimatorEntry(
+        "SparseELMClassifier",
+        "elmscale.models.sparse_elm:SparseELMClassifier",
+        Capabilities(
+            task="classifier",
+            c_path=True,
+            grid_pieces="pairs",
+            ray_fit=True,
+            paper_grid="elmscale.models.paper_grids:sparse_elm_grid",
+        ),
+    )
+)

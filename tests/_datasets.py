@@ -39,8 +39,11 @@ def shared_path(*parts: str) -> Path:
     root = shared_root()
     item = current_test
     if item is not None and item.get_closest_marker(MARK) is None:
-        pytest.fail(f"{item.nodeid} reads {root.joinpath(*parts)} but is not marked "
-                    f"{MARK}: add @pytest.mark.{MARK} to it", pytrace=False)
+        pytest.fail(
+            f"{item.nodeid} reads {root.joinpath(*parts)} but is not marked "
+            f"{MARK}: add @pytest.mark.{MARK} to it",
+            pytrace=False,
+        )
     if not root.is_dir():
         pytest.skip(f"{SKIP_REASON}: {root} does not exist (set {ENV} to use another)")
     return root.joinpath(*parts)

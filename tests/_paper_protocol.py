@@ -36,10 +36,14 @@ def sparse_elm_and_svc(mapping: str, C: float, param: float):
     from elmscale import SparseELMClassifier
 
     if mapping == "gaussian":
-        return (SparseELMClassifier(kernel="gaussian", sigma=param, C=C),
-                SVC(kernel="rbf", gamma=1 / (2 * param * param), C=C))
-    return (SparseELMClassifier(kernel="polynomial", degree=int(param), C=C),
-            SVC(kernel="poly", degree=int(param), gamma=1.0, coef0=1.0, C=C))
+        return (
+            SparseELMClassifier(kernel="gaussian", sigma=param, C=C),
+            SVC(kernel="rbf", gamma=1 / (2 * param * param), C=C),
+        )
+    return (
+        SparseELMClassifier(kernel="polynomial", degree=int(param), C=C),
+        SVC(kernel="poly", degree=int(param), gamma=1.0, coef0=1.0, C=C),
+    )
 
 
 def own_test_file(name: str) -> bool:
@@ -93,7 +97,11 @@ def paper_split(name: str, seed: int):
 def paper_test_accuracy(table: str, dataset: str, method: str, mapping: str) -> float:
     for row in _reference_rows("sparse_elm_paper_results.csv"):
         if (row["table"], row["dataset"], row["method"], row["mapping"]) == (
-                table, dataset, method, mapping):
+            table,
+            dataset,
+            method,
+            mapping,
+        ):
             return float(row["test_acc"])
     raise KeyError((table, dataset, method, mapping))
 

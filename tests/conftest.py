@@ -29,8 +29,12 @@ def dask_client():
     """A real two-worker Dask LocalCluster (processes, one thread each), once per session."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
@@ -77,9 +81,11 @@ def _stop_the_run(item, seconds: float):
         sys.stderr.write(f"{out}{err}")
     except Exception:  # noqa: BLE001 - the run stops anyway
         pass
-    sys.stderr.write(f"\n{'+' * 30} Timeout {'+' * 30}\n{item.nodeid} still running "
-                     f"{seconds:g} s after it started (past its pytest-timeout and the "
-                     "grace period): stacks of every thread, then the run stops\n")
+    sys.stderr.write(
+        f"\n{'+' * 30} Timeout {'+' * 30}\n{item.nodeid} still running "
+        f"{seconds:g} s after it started (past its pytest-timeout and the "
+        "grace period): stacks of every thread, then the run stops\n"
+    )
     sys.stderr.flush()
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stderr.flush()

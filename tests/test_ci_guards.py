@@ -56,12 +56,20 @@ def _pytest(tmp_path: Path, source: str, *args, env=None, timeout=60):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    needs_shared: test\n")
     (tmp_path / "test_guarded.py").write_text(source)
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("ELMSCALE_")}
-    env = {**inherited, **(env or {}),
-           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **inherited,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                             "-q", *args, "test_guarded.py"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args, "test_guarded.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return result, time.monotonic() - start
 
 
@@ -75,8 +83,15 @@ def test_a_hanging_test_fails_within_seconds_and_is_named(tmp_path):
 
 
 def test_a_test_that_outlives_its_timeout_stops_the_run_named(tmp_path):
-    result, seconds = _pytest(tmp_path, IGNORES_ITS_TIMEOUT.format(seconds=60), "-p",
-                              "conftest", "--timeout", "2", env={"ELMSCALE_TIMEOUT_GRACE": "2"})
+    result, seconds = _pytest(
+        tmp_path,
+        IGNORES_ITS_TIMEOUT.format(seconds=60),
+        "-p",
+        "conftest",
+        "--timeout",
+        "2",
+        env={"ELMSCALE_TIMEOUT_GRACE": "2"},
+    )
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert seconds < 30, out
@@ -85,9 +100,17 @@ def test_a_test_that_outlives_its_timeout_stops_the_run_named(tmp_path):
 
 
 def test_no_watchdog_where_the_timeout_is_turned_off(tmp_path):
-    result, _ = _pytest(tmp_path, IGNORES_ITS_TIMEOUT.format(seconds=4), "-p", "conftest",
-                        "--timeout", "0", "-o", "timeout=1",
-                        env={"ELMSCALE_TIMEOUT_GRACE": "1"})
+    result, _ = _pytest(
+        tmp_path,
+        IGNORES_ITS_TIMEOUT.format(seconds=4),
+        "-p",
+        "conftest",
+        "--timeout",
+        "0",
+        "-o",
+        "timeout=1",
+        env={"ELMSCALE_TIMEOUT_GRACE": "1"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -98,8 +121,9 @@ def test_the_project_sets_a_timeout_for_every_test(pytestconfig):
 def test_reading_shared_needs_the_mark_and_hidden_shared_means_skipped(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    present, _ = _pytest(tmp_path, SHARED, "-p", "conftest", "-rA",
-                         env={"ELMSCALE_SHARED": str(shared)})
+    present, _ = _pytest(
+        tmp_path, SHARED, "-p", "conftest", "-rA", env={"ELMSCALE_SHARED": str(shared)}
+    )
     out = present.stdout + present.stderr
     assert present.returncode == 1, out
     assert "PASSED test_guarded.py::test_marked_and_reads_shared" in out, out
@@ -114,8 +138,7 @@ def test_reading_shared_needs_the_mark_and_hidden_shared_means_skipped(tmp_path)
     assert "test_marked_but_reads_nothing: passed (expected: skipped" in out, out
     assert "test_marked_and_reads_shared" not in out.split("ELMSCALE_EXPECT_SKIPPED")[-1], out
 
-    selected, _ = _pytest(tmp_path, SHARED, "-p", "conftest", "-k", "marked_and_reads",
-                          env=env)
+    selected, _ = _pytest(tmp_path, SHARED, "-p", "conftest", "-k", "marked_and_reads", env=env)
     out = selected.stdout + selected.stderr
     assert selected.returncode == 0, out
     assert "all 1 tests skipped: shared folder absent" in out, out

@@ -149,9 +149,13 @@ REGRESSION = [
     ("delta_ailerons.arff", {}, 7_129, 5, None),
     # categorical / string columns dropped (abalone's sex leaves 7 numeric inputs of 8)
     ("abalone.csv", {"drop_columns": [0]}, 4_177, 7, 15),
-    ("bike-hour.csv", {"label": "cnt",
-                       "drop_columns": ["instant", "dteday", "casual", "registered"]},
-     17_379, 12, 16),
+    (
+        "bike-hour.csv",
+        {"label": "cnt", "drop_columns": ["instant", "dteday", "casual", "registered"]},
+        17_379,
+        12,
+        16,
+    ),
 ]
 
 
@@ -252,9 +256,14 @@ def test_corrupted_parquet(tmp_path):
 
 @pytest.mark.parametrize(
     "line, what",
-    [("-1 2:abc", r"value 'abc' of feature 2"), ("-1 x:1", r"index 'x'"),
-     ("-1 3:1 2:1", r"index 2 is not increasing"), ("-1 0:1", r"index 0 is below 1"),
-     ("foo 1:1", r"label 'foo'"), ("1 2", r"token '2' has no ':'")],
+    [
+        ("-1 2:abc", r"value 'abc' of feature 2"),
+        ("-1 x:1", r"index 'x'"),
+        ("-1 3:1 2:1", r"index 2 is not increasing"),
+        ("-1 0:1", r"index 0 is below 1"),
+        ("foo 1:1", r"label 'foo'"),
+        ("1 2", r"token '2' has no ':'"),
+    ],
 )
 def test_libsvm_bad_line(tmp_path, line, what):
     p = write(tmp_path, "bad_svm", f"1 1:0.5 2:1\n\n{line}\n")
@@ -311,8 +320,10 @@ def test_csv_separators(tmp_path):
 
 
 def test_arff_nominal_label_and_errors(tmp_path):
-    text = ("@relation t\n@attribute a numeric\n@attribute b numeric\n"
-            "@attribute cls {yes,no}\n@data\n1,2,yes\n3,?,no\n5,6,no\n")
+    text = (
+        "@relation t\n@attribute a numeric\n@attribute b numeric\n"
+        "@attribute cls {yes,no}\n@data\n1,2,yes\n3,?,no\n5,6,no\n"
+    )
     p = write(tmp_path, "t.arff", text)
     with pytest.raises(DataError, match=r"t\.arff: 1 missing.*column 'b'"):
         load_arff(p)

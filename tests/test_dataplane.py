@@ -75,8 +75,9 @@ def test_cluster_fit_equals_local_fit(real_sets, dask_client, name):
         on_cluster = clone(model).fit(ds.with_units(2 * units_per_worker), client=dask_client)
         assert _rel(on_cluster.coef_, local.coef_) <= 1e-6
         np.testing.assert_array_equal(on_cluster.classes_, local.classes_)
-        np.testing.assert_array_equal(dataplane.predict(on_cluster, ds, client=dask_client),
-                                      expected)
+        np.testing.assert_array_equal(
+            dataplane.predict(on_cluster, ds, client=dask_client), expected
+        )
     in_process = clone(model).fit(ds)  # no client: the same unit functions, here
     assert _rel(in_process.coef_, local.coef_) <= 1e-6
 
@@ -101,21 +102,30 @@ def test_kernel_elm_and_sparse_elm_scoring_on_workers(tmp_path, dask_client):
     on_cluster = clone(kernel).fit(ds, client=dask_client)
     local = clone(kernel).fit(X, y)
     assert _rel(on_cluster.dual_coef_, local.dual_coef_) <= 1e-6
-    np.testing.assert_allclose(dataplane.decision_function(on_cluster, ds, client=dask_client),
-                               local.decision_function(X), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        dataplane.decision_function(on_cluster, ds, client=dask_client),
+        local.decision_function(X),
+        rtol=1e-9,
+        atol=1e-9,
+    )
     sparse = SparseELMClassifier(sigma=1.0, C=5.0).fit(X, y)
-    np.testing.assert_array_equal(dataplane.predict(sparse, ds, client=dask_client),
-                                  sparse.predict(X))
-    np.testing.assert_allclose(dataplane.decision_function(sparse, ds.with_units(5)),
-                               sparse.decision_function(X), rtol=1e-12)
+    np.testing.assert_array_equal(
+        dataplane.predict(sparse, ds, client=dask_client), sparse.predict(X)
+    )
+    np.testing.assert_allclose(
+        dataplane.decision_function(sparse, ds.with_units(5)),
+        sparse.decision_function(X),
+        rtol=1e-12,
+    )
 
 
 def test_concatenated_layers_gram_is_the_gram_of_stacked_outputs():
     data = generate_classification(2_000, random_state=5)
     layers = ConcatenatedLayers(tuple(HiddenLayer("sigmoid", 8, 40, seed) for seed in (1, 2, 3)))
     H = np.hstack([layer.transform(data.X).astype(np.float64) for layer in layers.layers])
-    HtH, _, _ = accumulate_gram(layers, data.X, data.y[:, None].astype(float),
-                                block_rows=300).ridge_terms()
+    HtH, _, _ = accumulate_gram(
+        layers, data.X, data.y[:, None].astype(float), block_rows=300
+    ).ridge_terms()
     np.testing.assert_allclose(HtH, H.T @ H, rtol=1e-10)
     coef = np.random.default_rng(0).normal(size=120)
     np.testing.assert_allclose(layers.scores(data.X, coef), H @ coef, rtol=1e-5, atol=1e-6)
@@ -147,15 +157,20 @@ def test_one_pass_cv_equals_fold_by_fold_fits(generated, dask_client):
     local = cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2)
     np.testing.assert_allclose(local.split_scores, result.split_scores, atol=1e-12)
     # the Gram-only score is the mean squared error of the +1 / -1 targets
-    mse = cross_validate_path(model, ds, Cs, n_folds=3, fold_seed=2,
-                              scoring="neg_mean_squared_error", client=dask_client)
+    mse = cross_validate_path(
+        model, ds, Cs, n_folds=3, fold_seed=2, scoring="neg_mean_squared_error", client=dask_client
+    )
     for k in range(3):
         fitted = clone(model).fit_path(X[folds != k], y[folds != k], Cs)
         t = np.where(y[folds == k] == 1, 1.0, -1.0)
         expected = [-np.mean((est.decision_function(X[folds == k]) - t) ** 2) for est in fitted]
         np.testing.assert_allclose(mse.split_scores[k], expected, rtol=1e-6)
-    assert set(result.cv_results()) >= {"param_C", "mean_test_score", "rank_test_score",
-                                        "split2_test_score"}
+    assert set(result.cv_results()) >= {
+        "param_C",
+        "mean_test_score",
+        "rank_test_score",
+        "split2_test_score",
+    }
 
 
 def test_dataset_gram_then_set_solution_is_the_fit(generated):
@@ -205,8 +220,10 @@ def test_worker_killed_during_a_reduction_does_not_change_the_fit(generated, das
 
 
 def test_bad_input_on_the_cluster_is_named(tmp_path, dask_client):
-    pq.write_table(pa.table({"a": [1.0, 2.0, None, 4.0], "b": [1.0, 2.0, 3.0, 4.0],
-                             "label": [0, 1, 0, 1]}), tmp_path / "nulls.parquet")
+    pq.write_table(
+        pa.table({"a": [1.0, 2.0, None, 4.0], "b": [1.0, 2.0, 3.0, 4.0], "label": [0, 1, 0, 1]}),
+        tmp_path / "nulls.parquet",
+    )
     ds = open_parquet(tmp_path / "nulls.parquet")
     with pytest.raises(DataError, match=r"nulls\.parquet: column 'a' has 1 null"):
         ELMClassifier(n_hidden=5).fit(ds, client=dask_client)

@@ -15,14 +15,16 @@ from elmscale.features.kernels import Kernel, KernelFeatures
 from elmscale.features.layers import HiddenLayer
 
 
-@parametrize_with_checks([
-    ELMClassifier(n_hidden=60),
-    ELMClassifier(hidden="multiquadric", n_hidden=40),
-    ELMClassifier(kernel="gaussian"),
-    ELMClassifier(kernel="laplacian"),
-    ELMRegressor(n_hidden=60),
-    ELMRegressor(kernel="polynomial", degree=2),
-])
+@parametrize_with_checks(
+    [
+        ELMClassifier(n_hidden=60),
+        ELMClassifier(hidden="multiquadric", n_hidden=40),
+        ELMClassifier(kernel="gaussian"),
+        ELMClassifier(kernel="laplacian"),
+        ELMRegressor(n_hidden=60),
+        ELMRegressor(kernel="polynomial", degree=2),
+    ]
+)
 def test_sklearn_contract(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=RuntimeWarning)
@@ -40,8 +42,9 @@ def _targets(y, classes):
 def test_primal_solution_equals_dense_solve(hidden, n_classes):
     X, y = nonlinear_problem(300, d=5, n_classes=n_classes, seed=1)
     C = 7.0
-    model = ELMClassifier(hidden=hidden, n_hidden=50, C=C, precision="double", random_state=3,
-                          block_rows=64).fit(X, y)
+    model = ELMClassifier(
+        hidden=hidden, n_hidden=50, C=C, precision="double", random_state=3, block_rows=64
+    ).fit(X, y)
     H = model.hidden_layer_.transform(X).astype(np.float64)
     T = _targets(y, model.classes_)
     ref = scipy.linalg.solve(np.eye(50) / C + H.T @ H, H.T @ T, assume_a="pos")
@@ -49,8 +52,9 @@ def test_primal_solution_equals_dense_solve(hidden, n_classes):
     np.testing.assert_allclose(model.decision_function(X), H @ ref, rtol=1e-8, atol=1e-8)
     # Single-precision products: H'H carries float32 rounding, which an
     # ill-conditioned H'H amplifies in beta, much less in the outputs.
-    single = ELMClassifier(hidden=hidden, n_hidden=50, C=C, random_state=3,
-                           precision="single").fit(X, y)
+    single = ELMClassifier(hidden=hidden, n_hidden=50, C=C, random_state=3, precision="single").fit(
+        X, y
+    )
     np.testing.assert_allclose(single.decision_function(X), H @ ref, atol=2e-2)
     assert np.mean(single.predict(X) == model.predict(X)) > 0.98
 
@@ -83,8 +87,10 @@ def test_regressor_dual_and_primal_fit_a_smooth_function():
     rng = np.random.default_rng(0)
     X = rng.uniform(-1, 1, (600, 3))
     y = np.sin(3 * X[:, 0]) * X[:, 1] + 0.5 * X[:, 2] ** 2
-    for model in (ELMRegressor(n_hidden=200, C=1e6, random_state=0),
-                  ELMRegressor(kernel="gaussian", sigma=0.7, C=1e3)):
+    for model in (
+        ELMRegressor(n_hidden=200, C=1e6, random_state=0),
+        ELMRegressor(kernel="gaussian", sigma=0.7, C=1e3),
+    ):
         model.fit(X[:400], y[:400])
         assert model.score(X[400:], y[400:]) > 0.97, model
     Y = np.column_stack([y, -2 * y])
@@ -92,8 +98,9 @@ def test_regressor_dual_and_primal_fit_a_smooth_function():
     assert two.predict(X).shape == (600, 2) and two.n_outputs_ == 2
 
 
-@pytest.mark.parametrize("params", [dict(n_hidden=80, random_state=4),
-                                    dict(kernel="gaussian", sigma=0.5)])
+@pytest.mark.parametrize(
+    "params", [dict(n_hidden=80, random_state=4), dict(kernel="gaussian", sigma=0.5)]
+)
 def test_fit_path_equals_separate_fits(params):
     X, y = nonlinear_problem(250, d=4, n_classes=3, seed=5)
     Cs = [0.01, 1.0, 50.0, 1000.0]
@@ -143,8 +150,9 @@ def test_the_fitted_feature_map_decides_the_mode():
     features = dual.feature_map_
     assert isinstance(features, KernelFeatures) and features.basis is dual.X_fit_
     assert features.kernel == Kernel("gaussian", sigma=0.5)
-    np.testing.assert_allclose(dual.decision_function(X),
-                               features.scores(X, dual.dual_coef_), rtol=1e-12)
+    np.testing.assert_allclose(
+        dual.decision_function(X), features.scores(X, dual.dual_coef_), rtol=1e-12
+    )
     # a refit in the other mode leaves no weights of the first
     dual.set_params(kernel=None, n_hidden=30, random_state=0).fit(X, y)
     assert "X_fit_" not in vars(dual) and "dual_coef_" not in vars(dual)
@@ -168,10 +176,18 @@ def test_set_solution_installs_weights_solved_elsewhere():
     np.testing.assert_allclose(model.predict(X), H @ beta[:, 0], rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("param, value, message", [
-    ("C", 0.0, "C"), ("C", -1.0, "C"), ("sigma", 0.0, "sigma"), ("n_hidden", 0, "n_hidden"),
-    ("hidden", "relu", "hidden"), ("kernel", "rbf", "kernel"), ("degree", 0, "degree"),
-])
+@pytest.mark.parametrize(
+    "param, value, message",
+    [
+        ("C", 0.0, "C"),
+        ("C", -1.0, "C"),
+        ("sigma", 0.0, "sigma"),
+        ("n_hidden", 0, "n_hidden"),
+        ("hidden", "relu", "hidden"),
+        ("kernel", "rbf", "kernel"),
+        ("degree", 0, "degree"),
+    ],
+)
 def test_bad_parameters_are_named(param, value, message):
     X, y = nonlinear_problem(50, seed=9)
     with pytest.raises(ValueError, match=f"'{message}' parameter"):

@@ -19,10 +19,14 @@ def _maps():
     layer = HiddenLayer("sigmoid", 6, 20, seed=1)
     both = ConcatenatedLayers((layer, HiddenLayer("gaussian", 6, 10, seed=2)))
     mask = FeatureMask(6, [4, 0, 2])
-    return [layer, both, mask, mask.then(HiddenLayer("sinusoid", 3, 15, seed=3)),
-            KernelFeatures(Kernel("gaussian", sigma=0.8), X[:25]),
-            FeatureMask(6, [1, 5]).then(KernelFeatures(Kernel("polynomial", degree=2),
-                                                       X[:9, [1, 5]]))]
+    return [
+        layer,
+        both,
+        mask,
+        mask.then(HiddenLayer("sinusoid", 3, 15, seed=3)),
+        KernelFeatures(Kernel("gaussian", sigma=0.8), X[:25]),
+        FeatureMask(6, [1, 5]).then(KernelFeatures(Kernel("polynomial", degree=2), X[:9, [1, 5]])),
+    ]
 
 
 @pytest.mark.parametrize("feature_map", _maps(), ids=lambda m: type(m).__name__)
@@ -40,8 +44,9 @@ def test_every_map_has_the_interface_and_round_trips_through_json(feature_map):
     np.testing.assert_array_equal(out, feature_map.transform(X[:50], dtype=np.float64))
     np.testing.assert_allclose(out, H[:50], rtol=1e-6, atol=1e-6)
     coef = np.random.default_rng(1).normal(size=(feature_map.n_outputs, 2))
-    np.testing.assert_allclose(feature_map.scores(X, coef), H.astype(np.float64) @ coef,
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        feature_map.scores(X, coef), H.astype(np.float64) @ coef, rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="out must be"):
         feature_map.transform(X[:5], out=np.empty((4, feature_map.n_outputs)))
 
@@ -51,8 +56,7 @@ def test_dicts_written_before_feature_maps_had_a_type_are_read():
     old = {"kind": "sigmoid", "n_features": 6, "n_hidden": 20, "seed": 1, "weight_scale": 2.0}
     assert feature_map_from_dict(old) == layer
     both = ConcatenatedLayers((layer, HiddenLayer("gaussian", 6, 10, seed=2)))
-    old_both = {"layers": [old, {"kind": "gaussian", "n_features": 6, "n_hidden": 10,
-                                 "seed": 2}]}
+    old_both = {"layers": [old, {"kind": "gaussian", "n_features": 6, "n_hidden": 10, "seed": 2}]}
     assert feature_map_from_dict(old_both) == both
     assert layer.n_outputs == 20 and both.n_outputs == 30
     with pytest.raises(ValueError, match="unknown feature map type"):
@@ -84,11 +88,12 @@ def test_kernel_features_are_the_kernel_against_the_basis(kind):
     assert features.n_features == 6 and features.n_outputs == 30
     x = X.astype(np.float32).astype(np.float64)
     b = x[:30]
-    ref = {"gaussian": lambda: np.exp(-cdist(x, b, "sqeuclidean") / (2 * 0.7**2)),
-           "laplacian": lambda: np.exp(-cdist(x, b) / 0.7),
-           "polynomial": lambda: (1 + x @ b.T) ** 2}[kind]()
-    np.testing.assert_allclose(features.transform(X, dtype=np.float64), ref, rtol=1e-12,
-                               atol=1e-14)
+    ref = {
+        "gaussian": lambda: np.exp(-cdist(x, b, "sqeuclidean") / (2 * 0.7**2)),
+        "laplacian": lambda: np.exp(-cdist(x, b) / 0.7),
+        "polynomial": lambda: (1 + x @ b.T) ** 2,
+    }[kind]()
+    np.testing.assert_allclose(features.transform(X, dtype=np.float64), ref, rtol=1e-12, atol=1e-14)
     coef = np.random.default_rng(2).normal(size=30)
     np.testing.assert_allclose(features.scores(X, coef), ref @ coef, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="basis rows have 6"):

@@ -52,8 +52,7 @@ def test_grams_add_by_rows():
 def test_folds_total_and_fold_parts():
     layer, X, T = _problem()
     folds = np.arange(500) % 3
-    gram = accumulate_gram(layer, X, T, folds=folds, n_folds=3, precision="double",
-                           block_rows=50)
+    gram = accumulate_gram(layer, X, T, folds=folds, n_folds=3, precision="double", block_rows=50)
     assert gram.n_folds == 3 and gram.n_rows.tolist() == [167, 167, 166]
     for k in range(3):
         alone = accumulate_gram(layer, X[folds == k], T[folds == k], precision="double")
@@ -62,8 +61,9 @@ def test_folds_total_and_fold_parts():
         assert part.n_folds == rest.n_folds == 1
         np.testing.assert_allclose(part.HtH, alone.HtH, rtol=1e-12)
         np.testing.assert_allclose(rest.HtH, others.HtH, rtol=1e-12)
-        np.testing.assert_allclose(rest.ridge_terms()[1], others.ridge_terms()[1], rtol=1e-12,
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            rest.ridge_terms()[1], others.ridge_terms()[1], rtol=1e-12, atol=1e-12
+        )
         assert rest.n_samples == 500 - part.n_samples
     np.testing.assert_allclose(gram.total().HtH[0], gram.HtH.sum(axis=0))
     with pytest.raises(ValueError, match="one-fold"):
@@ -76,8 +76,10 @@ def test_class_indicator_grams_merge_by_value_and_encode():
     layer, X, _ = _problem(n=600)
     y = np.array(["a", "b", "c"])[np.arange(600) % 3]
     # three parts of 200 rows, each without one of the classes
-    pieces = [np.flatnonzero(y[a:a + 200] != missing) + a
-              for a, missing in ((0, "c"), (200, "a"), (400, "b"))]
+    pieces = [
+        np.flatnonzero(y[a : a + 200] != missing) + a
+        for a, missing in ((0, "c"), (200, "a"), (400, "b"))
+    ]
     parts = []
     for rows in pieces:
         enc, Y = TargetEncoder("one_of_j").fit_transform(y[rows])
@@ -95,8 +97,12 @@ def test_class_indicator_grams_merge_by_value_and_encode():
     np.testing.assert_allclose(TtT, np.square(T).sum(axis=0))
     np.testing.assert_array_equal(merged.counts[0], [np.sum(y[kept] == c) for c in "abc"])
     one_of_j = merged.ridge_terms(TargetEncoder("one_of_j", merged.classes))
-    np.testing.assert_allclose(one_of_j[1], H.T @ TargetEncoder("one_of_j", merged.classes)
-                               .transform(y[kept]), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        one_of_j[1],
+        H.T @ TargetEncoder("one_of_j", merged.classes).transform(y[kept]),
+        rtol=1e-10,
+        atol=1e-10,
+    )
     with pytest.raises(ValueError, match="not the Gram's"):
         merged.ridge_terms(TargetEncoder("plus_minus", ["a", "b"]))
 
@@ -106,8 +112,10 @@ def test_any_feature_map_accumulates():
     layer = HiddenLayer("sigmoid", 3, 15, seed=3)
     masked = FeatureMask(5, [1, 3, 4]).then(layer)
     kernel = KernelFeatures(Kernel("laplacian"), X[:20])
-    for feature_map, H in ((masked, layer.transform(X[:, [1, 3, 4]]).astype(np.float64)),
-                           (kernel, kernel.transform(X, dtype=np.float64))):
+    for feature_map, H in (
+        (masked, layer.transform(X[:, [1, 3, 4]]).astype(np.float64)),
+        (kernel, kernel.transform(X, dtype=np.float64)),
+    ):
         HtH, HtT, _ = accumulate_gram(feature_map, X, T, block_rows=32).ridge_terms()
         np.testing.assert_allclose(HtH, H.T @ H, rtol=1e-12)
         np.testing.assert_allclose(HtT, H.T @ T, rtol=1e-10, atol=1e-10)

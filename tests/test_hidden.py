@@ -87,8 +87,9 @@ def test_kernel_blocks_match_scipy(kind):
     np.testing.assert_allclose(k.block(A, B), ref, rtol=1e-13, atol=1e-15)
     assert k.block(A, B, dtype=np.float32).dtype == np.float32
     coef = rng.standard_normal((70, 2))
-    np.testing.assert_allclose(k.block_matvec(A, B, coef, block_rows=7), ref @ coef, rtol=1e-12,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        k.block_matvec(A, B, coef, block_rows=7), ref @ coef, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_bad_kernel_parameters_are_named():

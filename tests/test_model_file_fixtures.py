@@ -28,8 +28,9 @@ def test_an_earlier_release_model_file_loads_and_predicts_the_same(name):
     X = expected["X"]
     np.testing.assert_array_equal(model.predict(X), expected["predict"])
     if "decision_function" in expected:
-        np.testing.assert_allclose(model.decision_function(X), expected["decision_function"],
-                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            model.decision_function(X), expected["decision_function"], rtol=1e-12, atol=1e-12
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -37,8 +37,7 @@ COARSE = {"Satimage"}  # every other C and sigma of the paper's grid
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mapping", ["gaussian", "polynomial"])
-@pytest.mark.parametrize("name", ["Australian", "Diabetes", "Ionosphere", "SVMguide1",
-                                  "Satimage"])
+@pytest.mark.parametrize("name", ["Australian", "Diabetes", "Ionosphere", "SVMguide1", "Satimage"])
 def test_sparse_elm_reaches_the_papers_accuracy(name, mapping):
     step = 2 if name in COARSE else 1
     if mapping == "gaussian":
@@ -47,12 +46,16 @@ def test_sparse_elm_reaches_the_papers_accuracy(name, mapping):
     else:
         model = SparseELMClassifier(kernel="polynomial")
         grid, table = {"degree": list(PAPER_DEGREE_GRID)}, "TABLE V"
-    runs = [protocol_run(name, model, grid, seed=seed, Cs=PAPER_C_GRID[::step])
-            for seed in SEEDS.get(name, [0])]
+    runs = [
+        protocol_run(name, model, grid, seed=seed, Cs=PAPER_C_GRID[::step])
+        for seed in SEEDS.get(name, [0])
+    ]
     accuracy = float(np.mean([acc for acc, _ in runs]))
     paper = paper_test_accuracy(table, name, "sparse_elm", mapping)
-    print(f"{name} {mapping}: ours {accuracy:.2f} (seeds: "
-          f"{[(round(acc, 2), best) for acc, best in runs]}), paper {paper:.2f}")
+    print(
+        f"{name} {mapping}: ours {accuracy:.2f} (seeds: "
+        f"{[(round(acc, 2), best) for acc, best in runs]}), paper {paper:.2f}"
+    )
     assert accuracy >= paper - TOLERANCE
 
 
@@ -65,7 +68,9 @@ def test_codrna_at_the_papers_parameters():
     model = SparseELMClassifier(kernel="gaussian", sigma=0.5, C=1.0)
     model.fit(scaler.transform(data.X[train]), data.y[train])
     accuracy = 100 * model.score(scaler.transform(data.X[test]), data.y[test])
-    print(f"COD-RNA C=1 sigma=0.5: {accuracy:.2f} %, {model.support_.size} SVs "
-          f"(paper: 94.44 %, 11,359 SVs)")
+    print(
+        f"COD-RNA C=1 sigma=0.5: {accuracy:.2f} %, {model.support_.size} SVs "
+        f"(paper: 94.44 %, 11,359 SVs)"
+    )
     assert model.kkt_violation_[0] <= 1e-3
     assert accuracy >= 94.4

@@ -1,4 +1,5 @@
-"""The unified ELM against the sparse-ELM paper's Tables IV (gaussian kernel) and VI (sigmoid nodes).
+"""The unified ELM against the sparse-ELM paper's Tables IV (gaussian kernel) and VI
+(sigmoid nodes).
 
 Protocol (tests/_paper_protocol.py): seeded random splits of the paper's sizes,
 scaling fitted on the training part, 5-fold stratified cross-validation over the
@@ -37,8 +38,10 @@ TOLERANCE = 2.5
 def _model(mapping, seed):
     if mapping == "gaussian":
         return ELMClassifier(kernel="gaussian"), {"sigma": list(PAPER_SIGMA_GRID)}
-    return (ELMClassifier(hidden="sigmoid", n_hidden=200, random_state=seed),
-            {"weight_scale": [1.0, 2.0, 4.0]})
+    return (
+        ELMClassifier(hidden="sigmoid", n_hidden=200, random_state=seed),
+        {"weight_scale": [1.0, 2.0, 4.0]},
+    )
 
 
 def _table(mapping):
@@ -52,8 +55,10 @@ def test_unified_elm_reaches_the_papers_accuracy(name, mapping):
     accuracies = [protocol_run(name, *_model(mapping, seed), seed)[0] for seed in seeds]
     paper = paper_test_accuracy(_table(mapping), name, "unified_elm", mapping)
     ours = float(np.mean(accuracies))
-    print(f"{name} {mapping}: ours {ours:.2f} (seeds {list(seeds)}: "
-          f"{np.round(accuracies, 2).tolist()}), paper {paper:.2f}")
+    print(
+        f"{name} {mapping}: ours {ours:.2f} (seeds {list(seeds)}: "
+        f"{np.round(accuracies, 2).tolist()}), paper {paper:.2f}"
+    )
     assert ours >= paper - TOLERANCE
 
 
@@ -64,11 +69,14 @@ def test_heart_on_random_splits_matches_svc_run_the_same_way(mapping):
         ours.append(protocol_run("Heart", *_model(mapping, seed), seed)[0])
         X_tr, y_tr, X_te, y_te = paper_split("Heart", seed)
         grid = {"C": list(PAPER_C_GRID), "gamma": [1 / (2 * s * s) for s in PAPER_SIGMA_GRID]}
-        search = GridSearchCV(SVC(kernel="rbf"), grid,
-                              cv=StratifiedKFold(5, shuffle=True, random_state=seed))
+        search = GridSearchCV(
+            SVC(kernel="rbf"), grid, cv=StratifiedKFold(5, shuffle=True, random_state=seed)
+        )
         svc.append(100 * search.fit(X_tr, y_tr).score(X_te, y_te))
-    print(f"Heart {mapping}, random splits: ours {np.mean(ours):.2f}, SVC {np.mean(svc):.2f}, "
-          f"paper {paper_test_accuracy(_table(mapping), 'Heart', 'unified_elm', mapping):.2f}")
+    print(
+        f"Heart {mapping}, random splits: ours {np.mean(ours):.2f}, SVC {np.mean(svc):.2f}, "
+        f"paper {paper_test_accuracy(_table(mapping), 'Heart', 'unified_elm', mapping):.2f}"
+    )
     assert np.mean(ours) >= np.mean(svc) - 1.0
 
 
@@ -83,8 +91,14 @@ def test_heart_on_the_files_partition_reaches_the_paper(mapping):
     accuracies = []
     for seed in SEEDS:
         estimator, grid = _model(mapping, seed)
-        search = path_grid_search(estimator, X_tr, y[:n_train], Cs=PAPER_C_GRID, param_grid=grid,
-                                  cv=StratifiedKFold(5, shuffle=True, random_state=seed))
+        search = path_grid_search(
+            estimator,
+            X_tr,
+            y[:n_train],
+            Cs=PAPER_C_GRID,
+            param_grid=grid,
+            cv=StratifiedKFold(5, shuffle=True, random_state=seed),
+        )
         accuracies.append(100 * search.best_estimator_.score(X_te, y[n_train:]))
     paper = paper_test_accuracy(_table(mapping), "Heart", "unified_elm", mapping)
     print(f"Heart {mapping}, file partition: ours {np.mean(accuracies):.2f}, paper {paper:.2f}")

@@ -14,8 +14,13 @@ def three_files(tmp_path):
     data = generate_classification(30_000, n_features=5, n_classes=3, random_state=1)
     for i in range(3):
         rows = slice(i * 10_000, (i + 1) * 10_000)
-        table = pa.table({**{f"f{j}": data.X[rows, j].astype(np.float32) for j in range(5)},
-                          "id": np.arange(rows.start, rows.stop), "label": data.y[rows]})
+        table = pa.table(
+            {
+                **{f"f{j}": data.X[rows, j].astype(np.float32) for j in range(5)},
+                "id": np.arange(rows.start, rows.stop),
+                "label": data.y[rows],
+            }
+        )
         pq.write_table(table, tmp_path / f"part-{i}.parquet", row_group_size=3_000)
     return tmp_path, data
 
@@ -76,8 +81,9 @@ def test_a_file_lacking_a_column_is_named(three_files):
 
 
 def test_string_feature_column_is_named(tmp_path):
-    pq.write_table(pa.table({"a": [1.0, 2.0], "b": ["x", "y"], "label": [0, 1]}),
-                   tmp_path / "s.parquet")
+    pq.write_table(
+        pa.table({"a": [1.0, 2.0], "b": ["x", "y"], "label": [0, 1]}), tmp_path / "s.parquet"
+    )
     with pytest.raises(DataError, match=r"s\.parquet: column 'b' \(position 1\) has type string"):
         open_parquet(tmp_path / "s.parquet", features=["a", "b"])
     # by default only numeric columns are features
@@ -96,9 +102,13 @@ def test_empty_and_corrupt_files_are_named(three_files):
     (path / "part-9.parquet").write_bytes(good[: len(good) // 2])
     with pytest.raises(DataError, match=r"part-9\.parquet: not a readable Parquet file"):
         open_parquet(path)
-    pq.write_table(pa.table({f"f{j}": pa.array([], pa.float32()) for j in range(5)}
-                            | {"id": pa.array([], pa.int64()), "label": pa.array([], pa.int64())}),
-                   path / "part-9.parquet")
+    pq.write_table(
+        pa.table(
+            {f"f{j}": pa.array([], pa.float32()) for j in range(5)}
+            | {"id": pa.array([], pa.int64()), "label": pa.array([], pa.int64())}
+        ),
+        path / "part-9.parquet",
+    )
     with pytest.raises(DataError, match=r"part-9\.parquet: holds no rows"):
         open_parquet(path)
 

@@ -121,8 +121,8 @@ def _write_with_checksums(members, path):
     """A model file whose checksums are right: only the content check can refuse it."""
     members = dict(members)
     members["SHA256SUMS"] = "".join(
-        f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items()
-        if n != "SHA256SUMS").encode()
+        f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items() if n != "SHA256SUMS"
+    ).encode()
     with zipfile.ZipFile(path, "w") as zf:
         for n, d in members.items():
             zf.writestr(n, d)

@@ -22,8 +22,9 @@ from elmscale.app.runner import resolve_compute
 from elmscale.data import generate_classification, write_parquet
 
 BIN = Path(sys.executable).parent
-CLEAN_ENV = {k: v for k, v in os.environ.items()
-             if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")}
+CLEAN_ENV = {
+    k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")
+}
 
 
 def _free_port() -> int:
@@ -43,14 +44,19 @@ def _closed_port():
 
 
 def _elmscale(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "elmscale", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=env or CLEAN_ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "elmscale", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or CLEAN_ENV,
+    )
 
 
 def _stop(process: subprocess.Popen, *, group=False, timeout=60):
     """SIGTERM ``process`` (its whole process group with ``group``), wait, SIGKILL it if it
     outlives ``timeout`` s."""
+
     def send(sig):
         try:
             os.killpg(process.pid, sig) if group else process.send_signal(sig)
@@ -128,22 +134,49 @@ def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
     assert local.returncode == 0, local.stderr[-3000:]
     # the scheduler picks its own port and names it in its file: no port to race for
     scheduler_file = tmp_path / "scheduler.json"
-    scheduler = subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port",
-                                  "0", "--scheduler-file", scheduler_file,
-                                  "--dashboard-address", ":0"], env=CLEAN_ENV,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    workers = subprocess.Popen([BIN / "dask", "worker", "--scheduler-file", scheduler_file,
-                                "--nworkers", "2", "--nthreads", "1", "--dashboard-address",
-                                ":0"], env=CLEAN_ENV, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    scheduler = subprocess.Popen(
+        [
+            BIN / "dask",
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--scheduler-file",
+            scheduler_file,
+            "--dashboard-address",
+            ":0",
+        ],
+        env=CLEAN_ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers = subprocess.Popen(
+        [
+            BIN / "dask",
+            "worker",
+            "--scheduler-file",
+            scheduler_file,
+            "--nworkers",
+            "2",
+            "--nthreads",
+            "1",
+            "--dashboard-address",
+            ":0",
+        ],
+        env=CLEAN_ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         from elmscale.distributed.connect import connect_dask
 
         with connect_dask(scheduler_file=scheduler_file, timeout=60) as client:
             client.wait_for_workers(2, timeout=60)
             address = client.scheduler.address
-        remote = _elmscale("run", _write(tmp_path, ELM_PIPELINE, "remote"), "--scheduler",
-                           address, timeout=300)
+        remote = _elmscale(
+            "run", _write(tmp_path, ELM_PIPELINE, "remote"), "--scheduler", address, timeout=300
+        )
         assert remote.returncode == 0, remote.stderr[-3000:]
     finally:
         _stop(workers)
@@ -154,13 +187,25 @@ def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
     assert theirs["compute"]["dask"] == address
     assert ours["test"]["accuracy"] > 0.85 and ours["scored"]["rows"] == 6000
     run_dir = sorted((tmp_path / "runs").glob("remote-*"))[-1]
-    for name in ("pipeline.json", "metrics.json", "model.elm", "cv_results.csv",
-                 "cv_results.json", "run.log", "scores/part-00000.parquet"):
+    for name in (
+        "pipeline.json",
+        "metrics.json",
+        "model.elm",
+        "cv_results.csv",
+        "cv_results.json",
+        "run.log",
+        "scores/part-00000.parquet",
+    ):
         assert (run_dir / name).is_file(), name
 
 
-RAY_AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                   "runtime-env-agent-port", "metrics-export-port", "ray-client-server-port")
+RAY_AGENT_PORTS = (
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+    "metrics-export-port",
+    "ray-client-server-port",
+)
 
 
 def _accepts(port: int) -> bool:
@@ -173,8 +218,9 @@ def _accepts(port: int) -> bool:
 
 def _ray_job_server_answers(url: str, env: dict) -> bool:
     try:
-        probe = subprocess.run([BIN / "ray", "job", "list", "--address", url],
-                               capture_output=True, env=env, timeout=60)
+        probe = subprocess.run(
+            [BIN / "ray", "job", "list", "--address", url], capture_output=True, env=env, timeout=60
+        )
     except subprocess.TimeoutExpired:
         return False
     return probe.returncode == 0
@@ -193,12 +239,29 @@ def _start_ray_head(env: dict, logs: Path, attempts=3, wait=120):
         agent_ports = [f"--{name}={_free_port()}" for name in RAY_AGENT_PORTS]
         log = logs / f"ray-head-{attempt}.log"
         with open(log, "wb") as out:
-            head = subprocess.Popen([BIN / "ray", "start", "--head", "--block", "--port",
-                                     str(port), "--num-cpus", "2", "--dashboard-host",
-                                     "127.0.0.1", "--dashboard-port", str(dashboard),
-                                     "--include-dashboard", "true", *agent_ports], env=env,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            head = subprocess.Popen(
+                [
+                    BIN / "ray",
+                    "start",
+                    "--head",
+                    "--block",
+                    "--port",
+                    str(port),
+                    "--num-cpus",
+                    "2",
+                    "--dashboard-host",
+                    "127.0.0.1",
+                    "--dashboard-port",
+                    str(dashboard),
+                    "--include-dashboard",
+                    "true",
+                    *agent_ports,
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         url = f"http://127.0.0.1:{dashboard}"
         deadline = time.monotonic() + wait
         while head.poll() is None and time.monotonic() < deadline:
@@ -206,11 +269,16 @@ def _start_ray_head(env: dict, logs: Path, attempts=3, wait=120):
             if started and _accepts(port) and _ray_job_server_answers(url, env):
                 return head, f"127.0.0.1:{port}", url
             time.sleep(1)
-        state = (f"exited with {head.returncode}" if head.poll() is not None
-                 else f"not up after {wait} s")
+        state = (
+            f"exited with {head.returncode}"
+            if head.poll() is not None
+            else f"not up after {wait} s"
+        )
         _stop(head, group=True)
-        failures.append(f"attempt {attempt}, port {port}: {state}; its output ends:\n"
-                        + log.read_text(errors="replace")[-1500:])
+        failures.append(
+            f"attempt {attempt}, port {port}: {state}; its output ends:\n"
+            + log.read_text(errors="replace")[-1500:]
+        )
     pytest.fail("the Ray head did not start:\n" + "\n".join(failures))
 
 
@@ -226,17 +294,37 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
     env = {**CLEAN_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
     head, address, job_server = _start_ray_head(env, tmp_path)
     try:
-        connected = _elmscale("run", _write(tmp_path, SPARSE_PIPELINE, "connected"),
-                              "--ray-address", address, env=env)
+        connected = _elmscale(
+            "run", _write(tmp_path, SPARSE_PIPELINE, "connected"), "--ray-address", address, env=env
+        )
         assert connected.returncode == 0, connected.stderr[-3000:]
         job_pipeline = _write(tmp_path, SPARSE_PIPELINE, "job")
         deadline = time.monotonic() + 120
         while True:  # the job server can answer before its agent is up: wait for it
-            job = subprocess.run([BIN / "ray", "job", "submit", "--address", job_server, "--",
-                                  sys.executable, "-m", "elmscale", "run", job_pipeline],
-                                 capture_output=True, text=True, timeout=300, env=env)
-            if (job.returncode == 0 or "No available agent" not in job.stdout + job.stderr
-                    or time.monotonic() > deadline):
+            job = subprocess.run(
+                [
+                    BIN / "ray",
+                    "job",
+                    "submit",
+                    "--address",
+                    job_server,
+                    "--",
+                    sys.executable,
+                    "-m",
+                    "elmscale",
+                    "run",
+                    job_pipeline,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=env,
+            )
+            if (
+                job.returncode == 0
+                or "No available agent" not in job.stdout + job.stderr
+                or time.monotonic() > deadline
+            ):
                 break
             time.sleep(2)
         assert job.returncode == 0, (job.stdout + job.stderr)[-3000:]
@@ -253,13 +341,18 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
 def scoring_setup(tmp_path):
     train = generate_classification(3000, n_features=6, random_state=1)
     model = ELMClassifier(n_hidden=60, random_state=0).fit(train.X, train.y)
-    model_path = save(model, tmp_path / "model.elm",
-                      features=[f"f{j + 1}" for j in range(6)], label="label")
+    model_path = save(
+        model, tmp_path / "model.elm", features=[f"f{j + 1}" for j in range(6)], label="label"
+    )
     inputs = tmp_path / "inputs"
     for i in range(12):
         rows = generate_classification(60_000, n_features=6, random_state=100 + i)
-        table = pa.table({"id": np.arange(60_000) + i * 60_000,
-                          **{f"f{j + 1}": rows.X[:, j].astype(np.float32) for j in range(6)}})
+        table = pa.table(
+            {
+                "id": np.arange(60_000) + i * 60_000,
+                **{f"f{j + 1}": rows.X[:, j].astype(np.float32) for j in range(6)},
+            }
+        )
         inputs.mkdir(exist_ok=True)
         pq.write_table(table, inputs / f"part-{i:02d}.parquet", row_group_size=5_000)
     return model, model_path, inputs
@@ -274,8 +367,9 @@ def _check_outputs(model, inputs: Path, outputs: Path, expect_all=True):
         source = pq.read_table(inputs / out.name)
         scored = pq.read_table(out)
         X = np.column_stack([source.column(f"f{j + 1}").to_numpy() for j in range(6)])
-        np.testing.assert_array_equal(scored.column("id").to_numpy(),
-                                      source.column("id").to_numpy())
+        np.testing.assert_array_equal(
+            scored.column("id").to_numpy(), source.column("id").to_numpy()
+        )
         np.testing.assert_array_equal(scored.column("prediction").to_numpy(), model.predict(X))
     return len(done)
 
@@ -283,9 +377,23 @@ def _check_outputs(model, inputs: Path, outputs: Path, expect_all=True):
 def test_an_interrupted_score_resumes_without_partial_or_duplicate_files(scoring_setup, tmp_path):
     model, model_path, inputs = scoring_setup
     outputs = tmp_path / "outputs"
-    process = subprocess.Popen([sys.executable, "-m", "elmscale", "score", model_path,
-                                inputs, outputs, "--id", "id", "--batch-rows", "5000",
-                                "--quiet"], env=CLEAN_ENV)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "elmscale",
+            "score",
+            model_path,
+            inputs,
+            outputs,
+            "--id",
+            "id",
+            "--batch-rows",
+            "5000",
+            "--quiet",
+        ],
+        env=CLEAN_ENV,
+    )
     try:
         deadline = time.monotonic() + 300
         while not list(outputs.glob("*.parquet")) and time.monotonic() < deadline:
@@ -309,15 +417,33 @@ def test_score_with_decision_values_csv_and_a_dask_client(scoring_setup, tmp_pat
     import pyarrow.csv as pacsv
 
     pacsv.write_csv(source, tmp_path / "small.csv")
-    assert main(["score", str(model_path), str(tmp_path / "small.csv"),
-                 str(tmp_path / "small_scores.csv"), "--id", "id", "--decision",
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                str(model_path),
+                str(tmp_path / "small.csv"),
+                str(tmp_path / "small_scores.csv"),
+                "--id",
+                "id",
+                "--decision",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     scored = pacsv.read_csv(tmp_path / "small_scores.csv")
     X = np.column_stack([source.column(f"f{j + 1}").to_numpy() for j in range(6)])
-    np.testing.assert_allclose(scored.column("decision").to_numpy(),
-                               model.decision_function(X), rtol=1e-6, atol=1e-9)
-    jobs = plan_jobs(model, inputs, tmp_path / "on_dask", id_columns=["id"],
-                     features=[f"f{j + 1}" for j in range(6)])
+    np.testing.assert_allclose(
+        scored.column("decision").to_numpy(), model.decision_function(X), rtol=1e-6, atol=1e-9
+    )
+    jobs = plan_jobs(
+        model,
+        inputs,
+        tmp_path / "on_dask",
+        id_columns=["id"],
+        features=[f"f{j + 1}" for j in range(6)],
+    )
     summary = score_jobs(model, jobs[:3], client=dask_client)
     assert summary["rows"] == 180_000
     assert _check_outputs(model, inputs, tmp_path / "on_dask", expect_all=False) == 3
@@ -333,8 +459,9 @@ def test_bad_pipelines_are_usage_errors_and_write_nothing(tmp_path, capsys):
     missing.write_text(SPARSE_PIPELINE.format(d=tmp_path, name="missing"))
     assert main(["validate", str(missing)]) == 2
     assert "sparse_train.parquet: no such file or directory" in capsys.readouterr().err
-    assert main(["run", str(misspelt), "--set", "model.estimater=x",
-                 "--set", "search.folds=1"]) == 2
+    assert (
+        main(["run", str(misspelt), "--set", "model.estimater=x", "--set", "search.folds=1"]) == 2
+    )
     assert "search.folds = 1; expected an integer >= 2" in capsys.readouterr().err
     bad_param = tmp_path / "bad_param.toml"
     bad_param.write_text(text.replace("n_hidden = 80", "n_hidden = -4"))
@@ -364,18 +491,40 @@ def test_bad_scoring_inputs_are_named_and_write_nothing(scoring_setup, tmp_path,
     assert "typed.parquet: feature column 'f2' has type string" in capsys.readouterr().err
     other = ELMClassifier(n_hidden=5).fit(np.zeros((4, 3)), [0, 1, 0, 1])
     save(other, tmp_path / "other.elm")
-    assert main(["score", str(tmp_path / "other.elm"), str(inputs / "part-00.parquet"),
-                 str(tmp_path / "o3.parquet"), "--id", "id"]) == 1
+    assert (
+        main(
+            [
+                "score",
+                str(tmp_path / "other.elm"),
+                str(inputs / "part-00.parquet"),
+                str(tmp_path / "o3.parquet"),
+                "--id",
+                "id",
+            ]
+        )
+        == 1
+    )
     assert "the model expects 3 features" in capsys.readouterr().err
-    assert main(["score", str(model_path), str(tmp_path / "absent.parquet"),
-                 str(tmp_path / "o4.parquet")]) == 2
+    assert (
+        main(
+            [
+                "score",
+                str(model_path),
+                str(tmp_path / "absent.parquet"),
+                str(tmp_path / "o4.parquet"),
+            ]
+        )
+        == 2
+    )
     assert not list(tmp_path.glob("o*.parquet")) and not list(tmp_path.glob(".o*"))
 
 
 def test_compute_precedence_flag_environment_file_local(tmp_path, monkeypatch):
     path = tmp_path / "p.toml"
-    path.write_text(ELM_PIPELINE.format(d=tmp_path, name="p") +
-                    '[compute]\nscheduler = "tcp://file:1"\nray_address = "file:2"\n')
+    path.write_text(
+        ELM_PIPELINE.format(d=tmp_path, name="p")
+        + '[compute]\nscheduler = "tcp://file:1"\nray_address = "file:2"\n'
+    )
     pipeline = load_pipeline(path)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -395,9 +544,14 @@ def test_compute_precedence_flag_environment_file_local(tmp_path, monkeypatch):
 PIPELINES = sorted(Path(__file__).resolve().parents[1].glob("pipelines/*.toml"))
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.needs_shared) if "../shared/" in p.read_text() else p
-    for p in PIPELINES], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.needs_shared) if "../shared/" in p.read_text() else p
+        for p in PIPELINES
+    ],
+    ids=lambda p: p.name,
+)
 def test_example_pipelines_validate(path, capsys, monkeypatch, tmp_path):
     """Every example pipeline passes the checks; paths are relative to the project folder.
     The COD-RNA and satimage ones read ../shared: the copy checked names the shared folder
@@ -416,8 +570,13 @@ def test_score_files_as_ray_tasks(scoring_setup, tmp_path, ray_session):
     from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
     model, _, inputs = scoring_setup
-    jobs = plan_jobs(model, inputs, tmp_path / "on_ray", id_columns=["id"],
-                     features=[f"f{j + 1}" for j in range(6)])
+    jobs = plan_jobs(
+        model,
+        inputs,
+        tmp_path / "on_ray",
+        id_columns=["id"],
+        features=[f"f{j + 1}" for j in range(6)],
+    )
     summary = score_jobs(model, jobs[:2], ray_address="auto")
     assert summary == {**summary, "files": 2, "scored": 2, "rows": 120_000}
     assert _check_outputs(model, inputs, tmp_path / "on_ray", expect_all=False) == 2
@@ -442,8 +601,9 @@ dir = "{d}/runs"
 
 def _dead_pipeline(tmp_path: Path, estimator: str, params: str) -> Path:
     path = tmp_path / f"{estimator}.toml"
-    path.write_text(DEAD_PIPELINE.format(d=tmp_path, name=estimator, estimator=estimator,
-                                         params=params))
+    path.write_text(
+        DEAD_PIPELINE.format(d=tmp_path, name=estimator, estimator=estimator, params=params)
+    )
     return path
 
 
@@ -453,30 +613,45 @@ def test_dead_scheduler_or_ray_address_fails_within_seconds_naming_it(tmp_path):
     the address in the message.  The four run side by side."""
     data = generate_classification(300, n_features=4, random_state=2)
     write_parquet(data, tmp_path / "small.parquet")
-    on_dask = _dead_pipeline(tmp_path, "ELMClassifier", '{ n_hidden = 10 }')  # data plane
+    on_dask = _dead_pipeline(tmp_path, "ELMClassifier", "{ n_hidden = 10 }")  # data plane
     on_ray = _dead_pipeline(tmp_path, "SparseELMClassifier", '{ kernel = "gaussian" }')
     model = ELMClassifier(n_hidden=10, random_state=0).fit(data.X, data.y)
     model_path = save(model, tmp_path / "model.elm", features=[f"f{j + 1}" for j in range(4)])
-    pq.write_table(pa.table({f"f{j + 1}": data.X[:, j] for j in range(4)}),
-                   tmp_path / "input.parquet")
+    pq.write_table(
+        pa.table({f"f{j + 1}": data.X[:, j] for j in range(4)}), tmp_path / "input.parquet"
+    )
     with contextlib.ExitStack() as stack:
         p1, p2, p3, p4 = (stack.enter_context(_closed_port()) for _ in range(4))
         cases = {
             f"127.0.0.1:{p1}": ["run", on_ray, "--ray-address", f"127.0.0.1:{p1}"],
             f"tcp://127.0.0.1:{p2}": ["run", on_dask, "--scheduler", f"tcp://127.0.0.1:{p2}"],
-            f"tcp://127.0.0.1:{p3}": ["score", model_path, tmp_path / "input.parquet",
-                                      tmp_path / "out3.parquet", "--scheduler",
-                                      f"tcp://127.0.0.1:{p3}"],
-            f"ray://127.0.0.1:{p4}": ["score", model_path, tmp_path / "input.parquet",
-                                      tmp_path / "out4.parquet", "--ray-address",
-                                      f"ray://127.0.0.1:{p4}"],
+            f"tcp://127.0.0.1:{p3}": [
+                "score",
+                model_path,
+                tmp_path / "input.parquet",
+                tmp_path / "out3.parquet",
+                "--scheduler",
+                f"tcp://127.0.0.1:{p3}",
+            ],
+            f"ray://127.0.0.1:{p4}": [
+                "score",
+                model_path,
+                tmp_path / "input.parquet",
+                tmp_path / "out4.parquet",
+                "--ray-address",
+                f"ray://127.0.0.1:{p4}",
+            ],
         }
         start = time.monotonic()
-        running = {address: subprocess.Popen(
-            [sys.executable, "-m", "elmscale", *map(str, argv)], env=CLEAN_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=stack.enter_context(open(tmp_path / f"err{i}", "w")))
-            for i, (address, argv) in enumerate(cases.items())}
+        running = {
+            address: subprocess.Popen(
+                [sys.executable, "-m", "elmscale", *map(str, argv)],
+                env=CLEAN_ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=stack.enter_context(open(tmp_path / f"err{i}", "w")),
+            )
+            for i, (address, argv) in enumerate(cases.items())
+        }
         seconds = {}
         try:
             while len(seconds) < len(running) and time.monotonic() - start < 120:
@@ -516,8 +691,9 @@ def test_connect_fails_fast_with_the_address(tmp_path, monkeypatch):
             connect.connect_ray(f"127.0.0.1:{port}", timeout=1)
         with pytest.raises(ConnectionError, match=f"ray://127.0.0.1:{port}"):
             connect.connect_ray(f"ray://127.0.0.1:{port}", timeout=1)
-        monkeypatch.setattr(services, "get_ray_address_from_environment",
-                            lambda addr, temp_dir: f"127.0.0.1:{port}")
+        monkeypatch.setattr(
+            services, "get_ray_address_from_environment", lambda addr, temp_dir: f"127.0.0.1:{port}"
+        )
         with pytest.raises(ConnectionError, match=f"found by 'auto' at 127.0.0.1:{port}"):
             connect.connect_ray("auto", timeout=1)
         with pytest.raises(ConnectionError, match=f"Dask scheduler at tcp://127.0.0.1:{port}"):
@@ -537,9 +713,12 @@ def test_connect_fails_fast_with_the_address(tmp_path, monkeypatch):
 
 
 def test_the_connect_module_imports_neither_dask_nor_ray():
-    code = ("import sys, elmscale.distributed.connect; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed', "
-            "'ray'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    code = (
+        "import sys, elmscale.distributed.connect; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed', "
+        "'ray'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"

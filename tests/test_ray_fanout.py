@@ -61,13 +61,15 @@ def test_grid_search_is_the_same_locally_and_on_ray(ray_session):
     for key in ("mean_test_score", "split0_test_score", "split2_test_score", "rank_test_score"):
         np.testing.assert_array_equal(on_ray.cv_results_[key], local.cv_results_[key])
     assert on_ray.best_params_ == local.best_params_
-    np.testing.assert_array_equal(on_ray.best_estimator_.predict(X),
-                                  local.best_estimator_.predict(X))
+    np.testing.assert_array_equal(
+        on_ray.best_estimator_.predict(X), local.best_estimator_.predict(X)
+    )
     # each candidate's fold score is that of a separate fit (warm starts stop within tol:
     # at most a row or two may change side)
     splits = list(StratifiedKFold(3, shuffle=True, random_state=4).split(X, y))
-    for params, *fold_scores in zip(local.cv_results_["params"],
-                                    *(local.cv_results_[f"split{k}_test_score"] for k in range(3))):
+    for params, *fold_scores in zip(
+        local.cv_results_["params"], *(local.cv_results_[f"split{k}_test_score"] for k in range(3))
+    ):
         for (train, test), score in zip(splits, fold_scores):
             alone = SparseELMClassifier(**params).fit(X[train], y[train]).score(X[test], y[test])
             assert abs(alone - score) <= 2.0 / len(test)
@@ -80,15 +82,19 @@ def test_grid_search_of_the_unified_elm_matches_sklearn(ray_session):
     ours = GridSearchCV(ELMClassifier(kernel="gaussian"), grid, cv=cv, ray_address="auto").fit(X, y)
     theirs = SklearnGridSearchCV(ELMClassifier(kernel="gaussian"), grid, cv=cv).fit(X, y)
     order = [ours.cv_results_["params"].index(p) for p in theirs.cv_results_["params"]]
-    np.testing.assert_allclose(ours.cv_results_["mean_test_score"][order],
-                               theirs.cv_results_["mean_test_score"], atol=1e-12)
+    np.testing.assert_allclose(
+        ours.cv_results_["mean_test_score"][order],
+        theirs.cv_results_["mean_test_score"],
+        atol=1e-12,
+    )
     assert ours.best_params_ == theirs.best_params_
 
 
 def test_results_do_not_depend_on_ray_cpus(ray_session, tmp_path):
     X, y = _small_problem()
-    two = GridSearchCV(SparseELMClassifier(), GRID, cv=3, random_state=4,
-                       ray_address="auto").fit(X, y)
+    two = GridSearchCV(SparseELMClassifier(), GRID, cv=3, random_state=4, ray_address="auto").fit(
+        X, y
+    )
     script = f"""
 import json, ray
 from elmscale import SparseELMClassifier
@@ -100,19 +106,28 @@ search = GridSearchCV(SparseELMClassifier(), {GRID!r}, cv=3, random_state=4,
                       ray_address="auto").fit(data.X, data.y)
 search.save_results({str(tmp_path / "one_cpu.json")!r})
 """
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=300,
-                   env={**os.environ, "RAY_ADDRESS": ""})
+    subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        timeout=300,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
     rows = json.loads((tmp_path / "one_cpu.json").read_text())
-    np.testing.assert_array_equal([r["mean_test_score"] for r in rows],
-                                  two.cv_results_["mean_test_score"])
+    np.testing.assert_array_equal(
+        [r["mean_test_score"] for r in rows], two.cv_results_["mean_test_score"]
+    )
     assert [r["params"] for r in rows] == two.cv_results_["params"]
 
 
 def test_a_failing_piece_names_its_fold_and_parameters(ray_session):
     X, y = _small_problem()
     for ray_address in (None, "auto"):
-        search = GridSearchCV(SparseELMClassifier(kernel="polynomial"),
-                              {"C": [1.0], "degree": [2, 0]}, cv=2, ray_address=ray_address)
+        search = GridSearchCV(
+            SparseELMClassifier(kernel="polynomial"),
+            {"C": [1.0], "degree": [2, 0]},
+            cv=2,
+            ray_address=ray_address,
+        )
         with pytest.raises(PieceFailed, match=r"fold 0, parameters \{'degree': 0\}.*degree"):
             search.fit(X, y)
 
@@ -128,9 +143,14 @@ def _task_processes():
 
 def test_a_killed_ray_worker_does_not_change_the_grid(ray_session):
     data = generate_classification(6000, n_features=8, random_state=12)
-    search = GridSearchCV(SparseELMClassifier(), {"C": [1.0, 10.0, 100.0, 1000.0],
-                                                  "sigma": [0.3, 0.5, 1.0]},
-                          cv=4, random_state=1, ray_address="auto", refit=False)
+    search = GridSearchCV(
+        SparseELMClassifier(),
+        {"C": [1.0, 10.0, 100.0, 1000.0], "sigma": [0.3, 0.5, 1.0]},
+        cv=4,
+        random_state=1,
+        ray_address="auto",
+        refit=False,
+    )
     reference = clone(search).fit(data.X, data.y)
     outcome = {}
 
@@ -153,8 +173,9 @@ def test_a_killed_ray_worker_does_not_change_the_grid(ray_session):
     runner.join(300)
     assert not runner.is_alive(), "the grid did not finish within 300 s"
     assert "error" not in outcome, outcome.get("error")
-    np.testing.assert_array_equal(outcome["search"].cv_results_["mean_test_score"],
-                                  reference.cv_results_["mean_test_score"])
+    np.testing.assert_array_equal(
+        outcome["search"].cv_results_["mean_test_score"], reference.cv_results_["mean_test_score"]
+    )
     assert not psutil.pid_exists(victims[0]) or psutil.Process(victims[0]).status() == "zombie"
 
 
@@ -177,34 +198,42 @@ def test_reports_csv_json_heatmap_and_paper_grid(tmp_path):
 
 def test_progress_bar_reports_pieces(capsys):
     X, y = _small_problem()
-    GridSearchCV(SparseELMClassifier(), {"C": [1.0], "sigma": [1.0]}, cv=2, refit=False,
-                 progress=True).fit(X, y)
+    GridSearchCV(
+        SparseELMClassifier(), {"C": [1.0], "sigma": [1.0]}, cv=2, refit=False, progress=True
+    ).fit(X, y)
     err = capsys.readouterr().err
     assert "grid pieces" in err and "6/6" in err
 
 
 def test_random_node_pieces_share_one_layer():
     X, y = _small_problem()
-    search = GridSearchCV(SparseELMClassifier(hidden="sigmoid", n_hidden=30), {"C": [1.0, 10.0]},
-                          cv=2, random_state=5)
+    search = GridSearchCV(
+        SparseELMClassifier(hidden="sigmoid", n_hidden=30), {"C": [1.0, 10.0]}, cv=2, random_state=5
+    )
     first, second = clone(search).fit(X, y), clone(search).fit(X, y)
-    np.testing.assert_array_equal(first.cv_results_["mean_test_score"],
-                                  second.cv_results_["mean_test_score"])
+    np.testing.assert_array_equal(
+        first.cv_results_["mean_test_score"], second.cv_results_["mean_test_score"]
+    )
     seed = first.best_estimator_.random_state
     assert isinstance(seed, int)
     splits = list(StratifiedKFold(2, shuffle=True, random_state=5).split(X, y))
     train, test = splits[0]
-    alone = SparseELMClassifier(hidden="sigmoid", n_hidden=30, random_state=seed,
-                                C=first.cv_results_["params"][0]["C"]).fit(X[train], y[train])
-    assert abs(alone.score(X[test], y[test]) - first.cv_results_["split0_test_score"][0]) \
-        <= 2.0 / len(test)
+    alone = SparseELMClassifier(
+        hidden="sigmoid", n_hidden=30, random_state=seed, C=first.cv_results_["params"][0]["C"]
+    ).fit(X[train], y[train])
+    assert abs(
+        alone.score(X[test], y[test]) - first.cv_results_["split0_test_score"][0]
+    ) <= 2.0 / len(test)
 
 
 def test_a_task_imports_elmscale_numerics_without_scikit_learn():
     # what a grid piece or a one-vs-one pair task imports on a worker: scikit-learn
     # (1.6 s of a worker's 2 s start) must stay out of it
-    code = ("import sys, elmscale.distributed.ray_tasks, elmscale.models.sparse_elm_pairs; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    code = (
+        "import sys, elmscale.distributed.ray_tasks, elmscale.models.sparse_elm_pairs; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"

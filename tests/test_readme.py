@@ -46,30 +46,41 @@ STAND_INS = {
     "python-api": StandIn(
         needle='load("../shared/data/svmguide1/svmguide1")',
         replace={'"../shared/': ('"{shared}/', 2)},
-        creates=("svmguide1.elm",), shared=True),
+        creates=("svmguide1.elm",),
+        shared=True,
+    ),
     "parquet-on-dask": StandIn(
         needle='Client("tcp://scheduler:8786")',
         # absolute: Dask workers resolve a relative path against their own directory
-        replace={'Client("tcp://scheduler:8786")': ('Client("{dask}")', 1),
-                 '"data/big/*.parquet"': ('"{big}/*.parquet"', 1)},
+        replace={
+            'Client("tcp://scheduler:8786")': ('Client("{dask}")', 1),
+            '"data/big/*.parquet"': ('"{big}/*.parquet"', 1),
+        },
         expects=('features="f*", label="label"',),
-        fixtures=("dask_client",)),
+        fixtures=("dask_client",),
+    ),
     "ray": StandIn(
         needle='ray.init(address="auto")',
         replace={'ray.init(address="auto")': ('ray.init(address="{ray}")', 1)},
         expects=(".fit(X, y)",),
-        prelude=("from elmscale.data import generate_classification\n"
-                 "_data = generate_classification(300, n_features=4, random_state=0)\n"
-                 "X, y = _data.X, _data.y\n"),
-        creates=("cv_results.csv", "cv_accuracy.png"), fixtures=("ray_session",)),
+        prelude=(
+            "from elmscale.data import generate_classification\n"
+            "_data = generate_classification(300, n_features=4, random_state=0)\n"
+            "X, y = _data.X, _data.y\n"
+        ),
+        creates=("cv_results.csv", "cv_accuracy.png"),
+        fixtures=("ray_session",),
+    ),
     "registry": StandIn(needle="register(EstimatorEntry("),
 }
 
 
 def _entry(block: str) -> str:
     found = [name for name, spec in STAND_INS.items() if spec.needle in block]
-    assert len(found) == 1, (f"README python block matches stand-ins {found} (expected "
-                             f"one): give it an entry in tests/test_readme.py\n{block}")
+    assert len(found) == 1, (
+        f"README python block matches stand-ins {found} (expected "
+        f"one): give it an entry in tests/test_readme.py\n{block}"
+    )
     return found[0]
 
 
@@ -78,8 +89,9 @@ def _params():
     for i, block in enumerate(BLOCKS):
         names = [n for n, spec in STAND_INS.items() if spec.needle in block]
         marks = [pytest.mark.needs_shared] if any(STAND_INS[n].shared for n in names) else []
-        params.append(pytest.param(block, id=f"block{i + 1}-{'-'.join(names) or 'unknown'}",
-                                   marks=marks))
+        params.append(
+            pytest.param(block, id=f"block{i + 1}-{'-'.join(names) or 'unknown'}", marks=marks)
+        )
     return params
 
 
@@ -97,8 +109,11 @@ def _write_big_parquet(directory: Path):
     data = generate_classification(8_000, n_features=8, random_state=5)
     for i, rows in enumerate(np.array_split(np.arange(8_000), 2)):
         columns = {f"f{j + 1}": data.X[rows, j].astype(np.float32) for j in range(8)}
-        pq.write_table(pa.table({**columns, "label": data.y[rows]}),
-                       directory / f"part-{i}.parquet", row_group_size=1_000)
+        pq.write_table(
+            pa.table({**columns, "label": data.y[rows]}),
+            directory / f"part-{i}.parquet",
+            row_group_size=1_000,
+        )
 
 
 @pytest.mark.timeout(600)
@@ -122,16 +137,25 @@ def test_readme_python_block_runs(block, tmp_path, request):
     source = block
     for old, (new, count) in spec.replace.items():
         found = source.count(old)
-        assert found == count, (f"{old!r} found {found} times in the README block, expected "
-                                f"{count}: update tests/test_readme.py\n{block}")
+        assert found == count, (
+            f"{old!r} found {found} times in the README block, expected "
+            f"{count}: update tests/test_readme.py\n{block}"
+        )
         source = source.replace(old, new.format(**values))
     (tmp_path / "snippet.py").write_text(spec.prelude + source)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_ADDRESS", "DASK_SCHEDULER_ADDRESS")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DASK_SCHEDULER_ADDRESS")
+    }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["MPLBACKEND"] = "Agg"
-    run = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "snippet.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, f"{source}\n-- stdout:\n{run.stdout}\n-- stderr:\n{run.stderr}"
     for name in spec.creates:
         assert (tmp_path / name).is_file(), f"the snippet did not write {name}"

@@ -15,10 +15,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 import elmscale
-from elmscale import ModelFileError
+from elmscale import ModelFileError, registry
 from elmscale.app.cli import main
 from elmscale.model_selection import GridSearchCV
-from elmscale import registry
 from elmscale.registry import Capabilities, EstimatorEntry
 
 
@@ -36,8 +35,9 @@ class ShrunkCentroidClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, index = np.unique(y, return_inverse=True)
         mean = X.mean(axis=0)
         weight = 1.0 / (1.0 + 1.0 / self.C)
-        self.centroids_ = np.array([mean + weight * (X[index == k].mean(axis=0) - mean)
-                                    for k in range(self.classes_.size)])
+        self.centroids_ = np.array(
+            [mean + weight * (X[index == k].mean(axis=0) - mean) for k in range(self.classes_.size)]
+        )
         return self
 
     def decision_function(self, X):
@@ -57,8 +57,9 @@ NAME = "ShrunkCentroidClassifier"
 
 @pytest.fixture
 def registered():
-    entry = registry.register(EstimatorEntry(NAME, ShrunkCentroidClassifier,
-                                             Capabilities(task="classifier")))
+    entry = registry.register(
+        EstimatorEntry(NAME, ShrunkCentroidClassifier, Capabilities(task="classifier"))
+    )
     yield entry
     registry.unregister(NAME)
 
@@ -67,8 +68,7 @@ def registered():
 def csv_data(tmp_path):
     X, y = nonlinear_problem(300, d=4, seed=2)
     path = tmp_path / "train.csv"
-    rows = ["f0,f1,f2,f3,label"] + [",".join(f"{v:.6f}" for v in x) + f",{c}"
-                                    for x, c in zip(X, y)]
+    rows = ["f0,f1,f2,f3,label"] + [",".join(f"{v:.6f}" for v in x) + f",{c}" for x, c in zip(X, y)]
     path.write_text("\n".join(rows) + "\n")
     return path, X, y
 
@@ -104,14 +104,31 @@ def test_an_unregistered_class_cannot_be_saved(tmp_path):
         elmscale.save(ShrunkCentroidClassifier().fit(X, y), tmp_path / "no.elm")
 
 
-def test_a_registered_estimator_trains_and_predicts_on_the_command_line(registered, csv_data,
-                                                                        tmp_path, capsys):
+def test_a_registered_estimator_trains_and_predicts_on_the_command_line(
+    registered, csv_data, tmp_path, capsys
+):
     path, X, y = csv_data
     model_path = tmp_path / "model.elm"
-    assert main(["train", str(path), str(model_path), "--estimator", NAME, "-p", "C=2",
-                 "--label", "label"]) == 0
-    assert main(["predict", str(model_path), str(path), str(tmp_path / "out.csv"),
-                 "--label", "label"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(path),
+                str(model_path),
+                "--estimator",
+                NAME,
+                "-p",
+                "C=2",
+                "--label",
+                "label",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["predict", str(model_path), str(path), str(tmp_path / "out.csv"), "--label", "label"])
+        == 0
+    )
     model = elmscale.load(model_path)
     assert model[-1].C == 2
     written = np.loadtxt(tmp_path / "out.csv", skiprows=1)
@@ -121,7 +138,8 @@ def test_a_registered_estimator_trains_and_predicts_on_the_command_line(register
 
 
 def test_a_registered_estimator_runs_a_pipeline_with_a_grid_search_on_ray(
-        registered, csv_data, tmp_path, ray_session):
+    registered, csv_data, tmp_path, ray_session
+):
     # Ray's workers cannot import this test module: send the class by value, as a user's
     # notebook-defined estimator would be sent
     ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -141,7 +159,7 @@ estimator = "{NAME}"
 grid = {{C = [0.01, 1, 100]}}
 folds = 3
 [output]
-dir = "{tmp_path / 'runs'}"
+dir = "{tmp_path / "runs"}"
 """)
     assert main(["validate", str(pipeline)]) == 0
     assert main(["run", str(pipeline), "--ray-address", "auto"]) == 0
@@ -164,10 +182,14 @@ def test_grid_search_in_this_process_fits_each_C_without_a_path(registered):
     from sklearn.model_selection import GridSearchCV as SklearnSearch
     from sklearn.model_selection import StratifiedKFold
 
-    theirs = SklearnSearch(ShrunkCentroidClassifier(), {"C": [0.01, 1.0, 100.0]},
-                           cv=StratifiedKFold(3, shuffle=True, random_state=0)).fit(X, y)
-    np.testing.assert_allclose(search.cv_results_["mean_test_score"],
-                               theirs.cv_results_["mean_test_score"])
+    theirs = SklearnSearch(
+        ShrunkCentroidClassifier(),
+        {"C": [0.01, 1.0, 100.0]},
+        cv=StratifiedKFold(3, shuffle=True, random_state=0),
+    ).fit(X, y)
+    np.testing.assert_allclose(
+        search.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"]
+    )
     assert search.best_params_ == theirs.best_params_
 
 

@@ -34,11 +34,13 @@ from elmscale.solvers.sparse_dual import (
 # sums resolve a gradient to about 1e-2, not tol=1e-3, so each fit runs to the step
 # cap (not converged, with a warning to scale the features).  Degree 2 (4e8) is solved
 # with float64 columns (``column_dtype``).
-@parametrize_with_checks([
-    SparseELMClassifier(),
-    SparseELMClassifier(kernel="polynomial", degree=2),
-    SparseELMClassifier(hidden="sigmoid", n_hidden=50),
-])
+@parametrize_with_checks(
+    [
+        SparseELMClassifier(),
+        SparseELMClassifier(kernel="polynomial", degree=2),
+        SparseELMClassifier(hidden="sigmoid", n_hidden=50),
+    ]
+)
 def test_sklearn_contract(estimator, check):
     check(estimator)
 
@@ -48,10 +50,14 @@ GAUSSIAN = Kernel("gaussian", sigma=0.5)
 
 def _reference_qp(Q, C):
     n = Q.shape[0]
-    res = scipy.optimize.minimize(lambda a: 0.5 * a @ Q @ a - a.sum(), np.zeros(n),
-                                  jac=lambda a: Q @ a - 1.0, bounds=[(0.0, C)] * n,
-                                  method="L-BFGS-B",
-                                  options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 100_000})
+    res = scipy.optimize.minimize(
+        lambda a: 0.5 * a @ Q @ a - a.sum(),
+        np.zeros(n),
+        jac=lambda a: Q @ a - 1.0,
+        bounds=[(0.0, C)] * n,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 100_000},
+    )
     return res.fun
 
 
@@ -70,9 +76,16 @@ def _gaussian_problem(seed, n=80):
 @pytest.mark.parametrize("tail_size", [0, TAIL_SIZE])
 def test_kernel_solver_reaches_the_qp_optimum(C, seed, shrinking, pair_steps, tail_size):
     X, t, Q = _gaussian_problem(seed)
-    alpha, n_iter, converged, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C,
-                                                    shrinking=shrinking, cache_size=0.001,
-                                                    pair_steps=pair_steps, tail_size=tail_size)
+    alpha, n_iter, converged, g = solve_kernel_dual(
+        X,
+        t,
+        kernel=GAUSSIAN,
+        C=C,
+        shrinking=shrinking,
+        cache_size=0.001,
+        pair_steps=pair_steps,
+        tail_size=tail_size,
+    )
     assert converged and n_iter > 0
     assert np.all((alpha >= 0) & (alpha <= C))
     ref = _reference_qp(Q, C)
@@ -128,11 +141,21 @@ def test_a_kept_solver_state_reuses_columns_and_gives_the_same_optimum(use_gram)
     for C in (0.5, 5.0, 50.0, 500.0):
         kept, fresh = {}, {}
         # (the face QP, which computes no columns, is tested on its own)
-        plain, _, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, alpha0=alpha,
-                                           gram=gram, face_qp_max_free=0, info=fresh)
+        plain, _, _, _ = solve_kernel_dual(
+            X, t, kernel=GAUSSIAN, C=C, alpha0=alpha, gram=gram, face_qp_max_free=0, info=fresh
+        )
         started_reordered.append(not np.array_equal(state.perm, np.arange(800)))
-        alpha, _, ok, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, alpha0=alpha, gram=gram,
-                                            state=state, face_qp_max_free=0, info=kept)
+        alpha, _, ok, g = solve_kernel_dual(
+            X,
+            t,
+            kernel=GAUSSIAN,
+            C=C,
+            alpha0=alpha,
+            gram=gram,
+            state=state,
+            face_qp_max_free=0,
+            info=kept,
+        )
         assert ok
         np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=0, atol=1e-9)
         assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
@@ -162,8 +185,16 @@ def test_a_warm_start_with_few_free_variables_is_solved_as_one_box_qp():
         results = {}
         for face in (True, False):
             info = {}
-            a, _, ok, g = solve_kernel_dual(X, t, kernel=wide, C=C, alpha0=start, gram=gram,
-                                            face_qp_max_free=None if face else 0, info=info)
+            a, _, ok, g = solve_kernel_dual(
+                X,
+                t,
+                kernel=wide,
+                C=C,
+                alpha0=start,
+                gram=gram,
+                face_qp_max_free=None if face else 0,
+                info=info,
+            )
             assert ok
             np.testing.assert_allclose(g, Q @ a - 1.0, rtol=0, atol=1e-9)
             assert kkt_violation(a, Q @ a - 1.0, C) <= 1e-3
@@ -183,8 +214,17 @@ def test_a_path_from_a_small_C_starts_every_variable_at_the_bound():
     solved by the face QP), it reaches a fresh solve's optimum in fewer steps."""
     X, t, Q = _gaussian_problem(3, n=600)
     Cs = [0.01, 0.1]
-    path = pair_path((np.arange(600), t), X=X, feature_map=GAUSSIAN, Cs=Cs, seed=0,
-                     tol=1e-3, cache_size=200.0, shrinking=True, max_iter=-1)
+    path = pair_path(
+        (np.arange(600), t),
+        X=X,
+        feature_map=GAUSSIAN,
+        Cs=Cs,
+        seed=0,
+        tol=1e-3,
+        cache_size=200.0,
+        shrinking=True,
+        max_iter=-1,
+    )
     for result, C in zip(path, Cs):
         fresh, n_fresh, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C)
         assert result.converged
@@ -204,9 +244,14 @@ def test_box_qp_is_exact(seed, rank):
     A = rng.normal(size=(m, rank))
     Q = A @ A.T
     c = rng.normal(size=m) * 5
-    ref = scipy.optimize.minimize(lambda x: 0.5 * x @ Q @ x + c @ x, np.zeros(m),
-                                  jac=lambda x: Q @ x + c, bounds=[(0.0, C)] * m,
-                                  method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-12})
+    ref = scipy.optimize.minimize(
+        lambda x: 0.5 * x @ Q @ x + c @ x,
+        np.zeros(m),
+        jac=lambda x: Q @ x + c,
+        bounds=[(0.0, C)] * m,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-12},
+    )
     for x0 in (ref.x, rng.uniform(0, C, m)):
         x = box_qp(Q, c, C, x0, 1e-8)
         assert x is not None and np.all((x >= 0) & (x <= C))
@@ -221,8 +266,9 @@ def test_polynomial_kernel_with_varying_diagonal(pair_steps):
     X = X.astype(np.float32).astype(np.float64)
     t = np.where(y == 1, 1.0, -1.0)
     Q = (1 + X @ X.T) ** 3 * np.outer(t, t)
-    alpha, _, converged, _ = solve_kernel_dual(X, t, kernel=Kernel("polynomial", degree=3),
-                                               C=5.0, pair_steps=pair_steps)
+    alpha, _, converged, _ = solve_kernel_dual(
+        X, t, kernel=Kernel("polynomial", degree=3), C=5.0, pair_steps=pair_steps
+    )
     assert converged
     ref = _reference_qp(Q, 5.0)
     assert abs(dual_objective(Q, alpha) - ref) <= 1e-4 * abs(ref)
@@ -268,13 +314,22 @@ def test_model_keeps_only_support_vectors_and_scores_with_them():
     X, y = nonlinear_problem(400, d=3, seed=8)
     model = SparseELMClassifier(sigma=0.5, C=1.0).fit(X[:300], y[:300])
     assert 0 < model.support_.size < 300
-    np.testing.assert_array_equal(model.support_vectors_, X[:300][model.support_].astype(np.float32))
+    np.testing.assert_array_equal(
+        model.support_vectors_, X[:300][model.support_].astype(np.float32)
+    )
     assert model.dual_coef_.shape == (1, model.support_.size)
     assert model.kkt_violation_[0] <= 1e-3
-    K = np.exp(-cdist(X[300:].astype(np.float32).astype(np.float64),
-                      model.support_vectors_.astype(np.float64), "sqeuclidean") / 0.5)
-    np.testing.assert_allclose(-model.decision_function(X[300:]), K @ model.dual_coef_[0],
-                               rtol=1e-10, atol=1e-10)
+    K = np.exp(
+        -cdist(
+            X[300:].astype(np.float32).astype(np.float64),
+            model.support_vectors_.astype(np.float64),
+            "sqeuclidean",
+        )
+        / 0.5
+    )
+    np.testing.assert_allclose(
+        -model.decision_function(X[300:]), K @ model.dual_coef_[0], rtol=1e-10, atol=1e-10
+    )
     assert model.score(X[300:], y[300:]) > 0.9
 
 
@@ -295,13 +350,23 @@ def test_random_nodes_keep_the_primal_vector():
     model.fit(X[:300], y[:300])
     assert model.coef_.shape == (100, 1)
     H = model.hidden_layer_.transform(X[300:]).astype(np.float64)
-    np.testing.assert_allclose(-model.decision_function(X[300:]), H @ model.coef_[:, 0],
-                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        -model.decision_function(X[300:]), H @ model.coef_[:, 0], rtol=1e-9, atol=1e-9
+    )
     assert model.score(X[300:], y[300:]) > 0.85
 
 
-@pytest.mark.parametrize("param, value", [("C", 0.0), ("sigma", -1.0), ("n_hidden", 0),
-                                          ("tol", 0.0), ("cache_size", 0), ("kernel", "rbf")])
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("C", 0.0),
+        ("sigma", -1.0),
+        ("n_hidden", 0),
+        ("tol", 0.0),
+        ("cache_size", 0),
+        ("kernel", "rbf"),
+    ],
+)
 def test_bad_parameters_are_named(param, value):
     X, y = nonlinear_problem(50, seed=11)
     with pytest.raises(ValueError, match=f"'{param}' parameter"):
@@ -323,10 +388,12 @@ def test_shrinking_and_a_small_cache_change_nothing_but_speed(C):
     # columns on shrinking, extension of partial columns and rebuilds all happen
     X, y = nonlinear_problem(2000, d=4, seed=13)
     t = np.where(y == 1, 1.0, -1.0)
-    full, _, ok_full, g_full = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, shrinking=False,
-                                                 cache_size=1000, pair_steps=False)
-    shrunk, n_iter, ok, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=C, shrinking=True,
-                                              cache_size=1)
+    full, _, ok_full, g_full = solve_kernel_dual(
+        X, t, kernel=GAUSSIAN, C=C, shrinking=False, cache_size=1000, pair_steps=False
+    )
+    shrunk, n_iter, ok, g = solve_kernel_dual(
+        X, t, kernel=GAUSSIAN, C=C, shrinking=True, cache_size=1
+    )
     assert ok and ok_full and n_iter > 1000  # at least one shrinking round
     # two-variable steps (the default, above) against one-variable steps: same optimum
     exact = GAUSSIAN.block_matvec(X, X, shrunk * t) * t - 1.0
@@ -391,22 +458,21 @@ def test_a_passed_gradient_is_the_exact_one_and_reaches_the_same_optimum():
     alpha, _, _, g = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=1.0)
     np.testing.assert_allclose(g, Q @ alpha - 1.0, rtol=0, atol=1e-10)
     recomputed, _, ok1, g1 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=alpha)
-    passed, _, ok2, g2 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=alpha,
-                                           gradient0=g)
+    passed, _, ok2, g2 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=alpha, gradient0=g)
     assert ok1 and ok2 and kkt_violation(passed, Q @ passed - 1.0, 10.0) <= 1e-3
     assert dual_objective(Q, passed) == pytest.approx(dual_objective(Q, recomputed), rel=1e-4)
     np.testing.assert_allclose(g2, Q @ passed - 1.0, rtol=0, atol=1e-9)
     # a smaller C clips alpha0: the gradient is carried to the clipped alpha exactly
-    clipped, _, ok3, g3 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha,
-                                            gradient0=g)
+    clipped, _, ok3, g3 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha, gradient0=g)
     fresh, _, ok4, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=0.5, alpha0=alpha)
     assert ok3 and ok4
     np.testing.assert_allclose(g3, Q @ clipped - 1.0, rtol=0, atol=1e-9)
     assert dual_objective(Q, clipped) == pytest.approx(dual_objective(Q, fresh), rel=1e-4)
     # and from another alpha than alpha0 (a path's predictor moves alpha0)
     moved = np.where(alpha >= 1.0, 10.0, alpha)
-    predicted, _, ok5, g5 = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0, alpha0=moved,
-                                              gradient0=g, gradient0_alpha=alpha)
+    predicted, _, ok5, g5 = solve_kernel_dual(
+        X, t, kernel=GAUSSIAN, C=10.0, alpha0=moved, gradient0=g, gradient0_alpha=alpha
+    )
     assert ok5 and kkt_violation(predicted, Q @ predicted - 1.0, 10.0) <= 1e-3
     np.testing.assert_allclose(g5, Q @ predicted - 1.0, rtol=0, atol=1e-9)
 
@@ -422,12 +488,21 @@ def test_the_helper_thread_changes_nothing_but_speed(C, sigma):
     runs = {}
     for helper in (False, True):
         info = {}
-        runs[helper] = solve_kernel_dual(X, t, kernel=Kernel("gaussian", sigma=sigma), C=C,
-                                         cache_size=5, helper=helper, info=info)
+        runs[helper] = solve_kernel_dual(
+            X,
+            t,
+            kernel=Kernel("gaussian", sigma=sigma),
+            C=C,
+            cache_size=5,
+            helper=helper,
+            info=info,
+        )
         assert info["helper"] == int(helper)
         assert info["shrinks"] > 0 and info["g_bar_updates"] > 0
     (alone, n_alone, ok_alone, g_alone), (helped, n_helped, ok_helped, g_helped) = (
-        runs[False], runs[True])
+        runs[False],
+        runs[True],
+    )
     assert ok_alone and ok_helped and n_alone == n_helped
     np.testing.assert_array_equal(helped, alone)
     np.testing.assert_array_equal(g_helped, g_alone)
@@ -444,8 +519,9 @@ def test_the_helper_thread_follows_the_thread_budget():
         assert info["helper"] == int(granted >= 2)
     info = {}
     with thread_budget(2):
-        solve_kernel_dual(X[:HELPER_MIN_ROWS - 1], t[:HELPER_MIN_ROWS - 1], kernel=GAUSSIAN,
-                          C=1.0, info=info)
+        solve_kernel_dual(
+            X[: HELPER_MIN_ROWS - 1], t[: HELPER_MIN_ROWS - 1], kernel=GAUSSIAN, C=1.0, info=info
+        )
     assert info["helper"] == 0  # too small to gain from one
 
 

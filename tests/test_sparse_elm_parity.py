@@ -51,7 +51,9 @@ def test_accuracy_matches_libsvm_at_the_papers_parameters(name, mapping):
     except KeyError:
         paper_sv = "-"
     diff = np.mean(ours) - np.mean(ref)
-    print(f"{name} {mapping} C={C:g} p={p:g}: ours {np.mean(ours):.2f}, SVC {np.mean(ref):.2f} "
-          f"({diff:+.2f}); SVs ours {np.mean(sv_ours):.0f}, SVC {np.mean(sv_ref):.0f}, "
-          f"paper (Table VIII) {paper_sv}")
+    print(
+        f"{name} {mapping} C={C:g} p={p:g}: ours {np.mean(ours):.2f}, SVC {np.mean(ref):.2f} "
+        f"({diff:+.2f}); SVs ours {np.mean(sv_ours):.0f}, SVC {np.mean(sv_ref):.0f}, "
+        f"paper (Table VIII) {paper_sv}"
+    )
     assert diff >= -TOLERANCE.get((name, mapping), 1.0)

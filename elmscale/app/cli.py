@@ -92,8 +92,7 @@ def _make_estimator(name: str, params: dict, scale: bool):
     from elmscale.data.scaling import Scaler
 
     if name not in registry.names():
-        raise UsageError(f"--estimator must be one of {', '.join(registry.names())}; got "
-                         f"{name!r}")
+        raise UsageError(f"--estimator must be one of {', '.join(registry.names())}; got {name!r}")
     valid = registry.entry(name).load()().get_params(deep=False)
     unknown = sorted(set(params) - set(valid))
     if unknown:
@@ -168,11 +167,17 @@ def cmd_train(args) -> int:
         raise RuntimeError(f"{args.data}: {exc}") from exc
     seconds = time.perf_counter() - start
     report = {"fit_seconds": round(seconds, 4), "train": _evaluate(model, train.X, train.y)}
-    print(f"trained {args.estimator} on {train.n_samples} rows x {train.n_features} features "
-          f"in {seconds:.2f} s; training {_fmt_metrics(report['train'])}")
+    print(
+        f"trained {args.estimator} on {train.n_samples} rows x {train.n_features} features "
+        f"in {seconds:.2f} s; training {_fmt_metrics(report['train'])}"
+    )
     if args.test:
-        test = _load(args.test, _label_spec(args.label), "test data",
-                     **({"n_features": train.n_features} if _is_libsvm(args.test) else {}))
+        test = _load(
+            args.test,
+            _label_spec(args.label),
+            "test data",
+            **({"n_features": train.n_features} if _is_libsvm(args.test) else {}),
+        )
         report["test"] = _evaluate(model, test.X, test.y)
         print(f"test ({test.n_samples} rows): {_fmt_metrics(report['test'])}")
     save(model, args.model)
@@ -212,8 +217,12 @@ def cmd_predict(args) -> int:
     _require_input(args.model, "model")
     model = load(args.model)
     n_features = getattr(final_estimator(model), "n_features_in_", None)
-    data = _load(args.data, _scoring_label(args.data, args.label), "data",
-                 **({"n_features": n_features} if _is_libsvm(args.data) else {}))
+    data = _load(
+        args.data,
+        _scoring_label(args.data, args.label),
+        "data",
+        **({"n_features": n_features} if _is_libsvm(args.data) else {}),
+    )
     try:
         pred = model.predict(data.X)
         columns = {"prediction": pred}
@@ -240,8 +249,11 @@ def cmd_info(args) -> int:
     from elmscale import __version__
     from elmscale.core.threads import available_cores
 
-    lines = [f"elmscale {__version__}", f"python {platform.python_version()} "
-             f"({platform.machine()}, {available_cores()} cores available)"]
+    lines = [
+        f"elmscale {__version__}",
+        f"python {platform.python_version()} "
+        f"({platform.machine()}, {available_cores()} cores available)",
+    ]
     for name in ("numpy", "scipy", "numba", "pyarrow", "sklearn", "dask", "distributed", "ray"):
         try:
             module = __import__(name)
@@ -250,22 +262,29 @@ def cmd_info(args) -> int:
             lines.append(f"{name} unavailable ({exc.__class__.__name__})")
     import numba
 
-    lines.append(f"numba threading layer: {numba.config.THREADING_LAYER}, "
-                 f"threads {numba.get_num_threads()}")
+    lines.append(
+        f"numba threading layer: {numba.config.THREADING_LAYER}, threads {numba.get_num_threads()}"
+    )
     for pool in threadpool_info():
-        lines.append(f"thread pool {pool['internal_api']} ({pool.get('architecture') or '-'}): "
-                     f"{pool['num_threads']} threads, {Path(pool['filepath']).name}")
+        lines.append(
+            f"thread pool {pool['internal_api']} ({pool.get('architecture') or '-'}): "
+            f"{pool['num_threads']} threads, {Path(pool['filepath']).name}"
+        )
     if args.model:
         from elmscale.io.model_files import read_metadata
 
         _require_input(args.model, "model")
         meta = read_metadata(args.model)
         model = meta["model"]
-        lines.append(f"model {args.model}: {model['estimator']} (format "
-                     f"{meta['format_version']}, elmscale {meta['library_version']}, "
-                     f"created {meta['created']})")
+        lines.append(
+            f"model {args.model}: {model['estimator']} (format "
+            f"{meta['format_version']}, elmscale {meta['library_version']}, "
+            f"created {meta['created']})"
+        )
         if model["estimator"] == "Pipeline":
-            lines.append("  steps: " + ", ".join(f"{n} ({s['estimator']})" for n, s in model["steps"]))
+            lines.append(
+                "  steps: " + ", ".join(f"{n} ({s['estimator']})" for n, s in model["steps"])
+            )
     print("\n".join(lines))
     return EXIT_OK
 
@@ -292,8 +311,9 @@ def cmd_demo(args) -> int:
         print(f"generated {train_path} and {test_path}")
     train = load_parquet(train_path, label="label")
     test = load_parquet(test_path, label="label")
-    model = make_pipeline(Scaler(), ELMClassifier(hidden="sigmoid", n_hidden=args.n_hidden,
-                                                  C=args.C, random_state=0))
+    model = make_pipeline(
+        Scaler(), ELMClassifier(hidden="sigmoid", n_hidden=args.n_hidden, C=args.C, random_state=0)
+    )
     start = time.perf_counter()
     model.fit(train.X, train.y)
     fit_s = time.perf_counter() - start
@@ -306,17 +326,27 @@ def cmd_demo(args) -> int:
     save(model, model_path)
     reloaded = load(model_path)
     same = bool(np.array_equal(reloaded.predict(test.X), model.predict(test.X)))
-    metrics = {"train_rows": train.n_samples, "test_rows": test.n_samples,
-               "n_hidden": args.n_hidden, "C": args.C, "fit_seconds": round(fit_s, 3),
-               "predict_seconds": round(predict_s, 3),
-               "train_accuracy": float(np.mean(model.predict(train.X) == train.y)),
-               "test_accuracy": test_acc, "reloaded_model_predicts_the_same": same}
+    metrics = {
+        "train_rows": train.n_samples,
+        "test_rows": test.n_samples,
+        "n_hidden": args.n_hidden,
+        "C": args.C,
+        "fit_seconds": round(fit_s, 3),
+        "predict_seconds": round(predict_s, 3),
+        "train_accuracy": float(np.mean(model.predict(train.X) == train.y)),
+        "test_accuracy": test_acc,
+        "reloaded_model_predicts_the_same": same,
+    }
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    print(f"ELMClassifier(sigmoid, {args.n_hidden} nodes, C={args.C:g}) on {train.n_samples} rows: "
-          f"fit {fit_s:.2f} s, test accuracy {test_acc:.4f} on {test.n_samples} rows "
-          f"(predict {predict_s:.2f} s)")
-    print(f"saved {model_path}; reloaded model predicts the same: {same}; "
-          f"metrics in {out_dir / 'metrics.json'}")
+    print(
+        f"ELMClassifier(sigmoid, {args.n_hidden} nodes, C={args.C:g}) on {train.n_samples} rows: "
+        f"fit {fit_s:.2f} s, test accuracy {test_acc:.4f} on {test.n_samples} rows "
+        f"(predict {predict_s:.2f} s)"
+    )
+    print(
+        f"saved {model_path}; reloaded model predicts the same: {same}; "
+        f"metrics in {out_dir / 'metrics.json'}"
+    )
     return EXIT_OK if same else EXIT_RUNTIME
 
 
@@ -331,8 +361,7 @@ def _pipeline(args):
 
 def cmd_validate(args) -> int:
     pipeline = _pipeline(args)
-    print(f"{pipeline.path}: ok (task {pipeline['run']['task']}, "
-          f"{pipeline['model']['estimator']})")
+    print(f"{pipeline.path}: ok (task {pipeline['run']['task']}, {pipeline['model']['estimator']})")
     return EXIT_OK
 
 
@@ -341,22 +370,28 @@ def cmd_run(args) -> int:
 
     pipeline = _pipeline(args)
     try:
-        metrics, run_dir = run_pipeline(pipeline, scheduler=args.scheduler,
-                                        scheduler_file=args.scheduler_file,
-                                        ray_address=args.ray_address, dry_run=args.dry_run)
+        metrics, run_dir = run_pipeline(
+            pipeline,
+            scheduler=args.scheduler,
+            scheduler_file=args.scheduler_file,
+            ray_address=args.ray_address,
+            dry_run=args.dry_run,
+        )
     except ValueError as exc:  # bad data met while running: a runtime error
         raise RuntimeError(str(exc)) from exc
     if run_dir is None:
         return EXIT_OK
     parts = [f"run {run_dir}"]
     if "cv" in metrics:
-        parts.append(f"best {metrics['cv']['best_params']} (CV score "
-                     f"{metrics['cv']['best_score']:.4f})")
+        parts.append(
+            f"best {metrics['cv']['best_params']} (CV score {metrics['cv']['best_score']:.4f})"
+        )
     if "test" in metrics:
         parts.append("test " + ", ".join(f"{k} {v}" for k, v in metrics["test"].items()))
     if "scored" in metrics:
-        parts.append(f"scored {metrics['scored']['rows']:,} rows in "
-                     f"{metrics['scored']['files']} file(s)")
+        parts.append(
+            f"scored {metrics['scored']['rows']:,} rows in {metrics['scored']['files']} file(s)"
+        )
     parts.append(f"{metrics['seconds'].get('total', 0):.1f} s")
     print("; ".join(parts))
     return EXIT_OK
@@ -375,9 +410,15 @@ def cmd_score(args) -> int:
         features = saved_features(args.model)
     elif "," in features:
         features = [f.strip() for f in features.split(",")]
-    jobs = plan_jobs(model, args.input, args.output, features=features,
-                     id_columns=args.id or (), decision=args.decision,
-                     batch_rows=args.batch_rows)
+    jobs = plan_jobs(
+        model,
+        args.input,
+        args.output,
+        features=features,
+        id_columns=args.id or (),
+        decision=args.decision,
+        batch_rows=args.batch_rows,
+    )
     client = None
     target = resolve_compute(None, scheduler=args.scheduler, ray_address=args.ray_address)
     if target["dask_address"]:
@@ -385,15 +426,21 @@ def cmd_score(args) -> int:
 
         client = connect_dask(target["dask_address"])
     try:
-        summary = score_jobs(model, jobs, client=client,
-                             ray_address=None if client is not None else target["ray"],
-                             progress=not args.quiet)
+        summary = score_jobs(
+            model,
+            jobs,
+            client=client,
+            ray_address=None if client is not None else target["ray"],
+            progress=not args.quiet,
+        )
     finally:
         if client is not None:
             client.close()
-    print(f"scored {summary['rows']:,} rows into {summary['scored']} file(s) "
-          f"({summary['skipped']} already done) in {summary['seconds']:.1f} s"
-          + (f", {summary['rows_per_second']:,.0f} rows/s" if summary["rows"] else ""))
+    print(
+        f"scored {summary['rows']:,} rows into {summary['scored']} file(s) "
+        f"({summary['skipped']} already done) in {summary['seconds']:.1f} s"
+        + (f", {summary['rows_per_second']:,.0f} rows/s" if summary["rows"] else "")
+    )
     return EXIT_OK
 
 
@@ -418,10 +465,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786)")
     p.add_argument("--scheduler-file", help="Dask scheduler file")
     p.add_argument("--ray-address", help="Ray address ('auto', 'ray://host:10001', host:port)")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                   help="override a pipeline value (TOML syntax), repeatable")
-    p.add_argument("--dry-run", action="store_true",
-                   help="check the file and print the resolved plan; run nothing")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a pipeline value (TOML syntax), repeatable",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the file and print the resolved plan; run nothing",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a pipeline file without running it")
@@ -433,10 +487,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("input", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("output", help="output file (.parquet / .csv) or directory")
-    p.add_argument("--id", action="append", metavar="COLUMN",
-                   help="column copied to the output (repeatable)")
-    p.add_argument("--features", help="feature columns: a pattern or a comma-separated list "
-                   "(default: the model file's, else every numeric column but ids and label)")
+    p.add_argument(
+        "--id", action="append", metavar="COLUMN", help="column copied to the output (repeatable)"
+    )
+    p.add_argument(
+        "--features",
+        help="feature columns: a pattern or a comma-separated list "
+        "(default: the model file's, else every numeric column but ids and label)",
+    )
     p.add_argument("--decision", action="store_true", help="also write decision values")
     p.add_argument("--batch-rows", type=int, default=262_144)
     p.add_argument("--scheduler", help="Dask scheduler: one task per file")
@@ -465,14 +523,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model and save it")
     p.add_argument("data", help="training data (Parquet, CSV, LIBSVM, ARFF)")
     p.add_argument("model", help="output model file")
-    p.add_argument("--estimator", default="ELMClassifier",
-                   help="a registered estimator: " + ", ".join(registry.names()))
-    p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
-                   help="estimator parameter, e.g. -p C=10 -p kernel=gaussian (repeatable)")
+    p.add_argument(
+        "--estimator",
+        default="ELMClassifier",
+        help="a registered estimator: " + ", ".join(registry.names()),
+    )
+    p.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        metavar="KEY=VALUE",
+        help="estimator parameter, e.g. -p C=10 -p kernel=gaussian (repeatable)",
+    )
     p.add_argument("--label", help="label column: name, position, 'first' or 'last'")
     p.add_argument("--test", help="test data to evaluate on")
-    p.add_argument("--no-scale", action="store_true",
-                   help="do not scale features to [-1, 1] (the paper's protocol scales)")
+    p.add_argument(
+        "--no-scale",
+        action="store_true",
+        help="do not scale features to [-1, 1] (the paper's protocol scales)",
+    )
     p.add_argument("--metrics", help="write training / test metrics as JSON here")
     p.set_defaults(func=cmd_train)
 
@@ -480,8 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("data")
     p.add_argument("output", help="output .csv or .parquet")
-    p.add_argument("--label", help="label column to leave out of the features (default: none "
-                   "for CSV; the column 'label' if present for Parquet)")
+    p.add_argument(
+        "--label",
+        help="label column to leave out of the features (default: none "
+        "for CSV; the column 'label' if present for Parquet)",
+    )
     p.add_argument("--decision", action="store_true", help="also write decision values")
     p.set_defaults(func=cmd_predict)
 

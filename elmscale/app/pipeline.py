@@ -41,12 +41,26 @@ TASKS = ("train", "cv", "score")
 
 SCHEMA: dict[str, dict] = {
     "run": {"name": "run", "task": "train", "seed": 0},
-    "data": {"train": None, "test": None, "score": None, "features": None, "label": None,
-             "id_columns": [], "scale": True, "generate": None, "test_size": None},
+    "data": {
+        "train": None,
+        "test": None,
+        "score": None,
+        "features": None,
+        "label": None,
+        "id_columns": [],
+        "scale": True,
+        "generate": None,
+        "test_size": None,
+    },
     "model": {"estimator": "ELMClassifier", "params": {}},
     "search": {"grid": None, "folds": 5, "scoring": None},
-    "compute": {"scheduler": None, "scheduler_file": None, "ray_address": None,
-                "workers": None, "threads_per_worker": 1},
+    "compute": {
+        "scheduler": None,
+        "scheduler_file": None,
+        "ray_address": None,
+        "workers": None,
+        "threads_per_worker": 1,
+    },
     "output": {"dir": "runs", "decision": False, "model": None},
 }
 GENERATE_KEYS = ("rows", "test_rows", "features", "classes")
@@ -129,8 +143,9 @@ def load_pipeline(path, overrides=()) -> Pipeline:
 
 
 def _check_values(p: Pipeline) -> None:
-    run, data, model, search, compute = (p[s] for s in ("run", "data", "model", "search",
-                                                         "compute"))
+    run, data, model, search, compute = (
+        p[s] for s in ("run", "data", "model", "search", "compute")
+    )
     problems = p.problems
     if run["task"] not in TASKS:
         problems.append(f"run.task = {run['task']!r}; expected one of {TASKS}")
@@ -145,17 +160,19 @@ def _check_values(p: Pipeline) -> None:
         else:
             for key, value in generate.items():
                 if key not in GENERATE_KEYS:
-                    problems.append(f"unknown key data.generate.{key}"
-                                    f"{_closest(key, GENERATE_KEYS)}")
+                    problems.append(
+                        f"unknown key data.generate.{key}{_closest(key, GENERATE_KEYS)}"
+                    )
                 elif not isinstance(value, int) or value < (2 if key == "classes" else 1):
-                    problems.append(f"data.generate.{key} = {value!r}; expected a positive "
-                                    "integer")
+                    problems.append(f"data.generate.{key} = {value!r}; expected a positive integer")
     test_size = data["test_size"]
     if test_size is not None and not (
-            (isinstance(test_size, int) and test_size >= 1)
-            or (isinstance(test_size, float) and 0 < test_size < 1)):
-        problems.append(f"data.test_size = {test_size!r}; expected a row count >= 1 or a "
-                        "fraction in (0, 1)")
+        (isinstance(test_size, int) and test_size >= 1)
+        or (isinstance(test_size, float) and 0 < test_size < 1)
+    ):
+        problems.append(
+            f"data.test_size = {test_size!r}; expected a row count >= 1 or a fraction in (0, 1)"
+        )
     if test_size is not None and data["test"]:
         problems.append("data.test_size and data.test are both set; expected one of them")
     task = run["task"]
@@ -169,14 +186,15 @@ def _check_values(p: Pipeline) -> None:
         if value and not _exists(str(value)) and not generated:
             problems.append(f"data.{key}: {value}: no such file or directory")
     if task == "score" and not p["output"]["model"]:
-        problems.append("output.model (the model file to score with) is required for task "
-                        "'score'")
+        problems.append("output.model (the model file to score with) is required for task 'score'")
     elif task == "score" and not Path(str(p["output"]["model"])).is_file():
         problems.append(f"output.model: {p['output']['model']}: no such file")
     estimators = registry.names()
     if model["estimator"] not in estimators:
-        problems.append(f"model.estimator = {model['estimator']!r}"
-                        f"{_closest(str(model['estimator']), estimators)}")
+        problems.append(
+            f"model.estimator = {model['estimator']!r}"
+            f"{_closest(str(model['estimator']), estimators)}"
+        )
     elif isinstance(model["params"], dict):
         _check_estimator_params(model["estimator"], model["params"], problems)
     else:
@@ -186,14 +204,19 @@ def _check_values(p: Pipeline) -> None:
     grid = search["grid"]
     if task == "cv":
         if grid is None:
-            problems.append("search.grid is required for task 'cv' (a table of lists, or "
-                            "\"paper\")")
-        elif grid != "paper" and not (isinstance(grid, dict) and grid
-                                      and all(isinstance(v, list) and v for v in grid.values())):
-            problems.append("search.grid must be \"paper\" or a table of non-empty lists")
+            problems.append(
+                "search.grid is required for task 'cv' (a table of lists, or \"paper\")"
+            )
+        elif grid != "paper" and not (
+            isinstance(grid, dict)
+            and grid
+            and all(isinstance(v, list) and v for v in grid.values())
+        ):
+            problems.append('search.grid must be "paper" or a table of non-empty lists')
         elif isinstance(grid, dict) and model["estimator"] in estimators:
-            _check_estimator_params(model["estimator"],
-                                    {k: v[0] for k, v in grid.items()}, problems, "search.grid")
+            _check_estimator_params(
+                model["estimator"], {k: v[0] for k, v in grid.items()}, problems, "search.grid"
+            )
     workers = compute["workers"]
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         problems.append(f"compute.workers = {workers!r}; expected an integer >= 1")

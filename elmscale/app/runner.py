@@ -28,19 +28,20 @@ from pathlib import Path
 
 import numpy as np
 
-from elmscale.app.pipeline import SCHEMA, Pipeline, make_estimator
-from elmscale.data.columns import PARQUET_SUFFIXES
 from elmscale import registry
+from elmscale.app.pipeline import SCHEMA, Pipeline, make_estimator
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
+from elmscale.data.columns import PARQUET_SUFFIXES
 
 __all__ = ["Compute", "resolve_compute", "run_pipeline"]
 
 log = logging.getLogger("elmscale.run")
 
 
-def resolve_compute(pipeline: Pipeline | None, *, scheduler=None, scheduler_file=None,
-                    ray_address=None) -> dict:
+def resolve_compute(
+    pipeline: Pipeline | None, *, scheduler=None, scheduler_file=None, ray_address=None
+) -> dict:
     """Dask and Ray targets after precedence: flag > environment > file > local.
 
     ``pipeline`` None (``elmscale score``, which has no file): flag > environment > none.
@@ -50,9 +51,13 @@ def resolve_compute(pipeline: Pipeline | None, *, scheduler=None, scheduler_file
     dask_file = scheduler_file or (None if dask_address else compute["scheduler_file"])
     ray = ray_address or os.environ.get("RAY_ADDRESS") or compute["ray_address"]
     local = not (dask_address or dask_file or ray)
-    return {"dask": dask_address or (f"scheduler file {dask_file}" if dask_file else None),
-            "dask_address": dask_address, "dask_file": dask_file, "ray": ray,
-            "local": local}
+    return {
+        "dask": dask_address or (f"scheduler file {dask_file}" if dask_file else None),
+        "dask_address": dask_address,
+        "dask_file": dask_file,
+        "ray": ray,
+        "local": local,
+    }
 
 
 class Compute:
@@ -82,12 +87,18 @@ class Compute:
         elif self.target["dask_file"]:
             self._client = connect_dask(scheduler_file=self.target["dask_file"])
         elif self.target["local"]:
-            self._cluster = LocalCluster(n_workers=self.workers,
-                                         threads_per_worker=self.threads_per_worker,
-                                         processes=True, dashboard_address=None)
+            self._cluster = LocalCluster(
+                n_workers=self.workers,
+                threads_per_worker=self.threads_per_worker,
+                processes=True,
+                dashboard_address=None,
+            )
             self._client = Client(self._cluster)
-            log.info("started a local Dask cluster: %d workers x %d thread(s)", self.workers,
-                     self.threads_per_worker)
+            log.info(
+                "started a local Dask cluster: %d workers x %d thread(s)",
+                self.workers,
+                self.threads_per_worker,
+            )
         return self._client
 
     def ray(self) -> str | None:
@@ -101,11 +112,14 @@ class Compute:
             return "auto"
         if self.target["local"]:
             if not ray.is_initialized():
-                connect_ray("local", num_cpus=self.workers * self.threads_per_worker,
-                            include_dashboard=False, log_to_driver=False)
+                connect_ray(
+                    "local",
+                    num_cpus=self.workers * self.threads_per_worker,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                )
                 self._ray_started = True
-                log.info("started a local Ray with %d CPUs",
-                         self.workers * self.threads_per_worker)
+                log.info("started a local Ray with %d CPUs", self.workers * self.threads_per_worker)
             return "auto"
         return None
 
@@ -137,8 +151,10 @@ def _generate(data: dict, seed: int) -> None:
     if not spec:
         return
     shape = {"n_features": spec.get("features", 8), "n_classes": spec.get("classes", 2)}
-    for key, rows, offset in (("train", spec.get("rows", 100_000), 0),
-                              ("test", spec.get("test_rows", 0), 1)):
+    for key, rows, offset in (
+        ("train", spec.get("rows", 100_000), 0),
+        ("test", spec.get("test_rows", 0), 1),
+    ):
         if data[key] and rows:
             write_generated_parquet(data[key], rows, random_state=seed + offset, **shape)
 
@@ -176,8 +192,9 @@ def _capabilities(estimator):
 def _uses_data_plane(path: str, estimator) -> bool:
     """Whether ``estimator`` fits the Parquet data set ``path`` on Dask (random nodes), or
     the rows come into this process."""
-    return (_is_parquet(path)
-            and _capabilities(estimator).fits_parquet(estimator.get_params(deep=False)))
+    return _is_parquet(path) and _capabilities(estimator).fits_parquet(
+        estimator.get_params(deep=False)
+    )
 
 
 def _metric(model, X, y) -> dict:
@@ -194,8 +211,10 @@ def _grid(pipeline: Pipeline) -> dict:
     found = registry.entry(model["estimator"])
     paper = found.paper_grid(dict(model["params"]))
     if paper is None:
-        raise ValueError(f"search.grid = \"paper\": {found.name} has no paper grid; give the "
-                         "grid as a table of lists")
+        raise ValueError(
+            f'search.grid = "paper": {found.name} has no paper grid; give the '
+            "grid as a table of lists"
+        )
     return paper
 
 
@@ -229,18 +248,32 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
             grid = _grid(pipeline)
             params = estimator.get_params(deep=False)
             if not _capabilities(estimator).cross_validates_parquet(params):
-                raise ValueError(f"{pipeline['model']['estimator']} has no one-pass "
-                                 "cross-validation on Parquet data; give in-memory data")
+                raise ValueError(
+                    f"{pipeline['model']['estimator']} has no one-pass "
+                    "cross-validation on Parquet data; give in-memory data"
+                )
             if set(grid) - {"C"}:
-                raise ValueError(f"search.grid {sorted(grid)}: on Parquet data the one-pass "
-                                 "search varies C only")
+                raise ValueError(
+                    f"search.grid {sorted(grid)}: on Parquet data the one-pass search varies C only"
+                )
             from elmscale.model_selection import cross_validate_path
 
             result = cross_validate_path(
-                estimator, dataset, grid["C"], n_folds=pipeline["search"]["folds"],
-                scoring=pipeline["search"]["scoring"], fold_seed=run["seed"], client=client)
-            _write_cv(result.cv_results(), run_dir, metrics, {"C": result.best_C},
-                      float(result.mean_scores.max()))
+                estimator,
+                dataset,
+                grid["C"],
+                n_folds=pipeline["search"]["folds"],
+                scoring=pipeline["search"]["scoring"],
+                fold_seed=run["seed"],
+                client=client,
+            )
+            _write_cv(
+                result.cv_results(),
+                run_dir,
+                metrics,
+                {"C": result.best_C},
+                float(result.mean_scores.max()),
+            )
             model = result.best_estimator
         else:
             model = estimator.fit(dataset, client=client)
@@ -256,12 +289,16 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
         Xs = scaler.transform(X) if scaler is not None else X
         ray_address = compute.ray()
         if task == "cv":
-            search = GridSearchCV(estimator, _grid(pipeline), cv=pipeline["search"]["folds"],
-                                  scoring=pipeline["search"]["scoring"],
-                                  random_state=run["seed"], ray_address=ray_address,
-                                  progress=False).fit(Xs, y)  # the run's bars show it
-            _write_cv(search.cv_results_, run_dir, metrics, search.best_params_,
-                      search.best_score_)
+            search = GridSearchCV(
+                estimator,
+                _grid(pipeline),
+                cv=pipeline["search"]["folds"],
+                scoring=pipeline["search"]["scoring"],
+                random_state=run["seed"],
+                ray_address=ray_address,
+                progress=False,
+            ).fit(Xs, y)  # the run's bars show it
+            _write_cv(search.cv_results_, run_dir, metrics, search.best_params_, search.best_score_)
             model = search.best_estimator_
         elif ray_address and _capabilities(estimator).ray_fit:
             model = estimator.fit(Xs, y, ray_address=ray_address)
@@ -279,10 +316,11 @@ def _hold_out(X, y, test_size, seed: int):
     n = len(y)
     n_test = int(round(test_size * n)) if isinstance(test_size, float) else int(test_size)
     if not 1 <= n_test < n:
-        raise ValueError(f"data.test_size = {test_size!r} leaves no training or test rows "
-                         f"out of {n}")
+        raise ValueError(
+            f"data.test_size = {test_size!r} leaves no training or test rows out of {n}"
+        )
     order = np.random.default_rng(seed).permutation(n)
-    train, test = order[: n - n_test], order[n - n_test:]
+    train, test = order[: n - n_test], order[n - n_test :]
     return X[train], y[train], (X[test], y[test])
 
 
@@ -291,10 +329,11 @@ def _write_cv(cv_results: dict, run_dir: Path, metrics: dict, best_params, best_
 
     write_cv_results(cv_results, run_dir / "cv_results.csv")
     write_cv_results(cv_results, run_dir / "cv_results.json")
-    metrics["cv"] = {"best_params": {k: (v.item() if hasattr(v, "item") else v)
-                                     for k, v in best_params.items()},
-                     "best_score": round(float(best_score), 6),
-                     "candidates": len(cv_results["mean_test_score"])}
+    metrics["cv"] = {
+        "best_params": {k: (v.item() if hasattr(v, "item") else v) for k, v in best_params.items()},
+        "best_score": round(float(best_score), 6),
+        "candidates": len(cv_results["mean_test_score"]),
+    }
     axes = [k[6:] for k in cv_results if k.startswith("param_") and k != "param_C"]
     try:
         if axes:
@@ -318,8 +357,7 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
     test = str(data["test"])
     final = final_estimator(model)
     if _is_parquet(test):
-        dataset = open_parquet(test, features=features or data["features"],
-                               label=data["label"])
+        dataset = open_parquet(test, features=features or data["features"], label=data["label"])
         client = compute.dask() if _uses_data_plane(test, final) else None
         metrics["test"] = dataplane.evaluate(model, dataset, client=client)
     else:
@@ -327,25 +365,31 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
         metrics["test"] = _metric(model, X, y)
 
 
-def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path,
-           metrics: dict):
+def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path, metrics: dict):
     from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
     data = pipeline["data"]
     if not data["score"]:
         return
-    jobs = plan_jobs(model, str(data["score"]), out_dir, features=features,
-                     id_columns=data["id_columns"], decision=pipeline["output"]["decision"])
+    jobs = plan_jobs(
+        model,
+        str(data["score"]),
+        out_dir,
+        features=features,
+        id_columns=data["id_columns"],
+        decision=pipeline["output"]["decision"],
+    )
     client = compute.dask()
     ray_address = None if client is not None else compute.ray()
-    summary = score_jobs(model, jobs, client=client, ray_address=ray_address,
-                         progress=compute.progress)
+    summary = score_jobs(
+        model, jobs, client=client, ray_address=ray_address, progress=compute.progress
+    )
     metrics["scored"] = {k: summary[k] for k in ("files", "rows")}
     metrics["seconds"]["score"] = summary["seconds"]
 
 
 def _new_run_dir(pipeline: Pipeline) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     base = Path(str(pipeline["output"]["dir"])) / f"{pipeline['run']['name']}-{stamp}"
     run_dir, k = base, 1
     while run_dir.exists():
@@ -360,8 +404,16 @@ def _write_json(path: Path, value) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray_address=None,
-                 dry_run=False, echo=print, progress: bool = True) -> tuple[dict, Path | None]:
+def run_pipeline(
+    pipeline: Pipeline,
+    *,
+    scheduler=None,
+    scheduler_file=None,
+    ray_address=None,
+    dry_run=False,
+    echo=print,
+    progress: bool = True,
+) -> tuple[dict, Path | None]:
     """Run a checked pipeline; returns ``(metrics, run directory)``.
 
     ``progress``: a progress bar on stderr for every long step (pieces of the data plane's
@@ -371,11 +423,15 @@ def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray
     from elmscale.io.model_files import load, save
 
     pipeline.check()
-    target = resolve_compute(pipeline, scheduler=scheduler, scheduler_file=scheduler_file,
-                             ray_address=ray_address)
-    plan = {"pipeline": pipeline.path, "task": pipeline["run"]["task"],
-            "dask": target["dask"] or ("local cluster" if target["local"] else "in process"),
-            "ray": target["ray"] or ("local Ray" if target["local"] else "in process")}
+    target = resolve_compute(
+        pipeline, scheduler=scheduler, scheduler_file=scheduler_file, ray_address=ray_address
+    )
+    plan = {
+        "pipeline": pipeline.path,
+        "task": pipeline["run"]["task"],
+        "dask": target["dask"] or ("local cluster" if target["local"] else "in process"),
+        "ray": target["ray"] or ("local Ray" if target["local"] else "in process"),
+    }
     if dry_run:
         echo(json.dumps({"plan": plan, "config": pipeline.config}, indent=2, default=str))
         return {"plan": plan}, None
@@ -387,10 +443,15 @@ def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     _write_json(run_dir / "pipeline.json", {"plan": plan, "config": pipeline.config})
-    metrics = {"task": pipeline["run"]["task"], "estimator": pipeline["model"]["estimator"],
-               "compute": plan, "seconds": {}}
-    compute = Compute(target, pipeline["compute"]["workers"],
-                      pipeline["compute"]["threads_per_worker"])
+    metrics = {
+        "task": pipeline["run"]["task"],
+        "estimator": pipeline["model"]["estimator"],
+        "compute": plan,
+        "seconds": {},
+    }
+    compute = Compute(
+        target, pipeline["compute"]["workers"], pipeline["compute"]["threads_per_worker"]
+    )
     start = time.perf_counter()
     compute.progress = progress
     try:
@@ -405,8 +466,9 @@ def run_pipeline(pipeline: Pipeline, *, scheduler=None, scheduler_file=None, ray
             else:
                 model, features = _fit(pipeline, compute, run_dir, metrics)
                 _evaluate(pipeline, model, features, compute, metrics)
-                save(model, run_dir / "model.elm", features=features,
-                     label=pipeline["data"]["label"])
+                save(
+                    model, run_dir / "model.elm", features=features, label=pipeline["data"]["label"]
+                )
             _score(pipeline, model, features, compute, run_dir / "scores", metrics)
             metrics["seconds"]["total"] = round(time.perf_counter() - start, 3)
             _write_json(run_dir / "metrics.json", metrics)

@@ -110,15 +110,25 @@ def _prefetch(typingctx, arr, index):
     def codegen(context, builder, signature, args):
         array_type = signature.args[0]
         array = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]],
-                                           wraparound=False)
+        pointer = cgutils.get_item_pointer(
+            context, builder, array_type, array, [args[1]], wraparound=False
+        )
         byte_pointer = ir.IntType(8).as_pointer()
         int32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, int32, int32, int32]),
-            "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(pointer, byte_pointer), ir.Constant(int32, 0),
-                          ir.Constant(int32, 3), ir.Constant(int32, 1)])
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [byte_pointer, int32, int32, int32]),
+            "llvm.prefetch.p0i8",
+        )
+        builder.call(
+            fn,
+            [
+                builder.bitcast(pointer, byte_pointer),
+                ir.Constant(int32, 0),
+                ir.Constant(int32, 3),
+                ir.Constant(int32, 1),
+            ],
+        )
         return context.get_dummy_value()
 
     return sig, codegen
@@ -148,8 +158,7 @@ def prefetch_row(A, i):
 # ordering the data written before a flag need not be visible after it.
 def _int64_pointer(context, builder, array_type, array_value, index):
     array = context.make_array(array_type)(context, builder, array_value)
-    return cgutils.get_item_pointer(context, builder, array_type, array, [index],
-                                    wraparound=False)
+    return cgutils.get_item_pointer(context, builder, array_type, array, [index], wraparound=False)
 
 
 @intrinsic
@@ -484,8 +493,8 @@ def kernel_block_matvec(A, Bt, kind, sigma, degree, coef, out):
                 out[i, o] = 0.0
             for s in range(0, m, width):
                 e = min(s + width, m)
-                a = acc[:e - s]
-                _kernel_row(A[i], Bt, s, e, kind, sigma, degree, a, kbuf[:e - s])
+                a = acc[: e - s]
+                _kernel_row(A[i], Bt, s, e, kind, sigma, degree, a, kbuf[: e - s])
                 for o in range(n_out):
                     out[i, o] += dot(a, coef_t[o, s:e])
 

@@ -10,14 +10,30 @@ import the text readers or scikit-learn.
 from importlib import import_module
 
 _NAMES = {
-    "formats": ("Dataset", "check_finite", "detect_format", "encode_labels", "load",
-                "load_arff", "load_csv", "load_libsvm", "load_parquet", "write_parquet",
-                "DEFAULT_NA_VALUES", "MIN_ROW_GROUP", "MAX_ROW_GROUP"),
+    "formats": (
+        "Dataset",
+        "check_finite",
+        "detect_format",
+        "encode_labels",
+        "load",
+        "load_arff",
+        "load_csv",
+        "load_libsvm",
+        "load_parquet",
+        "write_parquet",
+        "DEFAULT_NA_VALUES",
+        "MIN_ROW_GROUP",
+        "MAX_ROW_GROUP",
+    ),
     "columns": ("PARQUET_SUFFIXES", "is_numeric_type", "parquet_columns"),
     "parquet": ("ParquetDataset", "WorkUnit", "open_parquet"),
     "scaling": ("Scaler",),
-    "synthetic": ("generate_classification", "iter_classification_blocks",
-                  "write_generated_parquet", "GENERATED_MARKER"),
+    "synthetic": (
+        "generate_classification",
+        "iter_classification_blocks",
+        "write_generated_parquet",
+        "GENERATED_MARKER",
+    ),
 }
 _WHERE = {name: module for module, names in _NAMES.items() for name in names}
 

@@ -24,9 +24,7 @@ def _describe(name: str, position: int) -> str:
     return f"column '{name}' (position {position})"
 
 
-def _resolve_column(
-    spec: int | str, names: Sequence[str], source: str, what: str
-) -> int:
+def _resolve_column(spec: int | str, names: Sequence[str], source: str, what: str) -> int:
     """Position of the column given by name or (possibly negative) position."""
     n = len(names)
     if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
@@ -41,8 +39,7 @@ def _resolve_column(
         if spec in names:
             return list(names).index(spec)
         raise DataError(
-            f"{source}: {what} column '{spec}' not found; expected one of the columns "
-            f"{list(names)}"
+            f"{source}: {what} column '{spec}' not found; expected one of the columns {list(names)}"
         )
     raise DataError(
         f"{source}: {what} column {spec!r} has type {type(spec).__name__}; "
@@ -77,7 +74,10 @@ def is_numeric_type(t: pa.DataType) -> bool:
 
 
 def parquet_columns(
-    schema: pa.Schema, label: LabelSpec | None, features: Sequence[str] | str | None, src: str,
+    schema: pa.Schema,
+    label: LabelSpec | None,
+    features: Sequence[str] | str | None,
+    src: str,
     first_file: str,
 ) -> tuple[list[str], str | None, int | None]:
     """Feature names, label name and label position chosen in a Parquet schema (see

@@ -61,9 +61,16 @@ from sklearn.datasets import load_svmlight_file
 
 from elmscale.core.errors import DataError
 from elmscale.core.files import atomic_write
-from elmscale.data.columns import (PARQUET_SUFFIXES, LabelSpec, PathLike, _describe,
-                                   _resolve_column, _resolve_label, is_numeric_type,
-                                   parquet_columns)
+from elmscale.data.columns import (
+    PARQUET_SUFFIXES,
+    LabelSpec,
+    PathLike,
+    _describe,
+    _resolve_column,
+    _resolve_label,
+    is_numeric_type,
+    parquet_columns,
+)
 
 MissingPolicy = Literal["error", "drop"]
 
@@ -117,8 +124,7 @@ class Dataset:
     def __post_init__(self) -> None:
         if self.X.ndim != 2:
             raise DataError(
-                f"{self.source}: X has {self.X.ndim} dimension(s); "
-                "expected a 2-D array"
+                f"{self.source}: X has {self.X.ndim} dimension(s); expected a 2-D array"
             )
         if self.y is not None and (self.y.ndim != 1 or self.y.shape[0] != self.X.shape[0]):
             raise DataError(
@@ -216,9 +222,7 @@ def _assemble(
         parts = []
         for j in np.flatnonzero(nan_mask.any(axis=0)):
             rows = np.flatnonzero(nan_mask[:, j])
-            parts.append(
-                f"{rows.size} in column '{names[j]}' (first in row {int(rows[0]) + 1})"
-            )
+            parts.append(f"{rows.size} in column '{names[j]}' (first in row {int(rows[0]) + 1})")
         if y_missing.any():
             rows = np.flatnonzero(y_missing)
             parts.append(f"{rows.size} in label {label_desc} (first in row {int(rows[0]) + 1})")
@@ -295,8 +299,7 @@ def load_libsvm(
     src = os.fspath(path)
     if not _head_lines(p, 1):
         raise DataError(
-            f"{src}: file is empty; "
-            "expected LIBSVM lines '<label> <index>:<value> ...'"
+            f"{src}: file is empty; expected LIBSVM lines '<label> <index>:<value> ...'"
         )
     if n_features is not None and (not isinstance(n_features, (int, np.integer)) or n_features < 1):
         raise DataError(f"{src}: parameter n_features={n_features!r}; expected a positive integer")
@@ -423,8 +426,14 @@ def load_csv(
     na = list(na_values)
     if header == "auto":
         sample = _read_table(
-            p, src, sep, header=None, nrows=_SNIFF_LINES, dtype=str,
-            keep_default_na=False, na_filter=False,
+            p,
+            src,
+            sep,
+            header=None,
+            nrows=_SNIFF_LINES,
+            dtype=str,
+            keep_default_na=False,
+            na_filter=False,
         )
         rows = [[str(v) for v in row] for row in sample.itertuples(index=False)]
         has_header = _detect_header(rows, na)
@@ -455,9 +464,13 @@ def load_csv(
         )
     if ypos is None:
         return _assemble(
-            source=src, columns=[_numeric_column(df, j, names, src) for j in fpos],
-            names=[names[j] for j in fpos], y=None, y_missing=np.zeros(df.shape[0], bool),
-            label_desc="(none)", missing=missing,
+            source=src,
+            columns=[_numeric_column(df, j, names, src) for j in fpos],
+            names=[names[j] for j in fpos],
+            y=None,
+            y_missing=np.zeros(df.shape[0], bool),
+            label_desc="(none)",
+            missing=missing,
             na_note=f" (written as one of {tuple(na)!r})" if na else "",
         )
 
@@ -471,8 +484,13 @@ def load_csv(
         y = np.array([v.strip() if isinstance(v, str) else v for v in ycol.tolist()], dtype=object)
     na_note = f" (written as one of {tuple(na)!r})" if na else ""
     return _assemble(
-        source=src, columns=columns, names=[names[j] for j in fpos], y=y,
-        y_missing=y_missing, label_desc=_describe(names[ypos], ypos), missing=missing,
+        source=src,
+        columns=columns,
+        names=[names[j] for j in fpos],
+        y=y,
+        y_missing=y_missing,
+        label_desc=_describe(names[ypos], ypos),
+        missing=missing,
         na_note=na_note,
     )
 
@@ -508,8 +526,7 @@ def load_arff(
     _check_missing_policy(missing, src)
     if not _head_lines(p, 1):
         raise DataError(
-            f"{src}: file is empty; "
-            "expected an ARFF file (@relation, @attribute, @data)"
+            f"{src}: file is empty; expected an ARFF file (@relation, @attribute, @data)"
         )
     try:
         data, meta = arff.loadarff(str(p))
@@ -524,8 +541,7 @@ def load_arff(
     fpos = [j for j in range(len(names)) if j != ypos]
     if not fpos:
         raise DataError(
-            f"{src}: only the label {_describe(names[ypos], ypos)}; "
-            "expected feature attributes"
+            f"{src}: only the label {_describe(names[ypos], ypos)}; expected feature attributes"
         )
     for j in fpos:
         if types[j] != "numeric":
@@ -543,8 +559,14 @@ def load_arff(
         y = np.array(decoded, dtype=object)
         y_missing = np.array([v == "?" for v in decoded], dtype=bool)
     return _assemble(
-        source=src, columns=columns, names=[names[j] for j in fpos], y=y, y_missing=y_missing,
-        label_desc=_describe(names[ypos], ypos), missing=missing, na_note=" (written '?')",
+        source=src,
+        columns=columns,
+        names=[names[j] for j in fpos],
+        y=y,
+        y_missing=y_missing,
+        label_desc=_describe(names[ypos], ypos),
+        missing=missing,
+        na_note=" (written '?')",
     )
 
 
@@ -553,27 +575,25 @@ def _parquet_files(path: PathLike) -> list[Path]:
     src = os.fspath(path)
     if not p.exists():
         raise DataError(
-            f"{src}: no such file or directory; "
-            "expected a Parquet file or a directory of them"
+            f"{src}: no such file or directory; expected a Parquet file or a directory of them"
         )
     if p.is_file():
         return [p]
     files = sorted(
-        f for f in p.iterdir()
+        f
+        for f in p.iterdir()
         if f.is_file() and f.suffix in PARQUET_SUFFIXES and not f.name.startswith((".", "_"))
     )
     if not files:
         raise DataError(
-            f"{src}: directory holds no *.parquet or *.pq files; "
-            "expected Parquet files"
+            f"{src}: directory holds no *.parquet or *.pq files; expected Parquet files"
         )
     return files
 
 
 def _parquet_error(file: Path, exc: Exception) -> DataError:
     return DataError(
-        f"{os.fspath(file)}: not a readable Parquet file ({exc}); "
-        "expected a Parquet file"
+        f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a Parquet file"
     )
 
 
@@ -628,8 +648,13 @@ def load_parquet(
         raise DataError(f"{src}: no rows; expected at least one row")
     if yname is None:
         return _assemble(
-            source=src, columns=columns, names=fnames, y=None,
-            y_missing=np.zeros(table.num_rows, bool), label_desc="(none)", missing=missing,
+            source=src,
+            columns=columns,
+            names=fnames,
+            y=None,
+            y_missing=np.zeros(table.num_rows, bool),
+            label_desc="(none)",
+            missing=missing,
             na_note=" (null or NaN)",
         )
     ycol = table.column(yname)
@@ -648,8 +673,14 @@ def load_parquet(
     if table.num_rows == 0:
         raise DataError(f"{src}: no rows; expected at least one row")
     return _assemble(
-        source=src, columns=columns, names=fnames, y=y, y_missing=y_missing,
-        label_desc=_describe(yname, ypos), missing=missing, na_note=" (null or NaN)",
+        source=src,
+        columns=columns,
+        names=fnames,
+        y=y,
+        y_missing=y_missing,
+        label_desc=_describe(yname, ypos),
+        missing=missing,
+        na_note=" (null or NaN)",
     )
 
 
@@ -757,8 +788,7 @@ def write_parquet(
         fields.append(pa.field(label_name, y_arr.type))
     if int(row_group_size) < 1:
         raise DataError(
-            f"{src}: parameter row_group_size={row_group_size}; "
-            "expected a positive integer"
+            f"{src}: parameter row_group_size={row_group_size}; expected a positive integer"
         )
     schema = pa.schema(fields)
 
@@ -768,7 +798,7 @@ def write_parquet(
         ) as writer:
             start = 0
             for size in _row_group_sizes(n, row_group_size):
-                block = X[start:start + size]
+                block = X[start : start + size]
                 block = block.toarray() if sp.issparse(block) else block
                 cols = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)
                 arrays = [pa.array(cols[j]) for j in range(d)]
@@ -833,7 +863,10 @@ def load(
     fmt = detect_format(path) if format == "auto" else format
     src = os.fspath(path)
     loaders: dict[str, Any] = {
-        "libsvm": load_libsvm, "csv": load_csv, "arff": load_arff, "parquet": load_parquet
+        "libsvm": load_libsvm,
+        "csv": load_csv,
+        "arff": load_arff,
+        "parquet": load_parquet,
     }
     if fmt not in loaders:
         raise DataError(
@@ -843,8 +876,7 @@ def load(
     if label is not None:
         if fmt == "libsvm":
             raise DataError(
-                f"{src}: parameter label={label!r} does not apply to LIBSVM files; "
-                "expected None"
+                f"{src}: parameter label={label!r} does not apply to LIBSVM files; expected None"
             )
         kw["label"] = label
     accepted = set(inspect.signature(loaders[fmt]).parameters) - {"path"}
@@ -914,7 +946,6 @@ def encode_labels(y: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, np.ndarray
         classes, index = np.unique(arr, return_inverse=True)
     except TypeError as exc:
         raise DataError(
-            f"labels: parameter y mixes types ({exc}); "
-            "expected labels of one kind"
+            f"labels: parameter y mixes types ({exc}); expected labels of one kind"
         ) from exc
     return classes, index.astype(np.int64).ravel()

@@ -41,18 +41,22 @@ def _find_files(path: str | os.PathLike) -> list[Path]:
         return files
     p = Path(src)
     if not p.exists():
-        raise DataError(f"{src}: no such file or directory; expected a Parquet file or a "
-                        "directory of them")
+        raise DataError(
+            f"{src}: no such file or directory; expected a Parquet file or a directory of them"
+        )
     if p.is_file():
         return [p]
     files = sorted(
-        f for f in p.rglob("*")
-        if f.is_file() and f.suffix in PARQUET_SUFFIXES
+        f
+        for f in p.rglob("*")
+        if f.is_file()
+        and f.suffix in PARQUET_SUFFIXES
         and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
     )
     if not files:
-        raise DataError(f"{src}: directory holds no *.parquet or *.pq files; expected Parquet "
-                        "files")
+        raise DataError(
+            f"{src}: directory holds no *.parquet or *.pq files; expected Parquet files"
+        )
     return files
 
 
@@ -62,8 +66,9 @@ def _footer(file: Path) -> pq.FileMetaData:
     try:
         return pq.ParquetFile(file).metadata
     except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a "
-                        "Parquet file") from exc
+        raise DataError(
+            f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a Parquet file"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -100,18 +105,24 @@ class WorkUnit:
                 handle = files.get(file) or files.setdefault(file, pq.ParquetFile(file))
                 table = handle.read_row_group(group, columns=columns).slice(offset, length)
             except (pa.ArrowException, OSError) as exc:
-                raise DataError(f"{file}: row group {group} cannot be read ({exc}); expected a "
-                                "readable Parquet file") from exc
+                raise DataError(
+                    f"{file}: row group {group} cannot be read ({exc}); expected a "
+                    "readable Parquet file"
+                ) from exc
             for j, name in enumerate(self.features):
                 column = table.column(name)
                 if column.null_count:
-                    raise DataError(f"{file}: column '{name}' has {column.null_count} null "
-                                    f"value(s) in row group {group}; expected numbers")
+                    raise DataError(
+                        f"{file}: column '{name}' has {column.null_count} null "
+                        f"value(s) in row group {group}; expected numbers"
+                    )
                 values = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
                 if not np.isfinite(values).all():
-                    raise DataError(f"{file}: column '{name}' has NaN or infinite values in "
-                                    f"row group {group}; expected finite numbers")
-                X[row:row + length, j] = values
+                    raise DataError(
+                        f"{file}: column '{name}' has NaN or infinite values in "
+                        f"row group {group}; expected finite numbers"
+                    )
+                X[row : row + length, j] = values
             if want_labels:
                 labels.append(self._labels(table.column(self.label), file, group))
             row += length
@@ -136,8 +147,10 @@ class WorkUnit:
 
     def _labels(self, column: pa.ChunkedArray, file: str, group: int) -> np.ndarray:
         if column.null_count:
-            raise DataError(f"{file}: label column '{self.label}' has {column.null_count} null "
-                            f"value(s) in row group {group}; expected a label on every row")
+            raise DataError(
+                f"{file}: label column '{self.label}' has {column.null_count} null "
+                f"value(s) in row group {group}; expected a label on every row"
+            )
         if pa.types.is_dictionary(column.type):
             column = pc.cast(column, column.type.value_type)
         if is_numeric_type(column.type):
@@ -180,18 +193,25 @@ class ParquetDataset:
         return len(self.features)
 
     def __repr__(self) -> str:
-        return (f"ParquetDataset({self.source!r}, {len(self.files)} file(s), "
-                f"{self.n_rows:,} rows, {self.n_features} features, label={self.label!r}"
-                f"{', scaled' if self.scale is not None else ''})")
+        return (
+            f"ParquetDataset({self.source!r}, {len(self.files)} file(s), "
+            f"{self.n_rows:,} rows, {self.n_features} features, label={self.label!r}"
+            f"{', scaled' if self.scale is not None else ''})"
+        )
 
     def scaled(self, scaler) -> ParquetDataset:
         """The same rows with ``scaler`` (a fitted ``Scaler`` / ``MinMaxScaler``) applied."""
         scale = np.asarray(scaler.scale_, dtype=np.float64)
         if scale.shape != (self.n_features,):
-            raise DataError(f"{self.source}: the scaler has {scale.size} columns; expected "
-                            f"{self.n_features} (the data set's features)")
-        return replace(self, scale=tuple(scale.tolist()),
-                       shift=tuple(np.asarray(scaler.min_, dtype=np.float64).tolist()))
+            raise DataError(
+                f"{self.source}: the scaler has {scale.size} columns; expected "
+                f"{self.n_features} (the data set's features)"
+            )
+        return replace(
+            self,
+            scale=tuple(scale.tolist()),
+            shift=tuple(np.asarray(scaler.min_, dtype=np.float64).tolist()),
+        )
 
     def with_units(self, n_units: int | None) -> ParquetDataset:
         """The same data set cut into ``n_units`` units by default (None: per row group)."""
@@ -200,8 +220,12 @@ class ParquetDataset:
         return replace(self, n_units=None if n_units is None else int(n_units))
 
     def _group_list(self) -> list[tuple[str, int, int]]:
-        return [(file, g, n) for file, groups in zip(self.files, self.row_groups)
-                for g, n in enumerate(groups) if n > 0]
+        return [
+            (file, g, n)
+            for file, groups in zip(self.files, self.row_groups)
+            for g, n in enumerate(groups)
+            if n > 0
+        ]
 
     def units(self, n_units: int | None = None) -> list[WorkUnit]:
         """Work units covering every row once, in order.
@@ -232,9 +256,18 @@ class ParquetDataset:
                 a, b = max(int(lo), g_lo), min(int(hi), g_lo + n)
                 if b > a:
                     pieces.append((file, g, a - g_lo, b - a))
-            units.append(WorkUnit(index=index, start=int(lo), n_rows=int(hi - lo),
-                                  pieces=tuple(pieces), features=self.features, label=self.label,
-                                  scale=self.scale, shift=self.shift))
+            units.append(
+                WorkUnit(
+                    index=index,
+                    start=int(lo),
+                    n_rows=int(hi - lo),
+                    pieces=tuple(pieces),
+                    features=self.features,
+                    label=self.label,
+                    scale=self.scale,
+                    shift=self.shift,
+                )
+            )
         return units
 
     def read(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -261,24 +294,32 @@ def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> Parqu
     files = _find_files(path)
     footers = [_footer(f) for f in files]
     schema = footers[0].schema.to_arrow_schema()
-    chosen, label_name, _ = parquet_columns(schema, label, features, os.fspath(files[0]),
-                                            os.fspath(files[0]))
+    chosen, label_name, _ = parquet_columns(
+        schema, label, features, os.fspath(files[0]), os.fspath(files[0])
+    )
     wanted = chosen + ([label_name] if label_name is not None else [])
     row_groups = []
     for file, footer in zip(files, footers):
         file_schema = footer.schema.to_arrow_schema()
         for name in wanted:
             if name not in file_schema.names:
-                raise DataError(f"{file}: column '{name}' not found; expected the columns "
-                                f"{wanted} in every file (it has {file_schema.names})")
+                raise DataError(
+                    f"{file}: column '{name}' not found; expected the columns "
+                    f"{wanted} in every file (it has {file_schema.names})"
+                )
         for name in chosen:
             kind = file_schema.field(name).type
             if not is_numeric_type(kind):
-                raise DataError(f"{file}: feature column '{name}' has type {kind}; expected a "
-                                "numeric column")
+                raise DataError(
+                    f"{file}: feature column '{name}' has type {kind}; expected a numeric column"
+                )
         if footer.num_rows == 0:
             raise DataError(f"{file}: holds no rows; expected at least one row per file")
-        row_groups.append(tuple(footer.row_group(g).num_rows
-                                for g in range(footer.num_row_groups)))
-    return ParquetDataset(source=os.fspath(path), files=tuple(os.fspath(f) for f in files),
-                          row_groups=tuple(row_groups), features=tuple(chosen), label=label_name)
+        row_groups.append(tuple(footer.row_group(g).num_rows for g in range(footer.num_row_groups)))
+    return ParquetDataset(
+        source=os.fspath(path),
+        files=tuple(os.fspath(f) for f in files),
+        row_groups=tuple(row_groups),
+        features=tuple(chosen),
+        label=label_name,
+    )

@@ -84,12 +84,15 @@ def _is_int(value: Any) -> bool:
 def _check_generator_args(
     n_samples: int, n_features: int, n_classes: int, random_state: int
 ) -> None:
-    for name, value, low in (("n_samples", n_samples, 1), ("n_features", n_features, 1),
-                             ("n_classes", n_classes, 2), ("random_state", random_state, 0)):
+    for name, value, low in (
+        ("n_samples", n_samples, 1),
+        ("n_features", n_features, 1),
+        ("n_classes", n_classes, 2),
+        ("random_state", random_state, 0),
+    ):
         if not _is_int(value) or value < low:
             raise DataError(
-                f"generate_classification: parameter {name}={value!r}; "
-                f"expected an integer >= {low}"
+                f"generate_classification: parameter {name}={value!r}; expected an integer >= {low}"
             )
 
 
@@ -167,8 +170,13 @@ GENERATED_MARKER = "_elmscale_generated.json"
 
 
 def write_generated_parquet(
-    out: PathLike, n_samples: int, n_features: int = 8, n_classes: int = 2,
-    random_state: int = 0, rows_per_file: int = 1_000_000, row_group_size: int = 262_144,
+    out: PathLike,
+    n_samples: int,
+    n_features: int = 8,
+    n_classes: int = 2,
+    random_state: int = 0,
+    rows_per_file: int = 1_000_000,
+    row_group_size: int = 262_144,
 ) -> Path:
     """Write :func:`generate_classification` rows as a folder of Parquet files, block by
     block (memory holds one file's rows).  A finished folder is marked; called again with
@@ -176,9 +184,14 @@ def write_generated_parquet(
     import json
 
     out = Path(out)
-    spec = {"rows": n_samples, "features": n_features, "classes": n_classes,
-            "random_state": random_state, "rows_per_file": rows_per_file,
-            "row_group_size": row_group_size}
+    spec = {
+        "rows": n_samples,
+        "features": n_features,
+        "classes": n_classes,
+        "random_state": random_state,
+        "rows_per_file": rows_per_file,
+        "row_group_size": row_group_size,
+    }
     marker = out / GENERATED_MARKER
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return out
@@ -186,8 +199,9 @@ def write_generated_parquet(
     marker.unlink(missing_ok=True)
     for old in out.glob("part-*.parquet"):
         old.unlink()
-    blocks = iter_classification_blocks(n_samples, rows_per_file, n_features, n_classes,
-                                        random_state)
+    blocks = iter_classification_blocks(
+        n_samples, rows_per_file, n_features, n_classes, random_state
+    )
     for i, (X, y) in enumerate(blocks):
         write_parquet(X, out / f"part-{i:05d}.parquet", y=y, row_group_size=row_group_size)
     marker.write_text(json.dumps(spec))

@@ -22,16 +22,19 @@ _RETRY_EVERY = 0.25
 _RAY_CLIENT_PORT = 10001
 
 
-def connect_dask(address: str | None = None, *, scheduler_file: str | os.PathLike | None = None,
-                 timeout: float = CONNECT_TIMEOUT):
+def connect_dask(
+    address: str | None = None,
+    *,
+    scheduler_file: str | os.PathLike | None = None,
+    timeout: float = CONNECT_TIMEOUT,
+):
     """A ``distributed.Client`` of the scheduler at ``address`` (or named by
     ``scheduler_file``); :class:`ConnectionError` naming it if it does not answer within
     ``timeout`` seconds."""
     from distributed import Client
 
     if (address is None) == (scheduler_file is None):
-        raise ValueError("give a Dask scheduler address or a scheduler file, not both or "
-                         "neither")
+        raise ValueError("give a Dask scheduler address or a scheduler file, not both or neither")
     where = f"at {address}"
     if scheduler_file is not None:
         address = _scheduler_file_address(os.fspath(scheduler_file), timeout)
@@ -41,8 +44,9 @@ def connect_dask(address: str | None = None, *, scheduler_file: str | os.PathLik
             return Client(scheduler_file=os.fspath(scheduler_file), timeout=timeout)
         return Client(address, timeout=timeout)
     except (OSError, TimeoutError) as exc:
-        raise ConnectionError(f"cannot reach the Dask scheduler {where} within {timeout:g} s "
-                              f"({exc}); is it running?") from exc
+        raise ConnectionError(
+            f"cannot reach the Dask scheduler {where} within {timeout:g} s ({exc}); is it running?"
+        ) from exc
 
 
 def _scheduler_file_address(path: str, timeout: float) -> str:
@@ -55,10 +59,15 @@ def _scheduler_file_address(path: str, timeout: float) -> str:
                 return str(json.load(fh)["address"])
         except (OSError, ValueError, KeyError) as exc:
             if time.monotonic() >= deadline:
-                reason = ("does not exist" if isinstance(exc, FileNotFoundError)
-                          else f"names no scheduler ({type(exc).__name__}: {exc})")
-                raise ConnectionError(f"the Dask scheduler file {path} {reason} after "
-                                      f"{timeout:g} s; is the scheduler running?") from exc
+                reason = (
+                    "does not exist"
+                    if isinstance(exc, FileNotFoundError)
+                    else f"names no scheduler ({type(exc).__name__}: {exc})"
+                )
+                raise ConnectionError(
+                    f"the Dask scheduler file {path} {reason} after "
+                    f"{timeout:g} s; is the scheduler running?"
+                ) from exc
         time.sleep(_RETRY_EVERY)
 
 
@@ -77,17 +86,21 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
     if ray.is_initialized():
         return
     if address is None:
-        raise ValueError("Ray is not initialised: call ray.init() first or pass a Ray address "
-                         "(for example 'auto' for a cluster started with `ray start`)")
+        raise ValueError(
+            "Ray is not initialised: call ray.init() first or pass a Ray address "
+            "(for example 'auto' for a cluster started with `ray start`)"
+        )
     init_kwargs.setdefault("log_to_driver", False)
     if address != "local":
         target = _find_auto_address() if address == "auto" else address
         host, port = _host_port(target)
         if not _accepts_connections(host, port, timeout):
             found = f" (found by 'auto' at {target})" if address == "auto" else ""
-            raise ConnectionError(f"cannot reach the Ray cluster at {address}{found}: nothing "
-                                  f"accepts connections on {host}:{port} within {timeout:g} s;"
-                                  " is it running?")
+            raise ConnectionError(
+                f"cannot reach the Ray cluster at {address}{found}: nothing "
+                f"accepts connections on {host}:{port} within {timeout:g} s;"
+                " is it running?"
+            )
     ray.init(address=address, **init_kwargs)
 
 
@@ -100,9 +113,11 @@ def _find_auto_address() -> str:
     try:
         return get_ray_address_from_environment("auto", None)
     except ConnectionError as exc:
-        raise ConnectionError("cannot reach a Ray cluster at auto: no running Ray found "
-                              "(RAY_ADDRESS is unset and no `ray start` cluster runs on this "
-                              "machine); start one or give its address") from exc
+        raise ConnectionError(
+            "cannot reach a Ray cluster at auto: no running Ray found "
+            "(RAY_ADDRESS is unset and no `ray start` cluster runs on this "
+            "machine); start one or give its address"
+        ) from exc
 
 
 def _host_port(address: str) -> tuple[str, int] | tuple[None, None]:
@@ -118,8 +133,9 @@ def _host_port(address: str) -> tuple[str, int] | tuple[None, None]:
     if port is None and parts.scheme == "ray":
         port = _RAY_CLIENT_PORT
     if not parts.hostname or port is None:
-        raise ValueError(f"Ray address {address!r}: expected 'auto', 'local', 'host:port' or "
-                         "'ray://host:port'")
+        raise ValueError(
+            f"Ray address {address!r}: expected 'auto', 'local', 'host:port' or 'ray://host:port'"
+        )
     return parts.hostname, port
 
 

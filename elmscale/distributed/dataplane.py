@@ -44,8 +44,17 @@ from elmscale.features.kernels import Kernel
 from elmscale.linalg.gram import Gram
 from elmscale.linalg.targets import TargetEncoder
 
-__all__ = ["column_stats", "decision_function", "evaluate", "fit_scaler", "fold_scores",
-           "gather_rows", "gram", "kernel_matrix", "predict"]
+__all__ = [
+    "column_stats",
+    "decision_function",
+    "evaluate",
+    "fit_scaler",
+    "fold_scores",
+    "gather_rows",
+    "gram",
+    "kernel_matrix",
+    "predict",
+]
 
 
 #: Size of the kernel-matrix block one task returns.
@@ -54,8 +63,9 @@ KERNEL_BLOCK_BYTES = 64 * 2**20
 
 def _check_dataset(dataset) -> ParquetDataset:
     if not isinstance(dataset, ParquetDataset):
-        raise TypeError(f"expected a ParquetDataset (elmscale.open_parquet); got "
-                        f"{type(dataset).__name__}")
+        raise TypeError(
+            f"expected a ParquetDataset (elmscale.open_parquet); got {type(dataset).__name__}"
+        )
     return dataset
 
 
@@ -74,8 +84,9 @@ def _units(dataset, client, n_units: int | None = None):
     return units
 
 
-def column_stats(dataset: ParquetDataset, *, client=None, n_units: int | None = None
-                 ) -> ColumnStats:
+def column_stats(
+    dataset: ParquetDataset, *, client=None, n_units: int | None = None
+) -> ColumnStats:
     """Rows, raw per-column minima / maxima and class counts of the whole data set."""
     units = _units(dataset, client, n_units)
     return reduce_units(unit_column_stats, units, ColumnStats.combine, client=client)
@@ -86,66 +97,114 @@ def fit_scaler(dataset: ParquetDataset, *, client=None, feature_range=(-1, 1)):
     from elmscale.data.scaling import Scaler
 
     stats = column_stats(dataset, client=client)
-    return Scaler.from_stats(stats.col_min, stats.col_max, feature_range,
-                             n_samples_seen=stats.n_rows)
+    return Scaler.from_stats(
+        stats.col_min, stats.col_max, feature_range, n_samples_seen=stats.n_rows
+    )
 
 
-def gram(dataset: ParquetDataset, feature_map: FeatureMap, *, targets: str = "classes",
-         n_folds: int = 1, fold_seed: int = 0, precision: str = "double",
-         block_rows: int = DEFAULT_BLOCK_ROWS, client=None, n_threads: int | None = None,
-         n_units: int | None = None) -> Gram:
+def gram(
+    dataset: ParquetDataset,
+    feature_map: FeatureMap,
+    *,
+    targets: str = "classes",
+    n_folds: int = 1,
+    fold_seed: int = 0,
+    precision: str = "double",
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    client=None,
+    n_threads: int | None = None,
+    n_units: int | None = None,
+) -> Gram:
     """The :class:`~elmscale.linalg.gram.Gram` of ``feature_map`` (a ``HiddenLayer``,
     ``ConcatenatedLayers``, ...) over every row, per fold when ``n_folds`` > 1 (folds drawn
     per row from ``fold_seed``: ``units.fold_of_rows``).  ``targets``: "classes" (``Y``: the
     indicators of the classes, merged by value over the units) or "values".  ``n_threads``
     applies without a client."""
     units = _units(dataset, client, n_units)
-    return reduce_units(unit_gram, units, Gram.combine, client=client,
-                        threads_per_task=None if client is not None else n_threads,
-                        layer=feature_map.to_dict(), targets=targets, n_folds=n_folds,
-                        fold_seed=fold_seed, precision=precision, block_rows=block_rows)
+    return reduce_units(
+        unit_gram,
+        units,
+        Gram.combine,
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        layer=feature_map.to_dict(),
+        targets=targets,
+        n_folds=n_folds,
+        fold_seed=fold_seed,
+        precision=precision,
+        block_rows=block_rows,
+    )
 
 
-def fold_scores(dataset: ParquetDataset, feature_map: FeatureMap, coefs: np.ndarray,
-                encoder: TargetEncoder, *, n_folds: int, fold_seed: int = 0,
-                block_rows: int = DEFAULT_BLOCK_ROWS, client=None, n_threads: int | None = None,
-                n_units: int | None = None) -> np.ndarray:
+def fold_scores(
+    dataset: ParquetDataset,
+    feature_map: FeatureMap,
+    coefs: np.ndarray,
+    encoder: TargetEncoder,
+    *,
+    n_folds: int,
+    fold_seed: int = 0,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    client=None,
+    n_threads: int | None = None,
+    n_units: int | None = None,
+) -> np.ndarray:
     """Every fold's validation results of a C path in one pass: ``(n_folds, n_C)`` correct
     predictions (``encoder`` a class coding) or sums of squared errors (values).
 
     ``coefs`` ``(n_folds, n_C, L, n_outputs)``: the output weights of ``feature_map``
     trained without fold k; folds as in :func:`gram` (same ``n_folds`` and ``fold_seed``).
     """
-    return reduce_units(unit_fold_scores, _units(dataset, client, n_units), add_arrays,
-                        client=client,
-                        threads_per_task=None if client is not None else n_threads,
-                        layer=feature_map.to_dict(), coefs=broadcast(coefs, client),
-                        encoder=encoder, n_folds=int(n_folds), fold_seed=fold_seed,
-                        block_rows=block_rows)
+    return reduce_units(
+        unit_fold_scores,
+        _units(dataset, client, n_units),
+        add_arrays,
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        layer=feature_map.to_dict(),
+        coefs=broadcast(coefs, client),
+        encoder=encoder,
+        n_folds=int(n_folds),
+        fold_seed=fold_seed,
+        block_rows=block_rows,
+    )
 
 
-def gather_rows(dataset: ParquetDataset, *, client=None, n_threads: int | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+def gather_rows(
+    dataset: ParquetDataset, *, client=None, n_threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Every row on the coordinator: ``(X float32, y)`` (for small sets: kernel models)."""
     units = _units(dataset, client)
-    parts = map_units(unit_rows, units, client=client,
-                      threads_per_task=None if client is not None else n_threads)
+    parts = map_units(
+        unit_rows, units, client=client, threads_per_task=None if client is not None else n_threads
+    )
     X = np.concatenate([p[0] for p in parts])
     y = None if dataset.label is None else np.concatenate([p[1] for p in parts])
     return X, y
 
 
-def kernel_matrix(dataset: ParquetDataset, points: np.ndarray, kernel: Kernel, *, client=None,
-                  n_threads: int | None = None) -> np.ndarray:
+def kernel_matrix(
+    dataset: ParquetDataset,
+    points: np.ndarray,
+    kernel: Kernel,
+    *,
+    client=None,
+    n_threads: int | None = None,
+) -> np.ndarray:
     """``K(every row of dataset, points)``, float64, computed on row blocks of at most
     ``KERNEL_BLOCK_BYTES`` each (so a task's result stays small)."""
     points = np.ascontiguousarray(points, dtype=np.float32)
     block_rows = max(1, KERNEL_BLOCK_BYTES // (8 * max(len(points), 1)))
     n_units = max(len(_check_dataset(dataset).units()), -(-dataset.n_rows // block_rows))
     units = dataset.units(n_units)
-    blocks = map_units(unit_kernel_rows, units, client=client,
-                       threads_per_task=None if client is not None else n_threads,
-                       points=broadcast(points, client), kernel=kernel.to_dict())
+    blocks = map_units(
+        unit_kernel_rows,
+        units,
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        points=broadcast(points, client),
+        kernel=kernel.to_dict(),
+    )
     return np.concatenate(blocks)
 
 
@@ -153,43 +212,57 @@ def _model_for_tasks(model, n_threads: int | None):
     """A copy whose estimators' own thread counts are the task's (a model's methods set
     their own budget; left at "all cores" inside every task, they would oversubscribe)."""
     task_model = copy.deepcopy(model)
-    for step in (task_model.steps if hasattr(task_model, "steps") else [(None, task_model)]):
+    for step in task_model.steps if hasattr(task_model, "steps") else [(None, task_model)]:
         if "n_threads" in step[1].get_params(deep=False):
             step[1].n_threads = n_threads
     return task_model
 
 
-def evaluate(model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None
-             ) -> dict:
+def evaluate(model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None) -> dict:
     """Accuracy (classifiers) or R^2 (regressors) of ``model`` on every labelled row."""
     _check_dataset(dataset)
     if dataset.label is None:
         raise ValueError(f"{dataset.source}: no label column; expected labels to evaluate")
     threads = 1 if client is not None else n_threads
-    sums = reduce_units(unit_metric_sums, _units(dataset, client), add_arrays, client=client,
-                        threads_per_task=threads,
-                        model=broadcast(_model_for_tasks(model, threads), client))
+    sums = reduce_units(
+        unit_metric_sums,
+        _units(dataset, client),
+        add_arrays,
+        client=client,
+        threads_per_task=threads,
+        model=broadcast(_model_for_tasks(model, threads), client),
+    )
     return metrics_from_sums(sums)
 
 
 def _score(model, dataset, method: str, client, n_threads) -> np.ndarray:
     units = _units(dataset, client)
     if dataset.n_features != getattr(model, "n_features_in_", dataset.n_features):
-        raise ValueError(f"{dataset.source}: {dataset.n_features} feature columns; the model "
-                         f"expects {model.n_features_in_}")
+        raise ValueError(
+            f"{dataset.source}: {dataset.n_features} feature columns; the model "
+            f"expects {model.n_features_in_}"
+        )
     threads = 1 if client is not None else n_threads
-    parts = map_units(unit_method, units, client=client, threads_per_task=threads,
-                      model=broadcast(_model_for_tasks(model, threads), client), method=method)
+    parts = map_units(
+        unit_method,
+        units,
+        client=client,
+        threads_per_task=threads,
+        model=broadcast(_model_for_tasks(model, threads), client),
+        method=method,
+    )
     return np.concatenate(parts)
 
 
-def predict(model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None
-            ) -> np.ndarray:
+def predict(
+    model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None
+) -> np.ndarray:
     """``model.predict`` of every row of ``dataset``, in row order."""
     return _score(model, dataset, "predict", client, n_threads)
 
 
-def decision_function(model, dataset: ParquetDataset, *, client=None,
-                      n_threads: int | None = None) -> np.ndarray:
+def decision_function(
+    model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None
+) -> np.ndarray:
     """``model.decision_function`` of every row of ``dataset``, in row order."""
     return _score(model, dataset, "decision_function", client, n_threads)

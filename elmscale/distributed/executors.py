@@ -20,8 +20,9 @@ every piece by reference.  Each piece runs with its BLAS and numba threads cappe
 
 Progress: every map and reduce reports pieces done of total to the reporter installed by
 :func:`report_progress` (``elmscale run`` installs progress bars), under a label (given,
-or the piece function's ``progress_label`` attribute, or its name).  A piece that raises is reported as
-:class:`PieceFailed` naming it when ``describe`` is given (and always on Ray).
+or the piece function's ``progress_label`` attribute, or its name).  A piece that raises
+is reported as :class:`PieceFailed` naming it when ``describe`` is given (and always on
+Ray).
 """
 
 from __future__ import annotations
@@ -33,8 +34,18 @@ from collections.abc import Callable, Iterator, Sequence
 
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 
-__all__ = ["DaskExecutor", "Executor", "LocalExecutor", "PieceFailed", "RayExecutor",
-           "broadcast", "make_executor", "map_units", "reduce_units", "report_progress"]
+__all__ = [
+    "DaskExecutor",
+    "Executor",
+    "LocalExecutor",
+    "PieceFailed",
+    "RayExecutor",
+    "broadcast",
+    "make_executor",
+    "map_units",
+    "reduce_units",
+    "report_progress",
+]
 
 #: Partial results summed per tree node on a Dask cluster.
 FAN_IN = 4
@@ -48,7 +59,8 @@ class PieceFailed(RuntimeError):
 
 ProgressReporter = Callable[[str, int, int], None]
 _reporter: contextvars.ContextVar[ProgressReporter | None] = contextvars.ContextVar(
-    "elmscale_progress", default=None)
+    "elmscale_progress", default=None
+)
 
 
 @contextlib.contextmanager
@@ -138,13 +150,29 @@ class Executor:
     #: True when pieces run in this process (they may then take callables and locks).
     in_process = False
 
-    def map(self, fn: Callable, items: Sequence, *, shared: dict | None = None,
-            describe: Callable | None = None, label: str | None = None, **kwargs) -> list:
+    def map(
+        self,
+        fn: Callable,
+        items: Sequence,
+        *,
+        shared: dict | None = None,
+        describe: Callable | None = None,
+        label: str | None = None,
+        **kwargs,
+    ) -> list:
         """``[fn(item, **shared, **kwargs) for item in items]``, in item order."""
         raise NotImplementedError
 
-    def reduce(self, fn: Callable, items: Sequence, combine: Callable, *,
-               shared: dict | None = None, label: str | None = None, **kwargs):
+    def reduce(
+        self,
+        fn: Callable,
+        items: Sequence,
+        combine: Callable,
+        *,
+        shared: dict | None = None,
+        label: str | None = None,
+        **kwargs,
+    ):
         """``combine(*[fn(item, **shared, **kwargs) ...])``; ``combine`` must be
         associative (it adds its parts)."""
         raise NotImplementedError
@@ -202,17 +230,27 @@ class DaskExecutor(Executor):
         from distributed import Client
 
         if not isinstance(client, Client):
-            raise TypeError(f"client must be a distributed.Client or None; got "
-                            f"{type(client).__name__}")
+            raise TypeError(
+                f"client must be a distributed.Client or None; got {type(client).__name__}"
+            )
         self.client = client
         self.threads_per_task = int(threads_per_task)
         self.fan_in = int(fan_in)
 
     def _submit_all(self, fn, items, shared, kwargs, progress):
-        scattered = {name: self.client.scatter(value, broadcast=True, hash=False)
-                     for name, value in (shared or {}).items()}
-        futures = self.client.map(_with_budget, list(items), pure=False, _fn=fn,
-                                  _budget=self.threads_per_task, **scattered, **kwargs)
+        scattered = {
+            name: self.client.scatter(value, broadcast=True, hash=False)
+            for name, value in (shared or {}).items()
+        }
+        futures = self.client.map(
+            _with_budget,
+            list(items),
+            pure=False,
+            _fn=fn,
+            _budget=self.threads_per_task,
+            **scattered,
+            **kwargs,
+        )
         for future in futures:
             future.add_done_callback(lambda _: progress.add())
         return futures
@@ -230,16 +268,17 @@ class DaskExecutor(Executor):
         progress = _Progress(_label(fn, label), len(items))
         level = self._submit_all(fn, items, shared, kwargs, progress)
         while len(level) > 1:
-            level = [self.client.submit(combine, *level[i:i + self.fan_in], pure=False)
-                     for i in range(0, len(level), self.fan_in)]
+            level = [
+                self.client.submit(combine, *level[i : i + self.fan_in], pure=False)
+                for i in range(0, len(level), self.fan_in)
+            ]
         return level[0].result()
 
 
 class RayExecutor(Executor):
     """Ray tasks on the initialised Ray, or on the cluster at ``address``."""
 
-    def __init__(self, address: str | None = "auto", *, num_cpus: int = 1,
-                 max_retries: int = 3):
+    def __init__(self, address: str | None = "auto", *, num_cpus: int = 1, max_retries: int = 3):
         self.address = address
         self.num_cpus = int(num_cpus)
         self.max_retries = int(max_retries)
@@ -249,9 +288,17 @@ class RayExecutor(Executor):
 
         items = list(items)
         progress = _Progress(_label(fn, label), len(items))
-        return run_tasks(fn, items, shared=shared, ray_address=self.address,
-                         num_cpus=self.num_cpus, max_retries=self.max_retries,
-                         describe=describe, on_done=lambda done, total: progress.add(), **kwargs)
+        return run_tasks(
+            fn,
+            items,
+            shared=shared,
+            ray_address=self.address,
+            num_cpus=self.num_cpus,
+            max_retries=self.max_retries,
+            describe=describe,
+            on_done=lambda done, total: progress.add(),
+            **kwargs,
+        )
 
     def reduce(self, fn, items, combine, *, shared=None, label=None, **kwargs):
         parts = self.map(fn, items, shared=shared, label=label, **kwargs)
@@ -268,8 +315,13 @@ def _with_budget(item, *, _fn, _budget, **kwargs):
         return _fn(item, **kwargs)
 
 
-def make_executor(*, client=None, ray_address: str | None = None,
-                  n_threads: int | None = None, side_by_side: bool = True) -> Executor:
+def make_executor(
+    *,
+    client=None,
+    ray_address: str | None = None,
+    n_threads: int | None = None,
+    side_by_side: bool = True,
+) -> Executor:
     """A Dask executor for ``client``, else a Ray one for ``ray_address``, else this
     process on ``n_threads`` threads."""
     if client is not None and ray_address is not None:
@@ -304,8 +356,15 @@ def _unit_executor(client) -> Executor:
     return DaskExecutor(client) if client is not None else LocalExecutor(side_by_side=False)
 
 
-def map_units(fn: Callable, units: Sequence, *, client=None, threads_per_task: int | None = None,
-              label: str | None = None, **kwargs) -> list:
+def map_units(
+    fn: Callable,
+    units: Sequence,
+    *,
+    client=None,
+    threads_per_task: int | None = None,
+    label: str | None = None,
+    **kwargs,
+) -> list:
     """``[fn(unit, **kwargs, n_threads=...) for unit in units]``, on the cluster if given.
 
     ``threads_per_task``: BLAS / numba threads inside each call; default all of this
@@ -315,9 +374,17 @@ def map_units(fn: Callable, units: Sequence, *, client=None, threads_per_task: i
     return _unit_executor(client).map(fn, units, label=label, n_threads=n_threads, **kwargs)
 
 
-def reduce_units(fn: Callable, units: Sequence, combine: Callable, *, client=None,
-                 threads_per_task: int | None = None, fan_in: int = FAN_IN,
-                 label: str | None = None, **kwargs):
+def reduce_units(
+    fn: Callable,
+    units: Sequence,
+    combine: Callable,
+    *,
+    client=None,
+    threads_per_task: int | None = None,
+    fan_in: int = FAN_IN,
+    label: str | None = None,
+    **kwargs,
+):
     """``combine(*[fn(unit, **kwargs) for unit in units])``, summed in a tree on the cluster.
 
     ``combine(*parts)`` must add its parts (associative); without a client the results

@@ -35,8 +35,10 @@ def connect(ray_address: str | None = "auto") -> None:
     if ray.is_initialized():
         return
     if ray_address is None:
-        raise ValueError("Ray is not initialised: call ray.init() first or pass ray_address "
-                         "(for example 'auto' for a cluster started with `ray start`)")
+        raise ValueError(
+            "Ray is not initialised: call ray.init() first or pass ray_address "
+            "(for example 'auto' for a cluster started with `ray start`)"
+        )
     connect_ray(ray_address, log_to_driver=False)
 
 
@@ -45,10 +47,18 @@ def _run_piece(fn, item, names, n_threads, kwargs, *values):
         return fn(item, **dict(zip(names, values)), **kwargs)
 
 
-def run_tasks(fn: Callable, items: Sequence, *, shared: dict | None = None,
-              ray_address: str | None = "auto", num_cpus: int = 1, max_retries: int = 3,
-              describe: Callable | None = None, on_done: Callable | None = None,
-              **kwargs) -> list:
+def run_tasks(
+    fn: Callable,
+    items: Sequence,
+    *,
+    shared: dict | None = None,
+    ray_address: str | None = "auto",
+    num_cpus: int = 1,
+    max_retries: int = 3,
+    describe: Callable | None = None,
+    on_done: Callable | None = None,
+    **kwargs,
+) -> list:
     """``[fn(item, **shared, **kwargs) for item in items]`` as Ray tasks, in item order.
 
     ``on_done(n_done, n_total)`` is called as results arrive (progress);
@@ -60,10 +70,12 @@ def run_tasks(fn: Callable, items: Sequence, *, shared: dict | None = None,
     shared = shared or {}
     names = tuple(shared)
     refs = [ray.put(value) for value in shared.values()]
-    remote = ray.remote(_run_piece).options(num_cpus=num_cpus, max_retries=max_retries,
-                                            retry_exceptions=False)
-    pending = {remote.remote(fn, item, names, num_cpus, kwargs, *refs): i
-               for i, item in enumerate(items)}
+    remote = ray.remote(_run_piece).options(
+        num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False
+    )
+    pending = {
+        remote.remote(fn, item, names, num_cpus, kwargs, *refs): i for i, item in enumerate(items)
+    }
     results: list = [None] * len(pending)
     done = 0
     while pending:

@@ -37,9 +37,21 @@ from elmscale.features.kernels import Kernel
 from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.targets import TargetEncoder, merge_classes
 
-__all__ = ["ColumnStats", "add_arrays", "fold_of_rows", "metric_sums", "metrics_from_sums",
-           "unit_column_stats", "unit_fold_scores", "unit_gram", "unit_kernel_matvec",
-           "unit_kernel_rows", "unit_method", "unit_metric_sums", "unit_rows"]
+__all__ = [
+    "ColumnStats",
+    "add_arrays",
+    "fold_of_rows",
+    "metric_sums",
+    "metrics_from_sums",
+    "unit_column_stats",
+    "unit_fold_scores",
+    "unit_gram",
+    "unit_kernel_matvec",
+    "unit_kernel_rows",
+    "unit_method",
+    "unit_metric_sums",
+    "unit_rows",
+]
 
 TARGET_KINDS = ("classes", "values")
 
@@ -81,15 +93,20 @@ class ColumnStats:
         counts = np.zeros(classes.size, dtype=np.int64)
         for p, pos in zip(parts, where):
             np.add.at(counts, pos, p.class_counts)
-        return cls(sum(p.n_rows for p in parts),
-                   np.minimum.reduce([p.col_min for p in parts]),
-                   np.maximum.reduce([p.col_max for p in parts]), classes, counts)
+        return cls(
+            sum(p.n_rows for p in parts),
+            np.minimum.reduce([p.col_min for p in parts]),
+            np.maximum.reduce([p.col_max for p in parts]),
+            classes,
+            counts,
+        )
 
 
 def _labels_of(y, unit: WorkUnit) -> np.ndarray:
     if y is None:
-        raise ValueError(f"{unit.pieces[0][0]}: the data set has no label column; expected "
-                         "labels for fitting")
+        raise ValueError(
+            f"{unit.pieces[0][0]}: the data set has no label column; expected labels for fitting"
+        )
     return y
 
 
@@ -102,13 +119,26 @@ def unit_column_stats(unit: WorkUnit, *, n_threads: int = 1) -> ColumnStats:
             classes, counts = np.empty(0), np.empty(0, dtype=np.int64)
         else:
             classes, counts = np.unique(y, return_counts=True)
-        return ColumnStats(unit.n_rows, X.min(axis=0).astype(np.float64),
-                           X.max(axis=0).astype(np.float64), classes, counts)
+        return ColumnStats(
+            unit.n_rows,
+            X.min(axis=0).astype(np.float64),
+            X.max(axis=0).astype(np.float64),
+            classes,
+            counts,
+        )
 
 
-def unit_gram(unit: WorkUnit, layer: dict, *, targets: str = "classes", n_folds: int = 1,
-              fold_seed: int = 0, precision: str = "double",
-              block_rows: int = DEFAULT_BLOCK_ROWS, n_threads: int = 1) -> Gram:
+def unit_gram(
+    unit: WorkUnit,
+    layer: dict,
+    *,
+    targets: str = "classes",
+    n_folds: int = 1,
+    fold_seed: int = 0,
+    precision: str = "double",
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    n_threads: int = 1,
+) -> Gram:
     """The :class:`~elmscale.linalg.gram.Gram` (``H'H``, ``H'Y``; per fold when ``n_folds``
     > 1) of one unit's rows.
 
@@ -120,13 +150,20 @@ def unit_gram(unit: WorkUnit, layer: dict, *, targets: str = "classes", n_folds:
         raise ValueError(f"targets must be one of {TARGET_KINDS}; got {targets!r}")
     with thread_budget(n_threads):
         X, y = unit.read()
-        encoder, Y = TargetEncoder("one_of_j" if targets == "classes" else "values"
-                                   ).fit_transform(_labels_of(y, unit))
-        folds = (None if n_folds == 1
-                 else fold_of_rows(unit.start, unit.n_rows, n_folds, fold_seed))
-        return accumulate_gram(feature_map_from_dict(layer), X, Y, classes=encoder.classes,
-                               folds=folds, n_folds=n_folds, precision=precision,
-                               block_rows=block_rows)
+        encoder, Y = TargetEncoder("one_of_j" if targets == "classes" else "values").fit_transform(
+            _labels_of(y, unit)
+        )
+        folds = None if n_folds == 1 else fold_of_rows(unit.start, unit.n_rows, n_folds, fold_seed)
+        return accumulate_gram(
+            feature_map_from_dict(layer),
+            X,
+            Y,
+            classes=encoder.classes,
+            folds=folds,
+            n_folds=n_folds,
+            precision=precision,
+            block_rows=block_rows,
+        )
 
 
 def unit_rows(unit: WorkUnit, *, n_threads: int = 1) -> tuple[np.ndarray, np.ndarray | None]:
@@ -135,24 +172,27 @@ def unit_rows(unit: WorkUnit, *, n_threads: int = 1) -> tuple[np.ndarray, np.nda
         return unit.read()
 
 
-def unit_kernel_rows(unit: WorkUnit, points: np.ndarray, kernel: dict, *,
-                     n_threads: int = 1) -> np.ndarray:
+def unit_kernel_rows(
+    unit: WorkUnit, points: np.ndarray, kernel: dict, *, n_threads: int = 1
+) -> np.ndarray:
     """``K(unit rows, points)``, float64 ``(unit.n_rows, len(points))``."""
     with thread_budget(n_threads):
         X, _ = unit.read(with_labels=False)
         return Kernel.from_dict(kernel).block(X, points, dtype=np.float64)
 
 
-def unit_kernel_matvec(unit: WorkUnit, points: np.ndarray, coef: np.ndarray, kernel: dict, *,
-                       n_threads: int = 1) -> np.ndarray:
+def unit_kernel_matvec(
+    unit: WorkUnit, points: np.ndarray, coef: np.ndarray, kernel: dict, *, n_threads: int = 1
+) -> np.ndarray:
     """``K(unit rows, points) @ coef`` without storing the kernel block."""
     with thread_budget(n_threads):
         X, _ = unit.read(with_labels=False)
         return Kernel.from_dict(kernel).block_matvec(X, points, coef)
 
 
-def unit_method(unit: WorkUnit, model, *, method: str = "predict",
-                n_threads: int = 1) -> np.ndarray:
+def unit_method(
+    unit: WorkUnit, model, *, method: str = "predict", n_threads: int = 1
+) -> np.ndarray:
     """``getattr(model, method)(rows)`` on the unit's rows ("predict", "decision_function").
 
     The model's own ``n_threads`` applies inside its methods: the caller sets it (see
@@ -195,9 +235,17 @@ def unit_metric_sums(unit: WorkUnit, model, *, n_threads: int = 1) -> np.ndarray
         return metric_sums(model, X, _labels_of(y, unit))
 
 
-def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, encoder: TargetEncoder,
-                     *, n_folds: int, fold_seed: int = 0, block_rows: int = DEFAULT_BLOCK_ROWS,
-                     n_threads: int = 1) -> np.ndarray:
+def unit_fold_scores(
+    unit: WorkUnit,
+    layer: dict,
+    coefs: np.ndarray,
+    encoder: TargetEncoder,
+    *,
+    n_folds: int,
+    fold_seed: int = 0,
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+    n_threads: int = 1,
+) -> np.ndarray:
     """Validation results of a C path for every fold, on one unit's rows.
 
     ``layer``: a feature map's ``to_dict()``; ``coefs`` ``(n_folds, n_C, L, n_outputs)``: the
@@ -224,8 +272,7 @@ def unit_fold_scores(unit: WorkUnit, layer: dict, coefs: np.ndarray, encoder: Ta
             for rows in iter_row_blocks(mine.size, block_rows):
                 picked = mine[rows]
                 # float64 nodes written straight into one buffer: no widened copies of H
-                H = feature_map.transform(X[picked], dtype=np.float64,
-                                          out=buffer[: picked.size])
+                H = feature_map.transform(X[picked], dtype=np.float64, out=buffer[: picked.size])
                 out = (H @ wide[fold]).reshape(picked.size, n_C, n_out)
                 if not encoder.for_classes:
                     result[fold] += np.square(out - truth[picked][:, None, :]).sum(axis=(0, 2))

@@ -52,8 +52,9 @@ class FeatureMap(Protocol):
     @property
     def n_outputs(self) -> int: ...
 
-    def transform(self, X: np.ndarray, dtype=np.float32,
-                  out: np.ndarray | None = None) -> np.ndarray:
+    def transform(
+        self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """``h(X)`` ``(len(X), n_outputs)`` in ``dtype``, or written into ``out`` (C-contiguous,
         that shape).  Call it on row blocks: rows are independent."""
         ...
@@ -82,10 +83,12 @@ _FROM_DICT: dict[str, Callable[[dict], FeatureMap]] = {}
 
 def register_feature_map(name: str):
     """Class decorator: ``to_dict()["type"] == name`` is rebuilt by ``cls.from_dict``."""
+
     def register(cls):
         _FROM_DICT[name] = cls.from_dict
         cls.feature_map_type = name
         return cls
+
     return register
 
 

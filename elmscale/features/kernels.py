@@ -37,20 +37,23 @@ class Kernel:
         if int(self.degree) < 1 or int(self.degree) != self.degree:
             raise ValueError(f"degree must be an integer >= 1; got {self.degree}")
 
-    def block(self, A: np.ndarray, B: np.ndarray, dtype=np.float64,
-              out: np.ndarray | None = None) -> np.ndarray:
+    def block(
+        self, A: np.ndarray, B: np.ndarray, dtype=np.float64, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """The kernel block ``K(A, B)``, ``(len(A), len(B))``, in ``dtype`` or written into
         ``out`` (C-contiguous, that shape).  Caller bounds the size."""
         A32 = _as_float32_rows(A)
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
         shape = (A32.shape[0], Bt.shape[1])
         out = empty_huge(shape, dtype) if out is None else _check_out(out, shape, dtype)
-        _jit.kernel_block(A32, Bt, _jit.KERNEL_CODES[self.kind], float(self.sigma),
-                          int(self.degree), out)
+        _jit.kernel_block(
+            A32, Bt, _jit.KERNEL_CODES[self.kind], float(self.sigma), int(self.degree), out
+        )
         return out
 
-    def block_matvec(self, A: np.ndarray, B: np.ndarray, coef: np.ndarray,
-                     block_rows: int = 4096) -> np.ndarray:
+    def block_matvec(
+        self, A: np.ndarray, B: np.ndarray, coef: np.ndarray, block_rows: int = 4096
+    ) -> np.ndarray:
         """``K(A, B) @ coef`` without storing the kernel block (fused, parallel)."""
         A32 = _as_float32_rows(A)
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
@@ -61,8 +64,9 @@ class Kernel:
         out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
         code = _jit.KERNEL_CODES[self.kind]
         for rows in iter_row_blocks(A32.shape[0], block_rows):
-            _jit.kernel_block_matvec(A32[rows], Bt, code, float(self.sigma),
-                                     int(self.degree), coef2, out[rows])
+            _jit.kernel_block_matvec(
+                A32[rows], Bt, code, float(self.sigma), int(self.degree), coef2, out[rows]
+            )
         return out[:, 0] if squeeze else out
 
     def to_dict(self) -> dict:
@@ -91,8 +95,9 @@ class KernelFeatures:
     def __post_init__(self) -> None:
         basis = _as_float32_rows(self.basis)
         if basis.ndim != 2 or basis.shape[0] < 1:
-            raise ValueError(f"basis must be a 2-D array of at least one row; got shape "
-                             f"{basis.shape}")
+            raise ValueError(
+                f"basis must be a 2-D array of at least one row; got shape {basis.shape}"
+            )
         object.__setattr__(self, "basis", basis)
 
     @property
@@ -105,12 +110,14 @@ class KernelFeatures:
 
     def _check_X(self, X: np.ndarray) -> np.ndarray:
         if np.ndim(X) != 2 or np.shape(X)[1] != self.n_features:
-            raise ValueError(f"X has {np.shape(X)[-1]} features; the basis rows have "
-                             f"{self.n_features}")
+            raise ValueError(
+                f"X has {np.shape(X)[-1]} features; the basis rows have {self.n_features}"
+            )
         return X
 
-    def transform(self, X: np.ndarray, dtype=np.float32,
-                  out: np.ndarray | None = None) -> np.ndarray:
+    def transform(
+        self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """``K(X, basis)`` ``(len(X), n_outputs)`` (distances or products in float64 from
         float32 inputs, stored in ``dtype``)."""
         return self.kernel.block(self._check_X(X), self.basis, dtype=dtype, out=out)
@@ -120,8 +127,11 @@ class KernelFeatures:
         return self.kernel.block_matvec(self._check_X(X), self.basis, coef)
 
     def to_dict(self) -> dict:
-        return {"type": "kernel", "kernel": self.kernel.to_dict(),
-                "basis": self.basis.astype(np.float64).tolist()}
+        return {
+            "type": "kernel",
+            "kernel": self.kernel.to_dict(),
+            "basis": self.basis.astype(np.float64).tolist(),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> KernelFeatures:

@@ -113,8 +113,9 @@ class HiddenLayer:
             )
         return X32
 
-    def transform(self, X: np.ndarray, dtype=np.float32,
-                  out: np.ndarray | None = None) -> np.ndarray:
+    def transform(
+        self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """``H = h(X)``, ``(n_rows, n_hidden)``, nodes evaluated in float32.
 
         ``dtype=np.float64`` stores the same float32 values widened; ``out`` (a
@@ -135,20 +136,30 @@ class HiddenLayer:
         if squeeze:
             coef2 = coef2[:, None]
         out = np.empty((X32.shape[0], coef2.shape[1]), dtype=np.float64)
-        _jit.hidden_block_scores(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind],
-                                 coef2, out)
+        _jit.hidden_block_scores(
+            X32, self.weights, self.biases, _jit.NODE_CODES[self.kind], coef2, out
+        )
         return out[:, 0] if squeeze else out
 
     def to_dict(self) -> dict:
-        return {"type": "hidden_layer", "kind": self.kind, "n_features": int(self.n_features),
-                "n_hidden": int(self.n_hidden), "seed": int(self.seed),
-                "weight_scale": float(self.weight_scale)}
+        return {
+            "type": "hidden_layer",
+            "kind": self.kind,
+            "n_features": int(self.n_features),
+            "n_hidden": int(self.n_hidden),
+            "seed": int(self.seed),
+            "weight_scale": float(self.weight_scale),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> HiddenLayer:
-        return cls(kind=str(d["kind"]), n_features=int(d["n_features"]),
-                   n_hidden=int(d["n_hidden"]), seed=int(d["seed"]),
-                   weight_scale=float(d.get("weight_scale", 1.0)))
+        return cls(
+            kind=str(d["kind"]),
+            n_features=int(d["n_features"]),
+            n_hidden=int(d["n_hidden"]),
+            seed=int(d["seed"]),
+            weight_scale=float(d.get("weight_scale", 1.0)),
+        )
 
 
 @register_feature_map("concatenated_layers")
@@ -168,8 +179,10 @@ class ConcatenatedLayers:
             raise ValueError("ConcatenatedLayers needs at least one layer")
         widths = {layer.n_features for layer in self.layers}
         if len(widths) != 1:
-            raise ValueError(f"the layers expect different feature counts {sorted(widths)}; "
-                             "expected one input width")
+            raise ValueError(
+                f"the layers expect different feature counts {sorted(widths)}; "
+                "expected one input width"
+            )
 
     @property
     def n_features(self) -> int:
@@ -189,8 +202,9 @@ class ConcatenatedLayers:
             yield layer, slice(start, start + layer.n_hidden)
             start += layer.n_hidden
 
-    def transform(self, X: np.ndarray, dtype=np.float32,
-                  out: np.ndarray | None = None) -> np.ndarray:
+    def transform(
+        self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
+    ) -> np.ndarray:
         H = _check_out(out, (np.shape(X)[0], self.n_hidden), dtype)
         for layer, cols in self._slices():
             H[:, cols] = layer.transform(X, dtype=dtype)
@@ -206,4 +220,3 @@ class ConcatenatedLayers:
     @classmethod
     def from_dict(cls, d: dict) -> ConcatenatedLayers:
         return cls(tuple(HiddenLayer.from_dict(layer) for layer in d["layers"]))
-

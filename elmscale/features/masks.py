@@ -44,15 +44,15 @@ class FeatureMask:
         keep = np.asarray(self.keep)
         if keep.dtype == bool:
             if keep.shape != (n,):
-                raise ValueError(f"a boolean keep must have n_features = {n} values; got "
-                                 f"shape {keep.shape}")
+                raise ValueError(
+                    f"a boolean keep must have n_features = {n} values; got shape {keep.shape}"
+                )
             keep = np.flatnonzero(keep)
         keep = np.unique(keep.astype(np.int64).ravel())
         if keep.size == 0:
             raise ValueError("keep must name at least one column")
         if keep[0] < 0 or keep[-1] >= n:
-            raise ValueError(f"keep must hold column indices in [0, {n}); got "
-                             f"{keep.tolist()}")
+            raise ValueError(f"keep must hold column indices in [0, {n}); got {keep.tolist()}")
         object.__setattr__(self, "n_features", n)
         object.__setattr__(self, "keep", tuple(int(k) for k in keep))
 
@@ -63,12 +63,15 @@ class FeatureMask:
     def _check_X(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X)
         if X.ndim != 2 or X.shape[1] != self.n_features:
-            raise ValueError(f"X has {X.shape[-1] if X.ndim == 2 else X.shape} features; "
-                             f"this mask expects {self.n_features}")
+            raise ValueError(
+                f"X has {X.shape[-1] if X.ndim == 2 else X.shape} features; "
+                f"this mask expects {self.n_features}"
+            )
         return X
 
-    def transform(self, X: np.ndarray, dtype=np.float32,
-                  out: np.ndarray | None = None) -> np.ndarray:
+    def transform(
+        self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """``X[:, keep]`` in ``dtype`` (or written into ``out``)."""
         X = self._check_X(X)
         H = _check_out(out, (X.shape[0], self.n_outputs), dtype)
@@ -102,8 +105,10 @@ class MaskedFeatureMap:
 
     def __post_init__(self) -> None:
         if self.inner.n_features != self.mask.n_outputs:
-            raise ValueError(f"the mask keeps {self.mask.n_outputs} columns; the map after it "
-                             f"expects {self.inner.n_features}")
+            raise ValueError(
+                f"the mask keeps {self.mask.n_outputs} columns; the map after it "
+                f"expects {self.inner.n_features}"
+            )
 
     @property
     def n_features(self) -> int:
@@ -113,8 +118,9 @@ class MaskedFeatureMap:
     def n_outputs(self) -> int:
         return self.inner.n_outputs
 
-    def transform(self, X: np.ndarray, dtype=np.float32,
-                  out: np.ndarray | None = None) -> np.ndarray:
+    def transform(
+        self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
+    ) -> np.ndarray:
         # float32 kept columns: what the inner maps read their inputs as.
         return self.inner.transform(self.mask.transform(X), dtype=dtype, out=out)
 

@@ -56,12 +56,17 @@ class ScoreJob:
 
 def _inputs(path: Path) -> list[Path]:
     if not path.exists():
-        raise DataError(f"{path}: no such file or directory; expected a Parquet or CSV file or "
-                        "a directory of them")
+        raise DataError(
+            f"{path}: no such file or directory; expected a Parquet or CSV file or "
+            "a directory of them"
+        )
     if path.is_file():
         return [path]
-    files = sorted(f for f in path.iterdir() if f.is_file() and f.suffix in INPUT_SUFFIXES
-                   and not f.name.startswith((".", "_")))
+    files = sorted(
+        f
+        for f in path.iterdir()
+        if f.is_file() and f.suffix in INPUT_SUFFIXES and not f.name.startswith((".", "_"))
+    )
     if not files:
         raise DataError(f"{path}: directory holds no .parquet or .csv file")
     return files
@@ -78,35 +83,52 @@ def _schema(file: Path) -> tuple[pa.Schema, int | None]:
         raise DataError(f"{file}: cannot be read ({exc}); expected a Parquet or CSV file") from exc
 
 
-def _feature_columns(file: Path, schema: pa.Schema, features, id_columns, n_expected: int
-                     ) -> tuple[str, ...]:
+def _feature_columns(
+    file: Path, schema: pa.Schema, features, id_columns, n_expected: int
+) -> tuple[str, ...]:
     names = list(schema.names)
     for column in id_columns:
         if column not in names:
             raise DataError(f"{file}: id column '{column}' not found; expected one of {names}")
     if features is None:
-        chosen = [n for n in names if n not in id_columns and n != "label"
-                  and is_numeric_type(schema.field(n).type)]
+        chosen = [
+            n
+            for n in names
+            if n not in id_columns and n != "label" and is_numeric_type(schema.field(n).type)
+        ]
     elif isinstance(features, str):
         chosen = [n for n in names if fnmatch.fnmatchcase(n, features)]
     else:
         chosen = list(features)
     for column in chosen:
         if column not in names:
-            raise DataError(f"{file}: feature column '{column}' not found; the model was "
-                            f"trained on {list(chosen)}")
+            raise DataError(
+                f"{file}: feature column '{column}' not found; the model was "
+                f"trained on {list(chosen)}"
+            )
         kind = schema.field(column).type
         if not is_numeric_type(kind):
-            raise DataError(f"{file}: feature column '{column}' has type {kind}; expected a "
-                            "numeric column")
+            raise DataError(
+                f"{file}: feature column '{column}' has type {kind}; expected a numeric column"
+            )
     if len(chosen) != n_expected:
-        raise DataError(f"{file}: {len(chosen)} feature columns {chosen}; the model expects "
-                        f"{n_expected} features")
+        raise DataError(
+            f"{file}: {len(chosen)} feature columns {chosen}; the model expects "
+            f"{n_expected} features"
+        )
     return tuple(chosen)
 
 
-def plan_jobs(model, input_path, output_path, *, features=None, id_columns: Sequence[str] = (),
-              decision: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS) -> list[ScoreJob]:
+def plan_jobs(
+    model,
+    input_path,
+    output_path,
+    *,
+    features=None,
+    id_columns: Sequence[str] = (),
+    decision: bool = False,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> list[ScoreJob]:
     """One job per input file, every input checked; outputs that exist are left out."""
     input_path, output_path = Path(input_path), Path(output_path)
     files = _inputs(input_path)
@@ -121,8 +143,17 @@ def plan_jobs(model, input_path, output_path, *, features=None, id_columns: Sequ
         schema, n_rows = _schema(file)
         chosen = _feature_columns(file, schema, features, tuple(id_columns), n_expected)
         out = output_path / f"{file.stem}.parquet" if to_dir else output_path
-        jobs.append(ScoreJob(os.fspath(file), os.fspath(out), chosen, tuple(id_columns),
-                             bool(decision), int(batch_rows), n_rows))
+        jobs.append(
+            ScoreJob(
+                os.fspath(file),
+                os.fspath(out),
+                chosen,
+                tuple(id_columns),
+                bool(decision),
+                int(batch_rows),
+                n_rows,
+            )
+        )
     return jobs
 
 
@@ -131,10 +162,12 @@ def _batches(job: ScoreJob):
     file = Path(job.input)
     if file.suffix == ".csv":
         options = pacsv.ReadOptions(block_size=1 << 24)
-        with pacsv.open_csv(file, read_options=options,
-                            convert_options=pacsv.ConvertOptions(include_columns=columns)) as r:
-            for batch in r:
-                yield batch
+        with pacsv.open_csv(
+            file,
+            read_options=options,
+            convert_options=pacsv.ConvertOptions(include_columns=columns),
+        ) as r:
+            yield from r
         return
     yield from pq.ParquetFile(file).iter_batches(batch_size=job.batch_rows, columns=columns)
 
@@ -144,8 +177,9 @@ def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
     for j, name in enumerate(job.features):
         column = batch.column(name)
         if column.null_count:
-            raise DataError(f"{job.input}: feature column '{name}' has null values; expected "
-                            "numbers")
+            raise DataError(
+                f"{job.input}: feature column '{name}' has null values; expected numbers"
+            )
         X[:, j] = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
     out = {name: batch.column(name) for name in job.id_columns}
     prediction = model.predict(X)
@@ -173,8 +207,11 @@ def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=No
                 for batch in _batches(job):
                     table = _score_batch(model, job, batch)
                     if writer is None:
-                        writer = (pacsv.CSVWriter(tmp, table.schema) if out.suffix == ".csv"
-                                  else pq.ParquetWriter(tmp, table.schema, compression="zstd"))
+                        writer = (
+                            pacsv.CSVWriter(tmp, table.schema)
+                            if out.suffix == ".csv"
+                            else pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                        )
                     writer.write_table(table)
                     rows += table.num_rows
                     if on_rows is not None:
@@ -203,8 +240,9 @@ def _score_task(job, *, model, n_threads=1, on_rows=None):
     return score_file(job, model=model, n_threads=n_threads, on_rows=on_rows)
 
 
-def score_jobs(model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None,
-               progress: bool = False) -> dict:
+def score_jobs(
+    model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None, progress: bool = False
+) -> dict:
     """Run the jobs whose outputs do not exist yet, one per file: here (``client`` and
     ``ray_address`` None), as Dask tasks or as Ray tasks; returns a summary."""
     import time
@@ -225,19 +263,34 @@ def score_jobs(model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None
             bar = tqdm(total=total, unit="row", unit_scale=True, desc="scoring")
         try:
             with report_progress(None):  # the rows bar says it all
-                counts = executor.map(_score_task, todo, model=model, n_threads=None,
-                                      on_rows=None if bar is None else bar.update)
+                counts = executor.map(
+                    _score_task,
+                    todo,
+                    model=model,
+                    n_threads=None,
+                    on_rows=None if bar is None else bar.update,
+                )
         finally:
             if bar is not None:
                 bar.close()
     else:
         # a task per file on the cluster: the bar counts files
         with progress_bars(progress):
-            counts = executor.map(_score_task, todo, shared={"model": model},
-                                  label="scoring (files)", n_threads=1,
-                                  describe=lambda job: f"scoring {job.input}")
+            counts = executor.map(
+                _score_task,
+                todo,
+                shared={"model": model},
+                label="scoring (files)",
+                n_threads=1,
+                describe=lambda job: f"scoring {job.input}",
+            )
     rows = sum(counts)
     seconds = time.perf_counter() - start
-    return {"files": len(jobs), "scored": len(todo), "skipped": len(jobs) - len(todo),
-            "rows": rows, "seconds": round(seconds, 3),
-            "rows_per_second": round(rows / seconds, 1) if seconds > 0 else None}
+    return {
+        "files": len(jobs),
+        "scored": len(todo),
+        "skipped": len(jobs) - len(todo),
+        "rows": rows,
+        "seconds": round(seconds, 3),
+        "rows_per_second": round(rows / seconds, 1) if seconds > 0 else None,
+    }

@@ -85,8 +85,7 @@ def _name_of(est) -> str:
             return name
     found = registry.entry_for(est)
     if found is None:
-        raise TypeError(f"cannot save a {type(est).__name__}; supported: "
-                        f"{', '.join(supported())}")
+        raise TypeError(f"cannot save a {type(est).__name__}; supported: {', '.join(supported())}")
     return found.name
 
 
@@ -97,8 +96,9 @@ def _class_of(name, path: Path) -> type:
     try:
         return registry.entry(name).load()
     except KeyError:
-        raise ModelFileError(f"{path}: unknown estimator {name!r}; this elmscale reads "
-                             f"{', '.join(supported())}") from None
+        raise ModelFileError(
+            f"{path}: unknown estimator {name!r}; this elmscale reads {', '.join(supported())}"
+        ) from None
 
 
 def _library_version() -> str:
@@ -119,10 +119,13 @@ def _json_value(value, where: str):
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, (list, tuple)) and all(
-            v is None or isinstance(v, (bool, str, int, float, np.number)) for v in value):
+        v is None or isinstance(v, (bool, str, int, float, np.number)) for v in value
+    ):
         return [_json_value(v, where) for v in value]
-    raise TypeError(f"cannot save {where} = {value!r}: only numbers, strings, None and "
-                    "lists of them can be stored in a model file")
+    raise TypeError(
+        f"cannot save {where} = {value!r}: only numbers, strings, None and "
+        "lists of them can be stored in a model file"
+    )
 
 
 def _plain_array(value: np.ndarray, where: str) -> np.ndarray:
@@ -143,12 +146,15 @@ def _encode(est, prefix: str, arrays: dict) -> dict:
     node: dict = {"estimator": name}
     if name == "Pipeline":
         node["params"] = {"memory": None, "verbose": bool(est.verbose)}
-        node["steps"] = [[step_name, _encode(step, f"{prefix}{i}/", arrays)]
-                         for i, (step_name, step) in enumerate(est.steps)]
+        node["steps"] = [
+            [step_name, _encode(step, f"{prefix}{i}/", arrays)]
+            for i, (step_name, step) in enumerate(est.steps)
+        ]
         return node
     params = est.get_params(deep=False)
-    if "random_state" in params and not (params["random_state"] is None
-                                         or isinstance(params["random_state"], (int, np.integer))):
+    if "random_state" in params and not (
+        params["random_state"] is None or isinstance(params["random_state"], (int, np.integer))
+    ):
         params["random_state"] = None  # a RandomState object: the drawn seed is in the layer
     node["params"] = {k: _json_value(v, f"{name}.{k}") for k, v in params.items()}
     node["attributes"], node["arrays"], node["layers"] = {}, {}, {}
@@ -189,16 +195,19 @@ def save(model, path, *, features=None, label=None) -> Path:
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "library_version": _library_version(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "model": _encode(model, "0/", arrays),
     }
     if features is not None:
-        metadata["input"] = {"features": [str(f) for f in features],
-                             "label": None if label is None else str(label)}
+        metadata["input"] = {
+            "features": [str(f) for f in features],
+            "label": None if label is None else str(label),
+        }
     members = {"metadata.json": json.dumps(metadata, indent=1, sort_keys=True).encode()}
     members.update({member: _npy_bytes(a) for member, a in arrays.items()})
-    sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n"
-                   for member, data in members.items())
+    sums = "".join(
+        f"{hashlib.sha256(data).hexdigest()}  {member}\n" for member, data in members.items()
+    )
 
     def write(tmp: Path) -> None:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -221,7 +230,8 @@ def _read_members(path: Path) -> dict[str, bytes]:
     except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile) as exc:
         raise ModelFileError(
             f"{path}: not a complete elmscale model file (truncated, damaged or not a "
-            f"model at all): {exc}") from exc
+            f"model at all): {exc}"
+        ) from exc
 
 
 def _verify(path: Path, members: dict[str, bytes]) -> dict:
@@ -235,11 +245,14 @@ def _verify(path: Path, members: dict[str, bytes]) -> dict:
         if member == "SHA256SUMS":
             continue
         if member not in expected:
-            raise ModelFileError(f"{path}: member {member!r} is not listed in SHA256SUMS "
-                                 "(the file was modified)")
+            raise ModelFileError(
+                f"{path}: member {member!r} is not listed in SHA256SUMS (the file was modified)"
+            )
         if hashlib.sha256(data).hexdigest() != expected[member]:
-            raise ModelFileError(f"{path}: member {member!r} does not match its checksum "
-                                 "(the file was modified or damaged)")
+            raise ModelFileError(
+                f"{path}: member {member!r} does not match its checksum "
+                "(the file was modified or damaged)"
+            )
     missing = set(expected) - set(members)
     if missing:
         raise ModelFileError(f"{path}: members missing: {sorted(missing)}")
@@ -248,8 +261,10 @@ def _verify(path: Path, members: dict[str, bytes]) -> dict:
     except ValueError as exc:
         raise ModelFileError(f"{path}: metadata.json is not valid JSON: {exc}") from exc
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
-        raise ModelFileError(f"{path}: not an elmscale model file (format is "
-                             f"{metadata.get('format') if isinstance(metadata, dict) else None!r})")
+        raise ModelFileError(
+            f"{path}: not an elmscale model file (format is "
+            f"{metadata.get('format') if isinstance(metadata, dict) else None!r})"
+        )
     version = metadata.get("format_version")
     if not isinstance(version, int):
         raise ModelFileError(f"{path}: format_version missing or not an integer")
@@ -257,7 +272,8 @@ def _verify(path: Path, members: dict[str, bytes]) -> dict:
         raise ModelFileError(
             f"{path}: written in model format version {version} (elmscale "
             f"{metadata.get('library_version', '?')}); this elmscale ({_library_version()}) "
-            f"reads versions up to {FORMAT_VERSION}: upgrade elmscale to load it")
+            f"reads versions up to {FORMAT_VERSION}: upgrade elmscale to load it"
+        )
     return metadata
 
 
@@ -280,7 +296,9 @@ def _decode(node: dict, path: Path, members: dict[str, bytes]):
     try:
         est = cls(**params)
     except TypeError as exc:
-        raise ModelFileError(f"{path}: parameters of {name} do not match this elmscale: {exc}") from exc
+        raise ModelFileError(
+            f"{path}: parameters of {name} do not match this elmscale: {exc}"
+        ) from exc
     for attr, value in node.get("attributes", {}).items():
         setattr(est, attr, value)
     for attr, member in node.get("arrays", {}).items():

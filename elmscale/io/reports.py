@@ -29,8 +29,9 @@ def cv_results_frame(cv_results: dict) -> pd.DataFrame:
     columns = {}
     for key, values in cv_results.items():
         if key == "params":
-            columns[key] = [json.dumps({k: _plain(v) for k, v in p.items()}, sort_keys=True)
-                            for p in values]
+            columns[key] = [
+                json.dumps({k: _plain(v) for k, v in p.items()}, sort_keys=True) for p in values
+            ]
         else:
             columns[key] = [_plain(v) for v in values]
     return pd.DataFrame(columns)
@@ -48,8 +49,9 @@ def write_cv_results(cv_results: dict, path) -> Path:
     raise ValueError(f"{path}: expected a .csv or .json file name")
 
 
-def plot_cv_heatmap(cv_results: dict, path, *, x: str = "C", y: str = "sigma",
-                    title: str | None = None) -> Path:
+def plot_cv_heatmap(
+    cv_results: dict, path, *, x: str = "C", y: str = "sigma", title: str | None = None
+) -> Path:
     """Mean CV score over the (``x``, ``y``) grid as a PNG, like the paper's Figs. 6-7
     (log-spaced axes labelled with the grid values; other parameters at their best)."""
     try:
@@ -62,8 +64,9 @@ def plot_cv_heatmap(cv_results: dict, path, *, x: str = "C", y: str = "sigma",
     xs = sorted({_plain(v) for v in cv_results[f"param_{x}"]})
     ys = sorted({_plain(v) for v in cv_results[f"param_{y}"]})
     grid = np.full((len(ys), len(xs)), np.nan)
-    for xv, yv, score in zip(cv_results[f"param_{x}"], cv_results[f"param_{y}"],
-                             cv_results["mean_test_score"]):
+    for xv, yv, score in zip(
+        cv_results[f"param_{x}"], cv_results[f"param_{y}"], cv_results["mean_test_score"]
+    ):
         i, j = ys.index(_plain(yv)), xs.index(_plain(xv))
         grid[i, j] = np.nanmax([grid[i, j], score])
     fig, ax = plt.subplots(figsize=(1.0 + 0.45 * len(xs), 1.0 + 0.4 * len(ys)))

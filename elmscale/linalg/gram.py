@@ -40,12 +40,19 @@ class Gram:
     classes: np.ndarray | None = None
 
     @classmethod
-    def zeros(cls, n_outputs: int, n_targets: int, *, n_folds: int = 1,
-              classes: np.ndarray | None = None) -> Gram:
+    def zeros(
+        cls, n_outputs: int, n_targets: int, *, n_folds: int = 1, classes: np.ndarray | None = None
+    ) -> Gram:
         """An empty Gram of ``n_outputs`` features (L) and ``n_targets`` target columns."""
         k, L, c = int(n_folds), int(n_outputs), int(n_targets)
-        return cls(np.zeros((k, L, L)), np.zeros((k, L, c)), np.zeros((k, c)),
-                   np.zeros((k, c), dtype=np.int64), np.zeros(k, dtype=np.int64), classes)
+        return cls(
+            np.zeros((k, L, L)),
+            np.zeros((k, L, c)),
+            np.zeros((k, c)),
+            np.zeros((k, c), dtype=np.int64),
+            np.zeros(k, dtype=np.int64),
+            classes,
+        )
 
     @property
     def n_folds(self) -> int:
@@ -64,8 +71,9 @@ class Gram:
         for p in parts[1:]:
             HtH += p.HtH
         if first.classes is None:
-            HtY, YtY, counts = (sum(getattr(p, name) for p in parts)
-                                for name in ("HtY", "YtY", "counts"))
+            HtY, YtY, counts = (
+                sum(getattr(p, name) for p in parts) for name in ("HtY", "YtY", "counts")
+            )
             classes = None
         else:
             classes, where = merge_classes(*(p.classes for p in parts))
@@ -87,8 +95,10 @@ class Gram:
         if isinstance(folds, (int, np.integer)):
             arrays = (a[folds] for a in (self.HtH, self.HtY, self.YtY, self.counts, self.n_rows))
         else:
-            arrays = (a[folds].sum(axis=0)
-                      for a in (self.HtH, self.HtY, self.YtY, self.counts, self.n_rows))
+            arrays = (
+                a[folds].sum(axis=0)
+                for a in (self.HtH, self.HtY, self.YtY, self.counts, self.n_rows)
+            )
         return Gram(*(a[None] for a in arrays), classes=self.classes)
 
     def total(self, exclude: int | None = None) -> Gram:
@@ -103,26 +113,37 @@ class Gram:
         """One-fold Gram of fold ``k``'s rows only: its validation part."""
         return self._part(int(k))
 
-    def ridge_terms(self, encoder: TargetEncoder | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def ridge_terms(
+        self, encoder: TargetEncoder | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(H'H, H'T, T'T)`` of a one-fold Gram: ``T`` is ``Y`` encoded by ``encoder``
         (None: ``Y`` as summed).  ``(I/C + H'H) beta = H'T`` is the ridge ELM."""
         if self.n_folds != 1:
-            raise ValueError(f"ridge_terms needs a one-fold Gram (total() or fold(k)); this "
-                             f"one has {self.n_folds} folds")
+            raise ValueError(
+                f"ridge_terms needs a one-fold Gram (total() or fold(k)); this "
+                f"one has {self.n_folds} folds"
+            )
         if encoder is None or not encoder.for_classes:
             return self.HtH[0], self.HtY[0], self.YtY[0]
         if self.classes is None or not np.array_equal(encoder.classes, self.classes):
-            raise ValueError(f"the encoder's classes {encoder.classes} are not the Gram's "
-                             f"{self.classes}")
+            raise ValueError(
+                f"the encoder's classes {encoder.classes} are not the Gram's {self.classes}"
+            )
         HtT, TtT = encoder.gram_targets(self.HtY[0], self.YtY[0], self.counts[0])
         return self.HtH[0], HtT, TtT
 
 
-def accumulate_gram(feature_map: FeatureMap, X: np.ndarray, Y: np.ndarray, *,
-                    classes: np.ndarray | None = None, folds: np.ndarray | None = None,
-                    n_folds: int = 1, precision: str = "double",
-                    block_rows: int = DEFAULT_BLOCK_ROWS) -> Gram:
+def accumulate_gram(
+    feature_map: FeatureMap,
+    X: np.ndarray,
+    Y: np.ndarray,
+    *,
+    classes: np.ndarray | None = None,
+    folds: np.ndarray | None = None,
+    n_folds: int = 1,
+    precision: str = "double",
+    block_rows: int = DEFAULT_BLOCK_ROWS,
+) -> Gram:
     """The :class:`Gram` of ``H = feature_map(X)`` and targets ``Y`` (``(n, c)``; 1-D: one
     column), in blocks of ``block_rows`` rows.
 

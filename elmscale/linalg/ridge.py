@@ -39,7 +39,7 @@ SINGLE_PRECISION_MARGIN = 1e-5
 
 
 def choose_precision(mean_diagonal: float, C_max: float) -> str:
-    """"single" if float32 products are safe for ``C_max`` given the mean diagonal of H'H, else
+    """ "single" if float32 products are safe for ``C_max`` given the mean diagonal of H'H, else
     "double"."""
     return "single" if 1.0 / C_max >= SINGLE_PRECISION_MARGIN * mean_diagonal else "double"
 

@@ -88,16 +88,19 @@ class TargetEncoder:
             try:
                 values = np.asarray(y, dtype=np.float64)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"regression targets must be numbers; got "
-                                 f"{np.asarray(y).dtype} labels ({exc})") from exc
+                raise ValueError(
+                    f"regression targets must be numbers; got {np.asarray(y).dtype} labels ({exc})"
+                ) from exc
             if not np.all(np.isfinite(values)):
                 raise ValueError("y contains NaN or infinity; expected finite targets")
             return values.reshape(len(values), -1)
         index = self.index(y)
         if np.any(index < 0):
             unknown = np.unique(np.asarray(y)[index < 0])
-            raise ValueError(f"y holds labels not among the classes {self.classes.tolist()}: "
-                             f"{unknown[:5].tolist()}")
+            raise ValueError(
+                f"y holds labels not among the classes {self.classes.tolist()}: "
+                f"{unknown[:5].tolist()}"
+            )
         n, n_classes = index.size, self.classes.size
         if self.coding == "plus_minus" and n_classes == 2:
             return np.where(index == 1, 1.0, -1.0)[:, None]
@@ -111,16 +114,19 @@ class TargetEncoder:
         fitted = self.fit(y)
         return fitted, fitted.transform(y)
 
-    def gram_targets(self, HtY: np.ndarray, YtY: np.ndarray, counts: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+    def gram_targets(
+        self, HtY: np.ndarray, YtY: np.ndarray, counts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``H'T`` and ``T'T`` (per output column) from sums over rows of ``H'Y``, ``Y'Y``
         and rows per column, ``Y`` the one_of_j indicators of ``classes`` (class codings) or
         the values (values coding: returned as they are)."""
         if not self.for_classes:
             return HtY, YtY
         if HtY.shape[-1] != self._classes().size:
-            raise ValueError(f"the sums have {HtY.shape[-1]} class columns; the encoder has "
-                             f"{self.classes.size} classes")
+            raise ValueError(
+                f"the sums have {HtY.shape[-1]} class columns; the encoder has "
+                f"{self.classes.size} classes"
+            )
         if self.coding == "one_of_j":
             return HtY, counts.astype(np.float64)
         n = counts.sum()

@@ -60,9 +60,17 @@ def _gram_scores(gram: Gram, encoder, coefs: np.ndarray) -> np.ndarray:
     return scores
 
 
-def cross_validate_path(estimator, dataset: ParquetDataset, Cs, *, n_folds: int = 5,
-                        scoring: str | None = None, fold_seed: int = 0, client=None,
-                        n_units: int | None = None) -> PathCVResult:
+def cross_validate_path(
+    estimator,
+    dataset: ParquetDataset,
+    Cs,
+    *,
+    n_folds: int = 5,
+    scoring: str | None = None,
+    fold_seed: int = 0,
+    client=None,
+    n_units: int | None = None,
+) -> PathCVResult:
     """K-fold cross-validation of a random-node ELM over the values ``Cs``, then a refit.
 
     One pass over the data computes ``H'H`` / ``H'Y`` per fold; the training Gram of fold
@@ -84,11 +92,18 @@ def cross_validate_path(estimator, dataset: ParquetDataset, Cs, *, n_folds: int 
     classifier = is_classifier(estimator)
     scoring = scoring or ("accuracy" if classifier else "neg_mean_squared_error")
     if scoring not in SCORINGS or (scoring == "accuracy" and not classifier):
-        raise ValueError(f"scoring must be one of {SCORINGS} (accuracy for classifiers); got "
-                         f"{scoring!r}")
+        raise ValueError(
+            f"scoring must be one of {SCORINGS} (accuracy for classifiers); got {scoring!r}"
+        )
     model = clone(estimator)
-    feature_map, gram = model.dataset_gram(dataset, C_max=float(Cs.max()), n_folds=int(n_folds),
-                                           fold_seed=fold_seed, client=client, n_units=n_units)
+    feature_map, gram = model.dataset_gram(
+        dataset,
+        C_max=float(Cs.max()),
+        n_folds=int(n_folds),
+        fold_seed=fold_seed,
+        client=client,
+        n_units=n_units,
+    )
     encoder = model.target_encoder_
     coefs = []
     for k in range(gram.n_folds):
@@ -99,9 +114,17 @@ def cross_validate_path(estimator, dataset: ParquetDataset, Cs, *, n_folds: int 
         split_scores = _gram_scores(gram, encoder, coefs)
     else:
         correct = dataplane.fold_scores(
-            dataset, feature_map, coefs, encoder, n_folds=int(n_folds), fold_seed=fold_seed,
-            block_rows=model.block_rows, client=client, n_threads=model.n_threads,
-            n_units=n_units)
+            dataset,
+            feature_map,
+            coefs,
+            encoder,
+            n_folds=int(n_folds),
+            fold_seed=fold_seed,
+            block_rows=model.block_rows,
+            client=client,
+            n_threads=model.n_threads,
+            n_units=n_units,
+        )
         split_scores = correct / np.maximum(gram.n_rows, 1)[:, None]
     best = int(np.argmax(split_scores.mean(axis=0)))
     HtH, HtT, _ = gram.total().ridge_terms(encoder)

@@ -18,8 +18,7 @@ def cv_results(candidates: list[dict], split_scores: np.ndarray) -> dict:
     candidate order, as scikit-learn's ``GridSearchCV``)."""
     split_scores = np.asarray(split_scores, dtype=np.float64)
     if split_scores.shape[0] != len(candidates):
-        raise ValueError(f"{split_scores.shape[0]} rows of scores for {len(candidates)} "
-                         "candidates")
+        raise ValueError(f"{split_scores.shape[0]} rows of scores for {len(candidates)} candidates")
     mean, std = split_scores.mean(axis=1), split_scores.std(axis=1)
     order = np.argsort(-mean, kind="stable")
     rank = np.empty(len(candidates), dtype=np.int64)

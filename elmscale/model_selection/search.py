@@ -18,21 +18,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, clone, is_classifier
+from sklearn.base import BaseEstimator, clone
 from sklearn.metrics import check_scoring
 from sklearn.model_selection import KFold, ParameterGrid, StratifiedKFold, check_cv
 from sklearn.utils import check_X_y
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
-from elmscale.distributed.executors import make_executor, progress_bars
 from elmscale import registry
-from elmscale.models.grid_plan import GridPlan
+from elmscale.distributed.executors import make_executor, progress_bars
 from elmscale.model_selection.results import cv_results
-from elmscale.models.paper_grids import (PAPER_C_GRID, PAPER_DEGREE_GRID, PAPER_SIGMA_GRID,
-                                         paper_grid)
+from elmscale.models.grid_plan import GridPlan
+from elmscale.models.paper_grids import (
+    PAPER_C_GRID,
+    PAPER_DEGREE_GRID,
+    PAPER_SIGMA_GRID,
+    paper_grid,
+)
 
-__all__ = ["PAPER_C_GRID", "PAPER_DEGREE_GRID", "PAPER_SIGMA_GRID", "GridSearchCV",
-           "PathSearchResult", "paper_grid", "path_grid_search"]
+__all__ = [
+    "PAPER_C_GRID",
+    "PAPER_DEGREE_GRID",
+    "PAPER_SIGMA_GRID",
+    "GridSearchCV",
+    "PathSearchResult",
+    "paper_grid",
+    "path_grid_search",
+]
 
 
 @dataclass
@@ -77,15 +88,24 @@ def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, re
     # GridSearchCV's candidate order: ParameterGrid over {**param_grid, "C": Cs}
     # sorts the keys, so C is fastest only if it sorts last; rank like it does.
     candidates = list(ParameterGrid({**(param_grid or {}), "C": list(Cs)}))
-    split = np.array([scores[grid.index({k: v for k, v in c.items() if k != "C"}),
-                             Cs.index(float(c["C"]))] for c in candidates])
+    split = np.array(
+        [
+            scores[grid.index({k: v for k, v in c.items() if k != "C"}), Cs.index(float(c["C"]))]
+            for c in candidates
+        ]
+    )
     results = cv_results(candidates, split)
     best = int(np.argmin(results["rank_test_score"]))
     best_key = candidates[best]
-    result = PathSearchResult(best_params_=best_key,
-                              best_score_=float(results["mean_test_score"][best]), params=grid,
-                              Cs=Cs, mean_scores=scores.mean(axis=2), fold_scores=scores,
-                              cv_results_=results)
+    result = PathSearchResult(
+        best_params_=best_key,
+        best_score_=float(results["mean_test_score"][best]),
+        params=grid,
+        Cs=Cs,
+        mean_scores=scores.mean(axis=2),
+        fold_scores=scores,
+        cv_results_=results,
+    )
     if refit:
         result.best_estimator_ = clone(estimator).set_params(**best_key).fit(X, y)
     return result
@@ -118,10 +138,13 @@ def _fold_plan(estimator, X, y, splits, settings, Cs, scoring, c_path) -> GridPl
             out[s, :, k] = result
         return out
 
-    return GridPlan(pieces=pieces, fn=_path_piece, scores=scores,
-                    shared={"X": X, "y": y, "splits": splits, "settings": settings},
-                    kwargs={"estimator": estimator, "Cs": Cs, "scoring": scoring,
-                            "c_path": c_path})
+    return GridPlan(
+        pieces=pieces,
+        fn=_path_piece,
+        scores=scores,
+        shared={"X": X, "y": y, "splits": splits, "settings": settings},
+        kwargs={"estimator": estimator, "Cs": Cs, "scoring": scoring, "c_path": c_path},
+    )
 
 
 class GridSearchCV(BaseEstimator):
@@ -163,8 +186,19 @@ class GridSearchCV(BaseEstimator):
     ``mean_test_score``, ``std_test_score``, ``rank_test_score``), and ``n_pieces_``.
     """
 
-    def __init__(self, estimator, param_grid, *, cv=5, scoring=None, refit=True,
-                 ray_address=None, progress=False, n_threads=None, random_state=0):
+    def __init__(
+        self,
+        estimator,
+        param_grid,
+        *,
+        cv=5,
+        scoring=None,
+        refit=True,
+        ray_address=None,
+        progress=False,
+        n_threads=None,
+        random_state=0,
+    ):
         self.estimator = estimator
         self.param_grid = param_grid
         self.cv = cv
@@ -201,8 +235,10 @@ class GridSearchCV(BaseEstimator):
     def _capabilities(self):
         found = registry.entry_for(self.estimator)
         if found is None:
-            raise TypeError(f"GridSearchCV takes a registered estimator (elmscale.models."
-                            f"registry); got {type(self.estimator).__name__}")
+            raise TypeError(
+                f"GridSearchCV takes a registered estimator (elmscale.models."
+                f"registry); got {type(self.estimator).__name__}"
+            )
         return found.capabilities
 
     def fit(self, X, y):
@@ -216,13 +252,13 @@ class GridSearchCV(BaseEstimator):
         base = clone(self.estimator)
         if base.get_params().get("random_state", 0) is None:
             # every piece (and the refit) must draw the same random layer
-            base.set_params(random_state=int(np.random.default_rng(self.random_state)
-                                             .integers(2**31 - 1)))
+            base.set_params(
+                random_state=int(np.random.default_rng(self.random_state).integers(2**31 - 1))
+            )
         if capabilities.grid_pieces == "pairs":
             plan = base.grid_plan(X, y, splits, settings, Cs, self.scoring)
         else:
-            plan = _fold_plan(base, X, y, splits, settings, Cs, self.scoring,
-                              capabilities.c_path)
+            plan = _fold_plan(base, X, y, splits, settings, Cs, self.scoring, capabilities.c_path)
         self.n_pieces_ = len(plan.pieces)
         results = self._run(plan, settings)
         self._set_results(candidates, keys, plan.scores(results), len(splits))
@@ -243,8 +279,14 @@ class GridSearchCV(BaseEstimator):
 
         executor = make_executor(ray_address=self.ray_address, n_threads=self.n_threads)
         with progress_bars(self.progress):
-            return executor.map(plan.fn, plan.pieces, shared=plan.shared, describe=describe,
-                                label="grid pieces", **plan.kwargs)
+            return executor.map(
+                plan.fn,
+                plan.pieces,
+                shared=plan.shared,
+                describe=describe,
+                label="grid pieces",
+                **plan.kwargs,
+            )
 
     def _set_results(self, candidates, keys, scores, n_splits):
         split = np.array([scores[s, c] for s, c in keys])  # (candidates, folds)

@@ -70,9 +70,21 @@ class _BaseELM(BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, *, hidden="sigmoid", n_hidden=500, weight_scale=1.0, kernel=None, C=1.0,
-                 sigma=1.0, degree=3, precision="auto", block_rows=16384, n_threads=None,
-                 random_state=None):
+    def __init__(
+        self,
+        *,
+        hidden="sigmoid",
+        n_hidden=500,
+        weight_scale=1.0,
+        kernel=None,
+        C=1.0,
+        sigma=1.0,
+        degree=3,
+        precision="auto",
+        block_rows=16384,
+        n_threads=None,
+        random_state=None,
+    ):
         self.hidden = hidden
         self.n_hidden = n_hidden
         self.weight_scale = weight_scale
@@ -107,15 +119,22 @@ class _BaseELM(BaseEstimator):
     # -- feature maps ----------------------------------------------------------
     def _validate_X_y(self, X, y):
         is_regressor = isinstance(self, RegressorMixin)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32],
-                             multi_output=is_regressor, y_numeric=is_regressor)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=[np.float64, np.float32],
+            multi_output=is_regressor,
+            y_numeric=is_regressor,
+        )
         return X, y
 
     def _new_layer(self, n_features: int) -> HiddenLayer:
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(0, 2**31 - 1))
-        return HiddenLayer(self.hidden, n_features, int(self.n_hidden), seed,
-                           weight_scale=float(self.weight_scale))
+        return HiddenLayer(
+            self.hidden, n_features, int(self.n_hidden), seed, weight_scale=float(self.weight_scale)
+        )
 
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
@@ -153,13 +172,21 @@ class _BaseELM(BaseEstimator):
             return features, features.transform(features.basis, dtype=np.float64), T
         layer = self._new_layer(X.shape[1])
         self.precision_ = self._resolve_precision(layer, X, C_max)
-        HtH, HtT, _ = accumulate_gram(layer, X, T, precision=self.precision_,
-                                      block_rows=self.block_rows).ridge_terms()
+        HtH, HtT, _ = accumulate_gram(
+            layer, X, T, precision=self.precision_, block_rows=self.block_rows
+        ).ridge_terms()
         return layer, HtH, HtT
 
-    def dataset_gram(self, dataset, *, C_max: float | None = None, n_folds: int = 1,
-                     fold_seed: int = 0, client=None, n_units: int | None = None
-                     ) -> tuple[FeatureMap, Gram]:
+    def dataset_gram(
+        self,
+        dataset,
+        *,
+        C_max: float | None = None,
+        n_folds: int = 1,
+        fold_seed: int = 0,
+        client=None,
+        n_units: int | None = None,
+    ) -> tuple[FeatureMap, Gram]:
         """One pass over a Parquet data set (random hidden nodes): a new feature map and the
         :class:`~elmscale.linalg.gram.Gram` of its outputs and the targets.
 
@@ -181,17 +208,25 @@ class _BaseELM(BaseEstimator):
         if self.kernel is not None:
             raise ValueError("dataset_gram needs random hidden nodes (kernel=None)")
         if not isinstance(dataset, ParquetDataset):
-            raise TypeError(f"expected a ParquetDataset (elmscale.open_parquet); got "
-                            f"{type(dataset).__name__}")
+            raise TypeError(
+                f"expected a ParquetDataset (elmscale.open_parquet); got {type(dataset).__name__}"
+            )
         C_max = float(self.C if C_max is None else C_max)
         layer = self._new_layer(dataset.n_features)
         first_rows, _ = dataset.units()[0].head(_PRECISION_SAMPLE_ROWS).read(with_labels=False)
         self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
-        gram = dataplane.gram(dataset, layer,
-                              targets="values" if self.target_coding == "values" else "classes",
-                              n_folds=n_folds, fold_seed=fold_seed, precision=self.precision_,
-                              block_rows=self.block_rows, client=client,
-                              n_threads=self.n_threads, n_units=n_units)
+        gram = dataplane.gram(
+            dataset,
+            layer,
+            targets="values" if self.target_coding == "values" else "classes",
+            n_folds=n_folds,
+            fold_seed=fold_seed,
+            precision=self.precision_,
+            block_rows=self.block_rows,
+            client=client,
+            n_threads=self.n_threads,
+            n_units=n_units,
+        )
         self.n_features_in_ = dataset.n_features
         self._set_gram_targets(gram)
         return layer, gram
@@ -208,8 +243,9 @@ class _BaseELM(BaseEstimator):
         self.n_features_in_ = dataset.n_features
         T = self._encode_targets(y)
         features = KernelFeatures(self._kernel_obj(), X)
-        omega = dataplane.kernel_matrix(dataset, features.basis, features.kernel, client=client,
-                                        n_threads=self.n_threads)
+        omega = dataplane.kernel_matrix(
+            dataset, features.basis, features.kernel, client=client, n_threads=self.n_threads
+        )
         return features, omega, T
 
     def _any_gram(self, X, y, client, C_max: float):
@@ -220,15 +256,20 @@ class _BaseELM(BaseEstimator):
             raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         if isinstance(X, ParquetDataset):
             if y is not None:
-                raise ValueError("y must be None when X is a ParquetDataset: the labels come "
-                                 f"from its label column {X.label!r}")
+                raise ValueError(
+                    "y must be None when X is a ParquetDataset: the labels come "
+                    f"from its label column {X.label!r}"
+                )
             if X.label is None:
-                raise ValueError(f"{X.source}: the data set has no label column; expected "
-                                 "labels for fitting")
+                raise ValueError(
+                    f"{X.source}: the data set has no label column; expected labels for fitting"
+                )
             return self._dataset_gram(X, client, C_max)
         if client is not None:
-            raise ValueError("client is used with a ParquetDataset (elmscale.open_parquet); "
-                             "in-memory arrays are fitted in this process")
+            raise ValueError(
+                "client is used with a ParquetDataset (elmscale.open_parquet); "
+                "in-memory arrays are fitted in this process"
+            )
         X, y = self._validate_X_y(X, y)
         return self._gram(X, self._encode_targets(y), C_max)
 
@@ -239,7 +280,9 @@ class _BaseELM(BaseEstimator):
                 warnings.warn(
                     f"precision='single' is too coarse for C={C_max:g} here (1/C is within "
                     f"reach of float32 rounding of H'H); use precision='double' or 'auto'",
-                    UserWarning, stacklevel=3)
+                    UserWarning,
+                    stacklevel=3,
+                )
 
     def _shape_coef(self, coef: np.ndarray) -> np.ndarray:
         """The output weights as stored (subclasses drop a single output's column)."""
@@ -259,17 +302,22 @@ class _BaseELM(BaseEstimator):
         coef = self._shape_coef(np.asarray(coef))
         if isinstance(feature_map, KernelFeatures):
             if self.kernel is None or feature_map.kernel != self._kernel_obj():
-                raise ValueError(f"the kernel map's {feature_map.kernel} is not this "
-                                 f"estimator's kernel ({self.kernel!r}, sigma={self.sigma}, "
-                                 f"degree={self.degree})")
-            attrs, stale = {"X_fit_": feature_map.basis, "dual_coef_": coef}, ("hidden_layer_",
-                                                                               "coef_")
+                raise ValueError(
+                    f"the kernel map's {feature_map.kernel} is not this "
+                    f"estimator's kernel ({self.kernel!r}, sigma={self.sigma}, "
+                    f"degree={self.degree})"
+                )
+            attrs, stale = (
+                {"X_fit_": feature_map.basis, "dual_coef_": coef},
+                ("hidden_layer_", "coef_"),
+            )
         else:
             if self.kernel is not None:
-                raise ValueError(f"this estimator has kernel={self.kernel!r}; expected a "
-                                 f"KernelFeatures map, got {type(feature_map).__name__}")
-            attrs, stale = {"hidden_layer_": feature_map, "coef_": coef}, ("X_fit_",
-                                                                         "dual_coef_")
+                raise ValueError(
+                    f"this estimator has kernel={self.kernel!r}; expected a "
+                    f"KernelFeatures map, got {type(feature_map).__name__}"
+                )
+            attrs, stale = {"hidden_layer_": feature_map, "coef_": coef}, ("X_fit_", "dual_coef_")
         for name in stale:  # a refit in the other mode leaves no weights of the first
             self.__dict__.pop(name, None)
         for name, value in attrs.items():
@@ -401,7 +449,8 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         check_classification_targets(y)
         if type_of_target(y) not in ("binary", "multiclass"):
             raise ValueError(
-                f"y must hold one class label per row; got target type {type_of_target(y)!r}")
+                f"y must hold one class label per row; got target type {type_of_target(y)!r}"
+            )
         encoder = TargetEncoder(self.target_coding).fit(y)
         self.classes_ = encoder.classes
         self._check_classes()
@@ -411,7 +460,8 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         if self.classes_.size < 2:
             raise ValueError(
                 f"{type(self).__name__} needs at least 2 classes in y; got "
-                f"{self.classes_.size} class ({', '.join(map(repr, self.classes_.tolist()))})")
+                f"{self.classes_.size} class ({', '.join(map(repr, self.classes_.tolist()))})"
+            )
 
     def _set_gram_targets(self, gram):
         self.classes_ = gram.classes

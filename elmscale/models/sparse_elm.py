@@ -26,8 +26,13 @@ from elmscale.features.layers import HIDDEN_KINDS
 from elmscale.models.grid_plan import GridPlan
 
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
-from elmscale.models.sparse_elm_pairs import (mapping_from_dict, is_kernel, pair_path,
-                                              pair_problem, pair_validation_scores)
+from elmscale.models.sparse_elm_pairs import (
+    is_kernel,
+    mapping_from_dict,
+    pair_path,
+    pair_problem,
+    pair_validation_scores,
+)
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -104,9 +109,23 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, *, kernel="gaussian", hidden=None, n_hidden=200, weight_scale=1.0, C=1.0,
-                 sigma=1.0, degree=3, tol=1e-3, cache_size=200.0, shrinking=True, max_iter=-1,
-                 n_threads=None, random_state=None):
+    def __init__(
+        self,
+        *,
+        kernel="gaussian",
+        hidden=None,
+        n_hidden=200,
+        weight_scale=1.0,
+        C=1.0,
+        sigma=1.0,
+        degree=3,
+        tol=1e-3,
+        cache_size=200.0,
+        shrinking=True,
+        max_iter=-1,
+        n_threads=None,
+        random_state=None,
+    ):
         self.kernel = kernel
         self.hidden = hidden
         self.n_hidden = n_hidden
@@ -137,9 +156,13 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         ``random_state``."""
         seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
         if self.hidden is not None:
-            return {"kind": self.hidden, "n_features": int(n_features),
-                    "n_hidden": self.n_hidden, "seed": seed,
-                    "weight_scale": self.weight_scale}, seed
+            return {
+                "kind": self.hidden,
+                "n_features": int(n_features),
+                "n_hidden": self.n_hidden,
+                "seed": seed,
+                "weight_scale": self.weight_scale,
+            }, seed
         return {"kind": self.kernel, "sigma": self.sigma, "degree": self.degree}, seed
 
     def _prepare(self, X, y):
@@ -150,8 +173,10 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         if n_classes < 2:
-            raise ValueError(f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
-                             f"({self.classes_[0]!r})")
+            raise ValueError(
+                f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
+                f"({self.classes_[0]!r})"
+            )
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         description, seed = self._feature_map_description(X.shape[1])
         feature_map = mapping_from_dict(description)
@@ -161,8 +186,12 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         return X32, y_idx, feature_map, pairs, rows_of, seed
 
     def _solver_options(self) -> dict:
-        return {"tol": float(self.tol), "cache_size": float(self.cache_size),
-                "shrinking": bool(self.shrinking), "max_iter": int(self.max_iter)}
+        return {
+            "tol": float(self.tol),
+            "cache_size": float(self.cache_size),
+            "shrinking": bool(self.shrinking),
+            "max_iter": int(self.max_iter),
+        }
 
     def _solve_pairs(self, X32, feature_map, rows_of, seed, Cs, ray_address=None):
         """results[c][p]: pair p solved at Cs[c], each C warm-started from the previous one.
@@ -172,9 +201,16 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         the results do not depend on which.
         """
         executor = make_executor(ray_address=ray_address, n_threads=self.n_threads)
-        by_pair = executor.map(pair_path, list(rows_of), shared={"X": X32},
-                               label="one-vs-one pairs", feature_map=feature_map, Cs=list(Cs),
-                               seed=seed, **self._solver_options())
+        by_pair = executor.map(
+            pair_path,
+            list(rows_of),
+            shared={"X": X32},
+            label="one-vs-one pairs",
+            feature_map=feature_map,
+            Cs=list(Cs),
+            seed=seed,
+            **self._solver_options(),
+        )
         return [[by_pair[p][c] for p in range(len(rows_of))] for c in range(len(Cs))]
 
     def grid_plan(self, X, y, splits, settings, Cs, scoring=None) -> GridPlan:
@@ -184,12 +220,14 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         comes from the pairs' votes.  Pieces get plain values (a feature map's description,
         a seed, solver options), so a worker imports no scikit-learn."""
         if scoring not in (None, "accuracy"):
-            raise ValueError(f"scoring={scoring!r}: the sparse ELM's grid search scores "
-                             "accuracy only")
+            raise ValueError(
+                f"scoring={scoring!r}: the sparse ELM's grid search scores accuracy only"
+            )
         classes, y_idx = np.unique(y, return_inverse=True)
         pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
-        pieces = [(k, s, pair) for k in range(len(splits)) for s in range(len(settings))
-                  for pair in pairs]
+        pieces = [
+            (k, s, pair) for k in range(len(splits)) for s in range(len(settings)) for pair in pairs
+        ]
         resolved = []
         for setting in settings:
             est = clone(self).set_params(**setting)
@@ -201,27 +239,41 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             for k, (_, test) in enumerate(splits):
                 for s in range(len(settings)):
                     first = (k * len(settings) + s) * len(pairs)
-                    block = np.stack(results[first:first + len(pairs)])  # (pairs, C, rows)
+                    block = np.stack(results[first : first + len(pairs)])  # (pairs, C, rows)
                     for c in range(len(Cs)):
-                        guess = decision_to_class_index(ovo_decision(block[:, c].T,
-                                                                     classes.size))
+                        guess = decision_to_class_index(ovo_decision(block[:, c].T, classes.size))
                         out[s, c, k] = np.mean(guess == y_idx[test])
             return out
 
-        shared = {"X": np.ascontiguousarray(X, dtype=np.float32), "y_idx": y_idx,
-                  "splits": splits, "settings": resolved}
-        return GridPlan(pieces=pieces, fn=pair_validation_scores, scores=scores,
-                        shared=shared, kwargs={"Cs": list(Cs)})
+        shared = {
+            "X": np.ascontiguousarray(X, dtype=np.float32),
+            "y_idx": y_idx,
+            "splits": splits,
+            "settings": resolved,
+        }
+        return GridPlan(
+            pieces=pieces,
+            fn=pair_validation_scores,
+            scores=scores,
+            shared=shared,
+            kwargs={"Cs": list(Cs)},
+        )
 
     def _warn_if_not_converged(self):
         if self.kkt_violation_.size and not np.all(self.converged_):
-            limit = (f"max_iter={self.max_iter}" if self.max_iter >= 0
-                     else "the default step cap, max(1e7, 100 n)")
-            warnings.warn(f"SparseELMClassifier stopped at {limit} before reaching "
-                          f"tol={self.tol:g} (largest KKT violation "
-                          f"{self.kkt_violation_.max():.3g}); increase max_iter, or scale "
-                          "the features",
-                          ConvergenceWarning, stacklevel=3)
+            limit = (
+                f"max_iter={self.max_iter}"
+                if self.max_iter >= 0
+                else "the default step cap, max(1e7, 100 n)"
+            )
+            warnings.warn(
+                f"SparseELMClassifier stopped at {limit} before reaching "
+                f"tol={self.tol:g} (largest KKT violation "
+                f"{self.kkt_violation_.max():.3g}); increase max_iter, or scale "
+                "the features",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, *, ray_address=None):
@@ -253,8 +305,9 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self._validate_params()
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         order = np.argsort(Cs, kind="stable")
-        solved = self._solve_pairs(X32, feature_map, rows_of, seed, [Cs[i] for i in order],
-                                   ray_address)
+        solved = self._solve_pairs(
+            X32, feature_map, rows_of, seed, [Cs[i] for i in order], ray_address
+        )
         fitted = [None] * len(Cs)
         for c, i in enumerate(order):
             est = clone(self).set_params(C=Cs[i])
@@ -297,8 +350,9 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
                 for rows in iter_row_blocks(X.shape[0], DEFAULT_BLOCK_ROWS):
                     out[rows] = self.hidden_layer_.scores(X[rows], self.coef_)
             elif self.support_.size:
-                out[:] = self._kernel_obj().block_matvec(X, self.support_vectors_,
-                                                          self.dual_coef_.T)
+                out[:] = self._kernel_obj().block_matvec(
+                    X, self.support_vectors_, self.dual_coef_.T
+                )
             else:
                 out[:] = 0.0
         return out

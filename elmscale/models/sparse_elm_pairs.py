@@ -5,21 +5,20 @@
 or layer setting, a pair).  The feature map says which problem it is: a
 :class:`~elmscale.features.kernels.Kernel` is solved in the dual with kernel columns, a
 random layer (:class:`~elmscale.features.layers.HiddenLayer`) by dual coordinate descent
-on the primal vector.  Each solve returns a :class:`BinarySolution`.  They import numpy, numba and elmscale's numerics only,
-not scikit-learn: a Ray worker that runs them starts in a fraction of the time
-(measured: ``import elmscale.sparse_elm`` 2.0 s, most of it scikit-learn; this module
-0.4 s), and a grid's first pieces wait on that.
+on the primal vector.  Each solve returns a :class:`BinarySolution`.  They import numpy,
+numba and elmscale's numerics only, not scikit-learn: a Ray worker that runs them starts in
+a fraction of the time (measured: ``import elmscale.sparse_elm`` 2.0 s, most of it
+scikit-learn; this module 0.4 s), and a grid's first pieces wait on that.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import NamedTuple
 
-from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
+import numpy as np
+
+from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
-from elmscale.features.base import feature_map_from_dict
 from elmscale.features.layers import HiddenLayer
 from elmscale.solvers.sparse_dual import (
     KernelSolverState,
@@ -27,7 +26,6 @@ from elmscale.solvers.sparse_dual import (
     solve_explicit_dual,
     solve_kernel_dual,
 )
-
 
 #: What a binary problem is solved with: a kernel (dual) or a random layer (primal vector).
 FeatureMap = Kernel | HiddenLayer
@@ -58,13 +56,29 @@ def is_kernel(feature_map: FeatureMap) -> bool:
         return True
     if isinstance(feature_map, HiddenLayer):
         return False
-    raise TypeError(f"the sparse ELM solves a Kernel or a HiddenLayer; got "
-                    f"{type(feature_map).__name__}")
+    raise TypeError(
+        f"the sparse ELM solves a Kernel or a HiddenLayer; got {type(feature_map).__name__}"
+    )
 
 
-def fit_binary(X, t, *, feature_map: FeatureMap, C, tol, cache_size, shrinking, max_iter,
-               seed=0, alpha0=None, H=None, gradient0=None, gradient0_alpha=None, gram=None,
-               state=None) -> BinarySolution:
+def fit_binary(
+    X,
+    t,
+    *,
+    feature_map: FeatureMap,
+    C,
+    tol,
+    cache_size,
+    shrinking,
+    max_iter,
+    seed=0,
+    alpha0=None,
+    H=None,
+    gradient0=None,
+    gradient0_alpha=None,
+    gram=None,
+    state=None,
+) -> BinarySolution:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
@@ -76,25 +90,44 @@ def fit_binary(X, t, *, feature_map: FeatureMap, C, tol, cache_size, shrinking, 
     """
     if is_kernel(feature_map):
         alpha, n_iter, converged, g = solve_kernel_dual(
-            X, t, kernel=feature_map, C=C, tol=tol, cache_size=cache_size, shrinking=shrinking,
-            max_iter=max_iter, alpha0=alpha0, gradient0=gradient0,
-            gradient0_alpha=gradient0_alpha, gram=gram, state=state)
+            X,
+            t,
+            kernel=feature_map,
+            C=C,
+            tol=tol,
+            cache_size=cache_size,
+            shrinking=shrinking,
+            max_iter=max_iter,
+            alpha0=alpha0,
+            gradient0=gradient0,
+            gradient0_alpha=gradient0_alpha,
+            gram=gram,
+            state=state,
+        )
         f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
         beta = None
     else:
         if H is None:
             H = feature_map.transform(X)
         alpha, beta, n_iter, converged = solve_explicit_dual(
-            H, t, C=C, tol=tol, shrinking=shrinking, max_iter=max_iter, alpha0=alpha0,
-            random_state=seed)
+            H,
+            t,
+            C=C,
+            tol=tol,
+            shrinking=shrinking,
+            max_iter=max_iter,
+            alpha0=alpha0,
+            random_state=seed,
+        )
         # in blocks: a float64 copy of the whole of H is 1.6 GB at a million rows
         f = np.empty(H.shape[0])
         for rows in iter_row_blocks(H.shape[0], DEFAULT_BLOCK_ROWS):
             f[rows] = H[rows].astype(np.float64) @ beta
         g = t * f - 1.0
     objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
-    return BinarySolution(alpha, beta, n_iter, bool(converged), objective,
-                          kkt_violation(alpha, g, C), g)
+    return BinarySolution(
+        alpha, beta, n_iter, bool(converged), objective, kkt_violation(alpha, g, C), g
+    )
 
 
 # The largest K (MB, float64) a C path keeps whole.  Larger ones cost more than they
@@ -116,8 +149,9 @@ def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
     return 8 * n_rows * n_cols <= min(cache_size, GRAM_BUDGET_MB) * 2**20
 
 
-def pair_path(pair, *, X, feature_map: FeatureMap, Cs, seed, tol, cache_size, shrinking,
-              max_iter) -> list[BinarySolution]:
+def pair_path(
+    pair, *, X, feature_map: FeatureMap, Cs, seed, tol, cache_size, shrinking, max_iter
+) -> list[BinarySolution]:
     """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
 
     ``pair`` is ``(rows, t)``: the rows of ``X`` in the problem and their +1 / -1 targets.
@@ -148,18 +182,30 @@ def pair_path(pair, *, X, feature_map: FeatureMap, Cs, seed, tol, cache_size, sh
             alpha, gradient, previous_C = np.full(t.size, first), first * q1 - 1.0, first
     for C in Cs:
         start = alpha
-        if (kernel and alpha is not None and C > previous_C
-                and np.any(alpha >= previous_C)):
+        if kernel and alpha is not None and C > previous_C and np.any(alpha >= previous_C):
             # predictor: the variables at the old bound start at the new one (on a face
             # that does not change they all stay there), which saves the steps that
             # would move them one by one.  (Not for random nodes: there it cost dual
             # coordinate descent more passes.)
             start = np.where(alpha >= previous_C, float(C), alpha)
         previous_C = float(C)
-        r = fit_binary(Xp, t, feature_map=feature_map, C=float(C), tol=tol,
-                       cache_size=cache_size, shrinking=shrinking, max_iter=max_iter,
-                       seed=seed, alpha0=start, H=H, gradient0=gradient,
-                       gradient0_alpha=alpha, gram=gram, state=state)
+        r = fit_binary(
+            Xp,
+            t,
+            feature_map=feature_map,
+            C=float(C),
+            tol=tol,
+            cache_size=cache_size,
+            shrinking=shrinking,
+            max_iter=max_iter,
+            seed=seed,
+            alpha0=start,
+            H=H,
+            gradient0=gradient,
+            gradient0_alpha=alpha,
+            gram=gram,
+            state=state,
+        )
         gradient = r.gradient  # only the next C needs it
         path.append(r._replace(gradient=None))
         alpha = r.alpha

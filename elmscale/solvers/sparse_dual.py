@@ -119,31 +119,37 @@ PHASE_UNSHRINK = 2  # the caller rebuilds the shrunk variables' gradient, then c
 PHASE_TAIL = 3  # the caller solves the small active set exactly, then calls again
 # The kernel solver's integer state between phases, one record whose fields numba reads
 # and writes in place (a record is a pointer to its bytes: no copy)
-KERNEL_STATE = np.dtype([
-    ("head", np.int64),  # the LRU list's head: the most recently used slot
-    ("n_active", np.int64),  # active variables: the solver's positions [0, n_active)
-    ("unshrunk", np.bool_),  # every variable brought back once near the end (LIBSVM's)
-    ("to_shrink", np.int64),  # steps to the next shrinking round
-    ("steps", np.int64),  # steps so far
-    ("last_change", np.int64),  # the step count at the active set's last change or tail solve
-    # counters for diagnosis (``info``)
-    ("column_entries", np.int64),  # column entries computed
-    ("shrinks", np.int64),  # shrinking rounds
-    ("shrunk_active_sum", np.int64),  # the active sizes they left, summed
-    ("g_bar_updates", np.int64),
-    ("g_bar_entries", np.int64),  # column entries added for G_bar's updates
-], align=True)
+KERNEL_STATE = np.dtype(
+    [
+        ("head", np.int64),  # the LRU list's head: the most recently used slot
+        ("n_active", np.int64),  # active variables: the solver's positions [0, n_active)
+        ("unshrunk", np.bool_),  # every variable brought back once near the end (LIBSVM's)
+        ("to_shrink", np.int64),  # steps to the next shrinking round
+        ("steps", np.int64),  # steps so far
+        ("last_change", np.int64),  # the step count at the active set's last change or tail solve
+        # counters for diagnosis (``info``)
+        ("column_entries", np.int64),  # column entries computed
+        ("shrinks", np.int64),  # shrinking rounds
+        ("shrunk_active_sum", np.int64),  # the active sizes they left, summed
+        ("g_bar_updates", np.int64),
+        ("g_bar_entries", np.int64),  # column entries added for G_bar's updates
+    ],
+    align=True,
+)
 # The explicit solver's (``_explicit_phase``)
-EXPLICIT_STATE = np.dtype([
-    ("active_size", np.int64),  # the first active_size of ``active`` are active
-    ("passes", np.int64),  # passes so far
-    ("tail_passes", np.int64),  # passes in a row with at most tail_size active
-    # the shrinking thresholds from the previous pass: LIBLINEAR's, the largest gradient
-    # of a variable that may decrease and the smallest of one that may increase, over
-    # SHRINK_DIVISOR
-    ("up_bound", np.float64),
-    ("down_bound", np.float64),
-], align=True)
+EXPLICIT_STATE = np.dtype(
+    [
+        ("active_size", np.int64),  # the first active_size of ``active`` are active
+        ("passes", np.int64),  # passes so far
+        ("tail_passes", np.int64),  # passes in a row with at most tail_size active
+        # the shrinking thresholds from the previous pass: LIBLINEAR's, the largest gradient
+        # of a variable that may decrease and the smallest of one that may increase, over
+        # SHRINK_DIVISOR
+        ("up_bound", np.float64),
+        ("down_bound", np.float64),
+    ],
+    align=True,
+)
 
 
 def _new_record(dtype, **fields):
@@ -167,8 +173,9 @@ def _violation(a, g, C):
 
 def _bound_flags(alpha, C):
     """The phase's int8 bound flags of ``alpha`` (``LOWER_BOUND``, ``FREE``, ``UPPER_BOUND``)."""
-    return np.where(alpha <= 0.0, LOWER_BOUND,
-                    np.where(alpha >= C, UPPER_BOUND, FREE)).astype(np.int8)
+    return np.where(alpha <= 0.0, LOWER_BOUND, np.where(alpha >= C, UPPER_BOUND, FREE)).astype(
+        np.int8
+    )
 
 
 def column_dtype(largest_diagonal, tol):
@@ -192,8 +199,10 @@ def column_dtype(largest_diagonal, tol):
 # branch in ``_column_segment``; the cache and the steps stay as they are.
 SOURCE_ROWS = 0  # K computed from the rows: ``Xt`` (d x n, float32), kind / sigma / degree
 SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X's order)
-QMatrix = namedtuple("QMatrix", ["source", "Xt", "t32", "perm", "gram", "kind", "sigma",
-                                 "degree", "diag", "dinv", "unit_diag"])
+QMatrix = namedtuple(
+    "QMatrix",
+    ["source", "Xt", "t32", "perm", "gram", "kind", "sigma", "degree", "diag", "dinv", "unit_diag"],
+)
 # The LRU cache of Q's columns (float32 or float64 by ``column_dtype``): ``cols`` (slots x
 # n, in the solver's order) with ``col_len[s]`` entries of slot s valid; ``slot_of[p]``
 # position p's slot (-1: none) and ``owner[s]`` slot s's position; ``prev`` / ``nxt`` a
@@ -231,12 +240,14 @@ class KernelSolverState:
         self.diag = 1.0 / self.dinv
         dtype = column_dtype(float(self.diag.max(initial=1.0)), tol)
         n_slots = int(max(2, min(n, cache_size * 2**20 // (dtype.itemsize * max(n, 1)))))
-        self.cache = ColumnCache(cols=empty_huge((n_slots, n), dtype),
-                                 col_len=np.zeros(n_slots, np.int64),
-                                 slot_of=np.full(n, -1, np.int64),
-                                 owner=np.full(n_slots, -1, np.int64),
-                                 prev=(np.arange(n_slots) - 1) % n_slots,
-                                 nxt=(np.arange(n_slots) + 1) % n_slots)
+        self.cache = ColumnCache(
+            cols=empty_huge((n_slots, n), dtype),
+            col_len=np.zeros(n_slots, np.int64),
+            slot_of=np.full(n, -1, np.int64),
+            owner=np.full(n_slots, -1, np.int64),
+            prev=(np.arange(n_slots) - 1) % n_slots,
+            nxt=(np.arange(n_slots) + 1) % n_slots,
+        )
         # (u, Q u) exactly: the last solution's variables at the bound and their G_bar,
         # from which the next C's G_bar is a scaling (see ``product_from``)
         self.known_bar = None
@@ -275,8 +286,13 @@ class ExactQ:
             # K is symmetric: K[rows, nz] @ coef = coef @ K[nz, rows], read row by row
             # in place (numpy's fancy indexing would copy the block first: 2-5x slower)
             out = np.empty(t_rows.size)
-            weighted_row_sum(self.gram, nz, coef,
-                             _ALL_COLUMNS if rows is None else np.asarray(rows, np.int64), out)
+            weighted_row_sum(
+                self.gram,
+                nz,
+                coef,
+                _ALL_COLUMNS if rows is None else np.asarray(rows, np.int64),
+                out,
+            )
             return t_rows * out
         A = self.X32 if rows is None else self.X32[rows]
         return t_rows * self.kernel.block_matvec(A, self.X32[nz], coef)
@@ -337,8 +353,12 @@ def _gradient_from(Q: ExactQ, alpha, C, alpha_ref, g_ref, known_bar=None):
     g_bar = product_from(Q, np.where(at_upper, alpha, 0.0), known_bar)
     if changed.size == 0:
         return g_ref.copy(), g_bar
-    if (at_upper.any() and changed.size == np.count_nonzero(at_upper)
-            and np.all(at_upper[changed]) and np.all(delta[changed] == delta[changed[0]])):
+    if (
+        at_upper.any()
+        and changed.size == np.count_nonzero(at_upper)
+        and np.all(at_upper[changed])
+        and np.all(delta[changed] == delta[changed[0]])
+    ):
         return g_ref + g_bar * (delta[changed[0]] / C), g_bar
     return g_ref + Q.matvec(None, delta), g_bar
 
@@ -387,8 +407,9 @@ def _flag_violation(g, flag):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_select_range(start, end, g, bound, dinv, col, delta, col2, delta2, two, unit_diag,
-                         score, viol):
+def _update_select_range(
+    start, end, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score, viol
+):
     """``g[start:end] += delta * col (+ delta2 * col2 if two)``, then the variable with the
     largest ``v^2 / Q_ii`` among them.
 
@@ -436,12 +457,12 @@ def _update_select_range(start, end, g, bound, dinv, col, delta, col2, delta2, t
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score,
-                   viol):
+def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score, viol):
     """``_update_select_range`` over the active variables; returns ``(index, largest
     violation)``."""
-    i_sel, _, max_v = _update_select_range(0, n_active, g, bound, dinv, col, delta, col2, delta2,
-                                           two, unit_diag, score, viol)
+    i_sel, _, max_v = _update_select_range(
+        0, n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score, viol
+    )
     return i_sel, np.sqrt(max_v)
 
 
@@ -533,9 +554,15 @@ _Scratch = namedtuple("_Scratch", ["xi", "acc32", "kbuf32", "acc64", "kbuf64", "
 @njit(cache=True, nogil=True, error_model="numpy")
 def _step_scratch(d):
     """A step's buffers (``_Scratch``) for rows of ``d`` features."""
-    return _Scratch(np.empty(d, np.float32), np.empty(SEGMENT_BLOCK, np.float32),
-                    np.empty(SEGMENT_BLOCK, np.int32), np.empty(SEGMENT_BLOCK),
-                    np.empty(SEGMENT_BLOCK, np.int64), np.empty(_BLOCK), np.empty(_BLOCK))
+    return _Scratch(
+        np.empty(d, np.float32),
+        np.empty(SEGMENT_BLOCK, np.float32),
+        np.empty(SEGMENT_BLOCK, np.int32),
+        np.empty(SEGMENT_BLOCK),
+        np.empty(SEGMENT_BLOCK, np.int64),
+        np.empty(_BLOCK),
+        np.empty(_BLOCK),
+    )
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -545,8 +572,22 @@ def _column_segment(q, i, start, end, scratch, out):
     if q.source == SOURCE_GRAM:
         _gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
     else:
-        q_segment(q.Xt, q.t32, i, start, end, q.kind, q.sigma, q.degree, scratch.xi,
-                  scratch.acc32, scratch.kbuf32, scratch.acc64, scratch.kbuf64, out)
+        q_segment(
+            q.Xt,
+            q.t32,
+            i,
+            start,
+            end,
+            q.kind,
+            q.sigma,
+            q.degree,
+            scratch.xi,
+            scratch.acc32,
+            scratch.kbuf32,
+            scratch.acc64,
+            scratch.kbuf64,
+            out,
+        )
 
 
 # The helper thread.  With two cores, a second thread takes the far half of each long
@@ -627,8 +668,9 @@ def _add_column(g_bar, w, col, start, end):
 # no cost).  The settings of a solve; the solution in the solver's order (alpha, its
 # ``bound`` flags, the gradient, G_bar); Q (``QMatrix``) and its ``ColumnCache``; the
 # integer state (a ``KERNEL_STATE`` record); the helper's control (``_Helper``).
-_Settings = namedtuple("_Settings",
-                       ["C", "tol", "shrinking", "pair_steps", "max_iter", "tail_size"])
+_Settings = namedtuple(
+    "_Settings", ["C", "tol", "shrinking", "pair_steps", "max_iter", "tail_size"]
+)
 _Solution = namedtuple("_Solution", ["alpha", "bound", "g", "g_bar"])
 # ``_shrink``'s buffers: the new order, and one of each dtype it permutes
 _ShrinkScratch = namedtuple("_ShrinkScratch", ["order", "tmp64", "tmp32", "tmpi", "tmp8"])
@@ -655,15 +697,35 @@ def _helper_loop(helper, q, sol, cache):
         if job == _JOB_COLUMN:
             _column_segment(q, var, start, end, scratch, cols[s])
         elif job == _JOB_PARTNER:
-            j, best = _select_partner_range(fargs[_F_ARG], fargs[_F_ARG2], start, end, sol.g,
-                                            sol.bound, q.diag, cols[s], scratch.score)
+            j, best = _select_partner_range(
+                fargs[_F_ARG],
+                fargs[_F_ARG2],
+                start,
+                end,
+                sol.g,
+                sol.bound,
+                q.diag,
+                cols[s],
+                scratch.score,
+            )
             ctrl[_CTRL_RESULT] = j
             fargs[_F_BEST] = best
         elif job == _JOB_UPDATE:
-            i_sel, best, max_v = _update_select_range(start, end, sol.g, sol.bound, q.dinv,
-                                                      cols[s], fargs[_F_ARG], cols[s2],
-                                                      fargs[_F_ARG2], var != 0, q.unit_diag,
-                                                      scratch.score, scratch.viol)
+            i_sel, best, max_v = _update_select_range(
+                start,
+                end,
+                sol.g,
+                sol.bound,
+                q.dinv,
+                cols[s],
+                fargs[_F_ARG],
+                cols[s2],
+                fargs[_F_ARG2],
+                var != 0,
+                q.unit_diag,
+                scratch.score,
+                scratch.viol,
+            )
             ctrl[_CTRL_RESULT] = i_sel
             fargs[_F_BEST] = best
             fargs[_F_MAX_V] = max_v
@@ -693,8 +755,9 @@ def _select_partner(i, n_active, sol, q, cols, s, scratch, helper):
     qii = diag[i]
     mid = _split_point(helper, 0, n_active)
     if mid == 0:
-        return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s],
-                                     scratch.score)[0]
+        return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s], scratch.score)[
+            0
+        ]
     ctrl, fargs = helper.ctrl, helper.fargs
     fargs[_F_ARG] = gi
     fargs[_F_ARG2] = qii
@@ -711,14 +774,39 @@ def _update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, he
     g, bound, dinv, unit_diag = sol.g, sol.bound, q.dinv, q.unit_diag
     mid = _split_point(helper, 0, n_active)
     if mid == 0:
-        return _update_select(n_active, g, bound, dinv, cols[s], di, cols[s2], dj, two, unit_diag,
-                              scratch.score, scratch.viol)
+        return _update_select(
+            n_active,
+            g,
+            bound,
+            dinv,
+            cols[s],
+            di,
+            cols[s2],
+            dj,
+            two,
+            unit_diag,
+            scratch.score,
+            scratch.viol,
+        )
     ctrl, fargs = helper.ctrl, helper.fargs
     fargs[_F_ARG] = di
     fargs[_F_ARG2] = dj
     _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
-    i_sel, best, max_v = _update_select_range(0, mid, g, bound, dinv, cols[s], di, cols[s2], dj,
-                                              two, unit_diag, scratch.score, scratch.viol)
+    i_sel, best, max_v = _update_select_range(
+        0,
+        mid,
+        g,
+        bound,
+        dinv,
+        cols[s],
+        di,
+        cols[s2],
+        dj,
+        two,
+        unit_diag,
+        scratch.score,
+        scratch.viol,
+    )
     _wait(ctrl)
     if fargs[_F_BEST] > best:
         i_sel = ctrl[_CTRL_RESULT]
@@ -804,16 +892,19 @@ def _shrink(n_active, min_drop, sol, q, cache, tmp):
     up_thr = dn_max if dn_max > 0.0 else np.inf
     n_keep = 0
     for p in range(n_active):
-        if not ((bound[p] == LOWER_BOUND and g[p] > low_thr)
-                or (bound[p] == UPPER_BOUND and -g[p] > up_thr)):
+        if not (
+            (bound[p] == LOWER_BOUND and g[p] > low_thr)
+            or (bound[p] == UPPER_BOUND and -g[p] > up_thr)
+        ):
             order[n_keep] = p
             n_keep += 1
     if n_active - n_keep < min_drop:
         return n_active
     k_out = n_keep
     for p in range(n_active):
-        if ((bound[p] == LOWER_BOUND and g[p] > low_thr)
-                or (bound[p] == UPPER_BOUND and -g[p] > up_thr)):
+        if (bound[p] == LOWER_BOUND and g[p] > low_thr) or (
+            bound[p] == UPPER_BOUND and -g[p] > up_thr
+        ):
             order[k_out] = p
             k_out += 1
     for x in (sol.alpha, g, sol.g_bar, q.diag, q.dinv):
@@ -872,15 +963,21 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
     scratch = _step_scratch(q.Xt.shape[0])
     score, viol = scratch.score, scratch.viol
     zero = np.zeros(n, np.float32)  # the column of a step of size 0
-    tmp = _ShrinkScratch(np.empty(n, np.int64), np.empty(n), np.empty(n, np.float32),
-                         np.empty(n, np.int64), np.empty(n, np.int8))
+    tmp = _ShrinkScratch(
+        np.empty(n, np.int64),
+        np.empty(n),
+        np.empty(n, np.float32),
+        np.empty(n, np.int64),
+        np.empty(n, np.int8),
+    )
     head = state.head
     n_active = state.n_active
     unshrunk = state.unshrunk
     to_shrink = state.to_shrink
     n_iter = state.steps
-    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero, 0.0, False,
-                                  unit_diag, score, viol)
+    i_sel, max_v = _update_select(
+        n_active, g, bound, dinv, zero, 0.0, zero, 0.0, False, unit_diag, score, viol
+    )
     status = PHASE_OPTIMAL
     while True:
         if max_v <= tol:
@@ -889,8 +986,10 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
         if max_iter >= 0 and n_iter >= max_iter:
             status = PHASE_MAX_ITER
             break
-        if (n_active <= tail_size
-                and n_iter - state.last_change >= TAIL_STEPS_PER_VARIABLE * n_active):
+        if (
+            n_active <= tail_size
+            and n_iter - state.last_change >= TAIL_STEPS_PER_VARIABLE * n_active
+        ):
             status = PHASE_TAIL
             break
         if shrinking:
@@ -908,8 +1007,20 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
                     state.shrunk_active_sum += new_active
                     state.last_change = n_iter
                     n_active = new_active
-                    i_sel, max_v = _update_select(n_active, g, bound, dinv, zero, 0.0, zero,
-                                                  0.0, False, unit_diag, score, viol)
+                    i_sel, max_v = _update_select(
+                        n_active,
+                        g,
+                        bound,
+                        dinv,
+                        zero,
+                        0.0,
+                        zero,
+                        0.0,
+                        False,
+                        unit_diag,
+                        score,
+                        viol,
+                    )
                     continue
         n_iter += 1
         i = i_sel
@@ -925,8 +1036,9 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
         else:
             s2 = _fetch_column(j, n_active, head, q, cache, scratch, state, helper)
             head = s2
-            di, dj = _solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j],
-                                 np.float64(cols[s][j]), C)
+            di, dj = _solve_pair(
+                alpha[i], alpha[j], g[i], g[j], diag[i], diag[j], np.float64(cols[s][j]), C
+            )
         for v, sv, dv in ((i, s, di), (j, s2, dj)):
             if v < 0:
                 continue
@@ -942,8 +1054,9 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
                     _column_fill(v, col_len[sv], n, sv, q, cols, scratch, helper)
                     col_len[sv] = n
                 _update_g_bar(g_bar, C if new >= C else -C, cols, sv, n, helper)
-        i_sel, max_v = _update_select_split(n_active, sol, q, cols, s, di, s2, dj, j >= 0,
-                                            scratch, helper)
+        i_sel, max_v = _update_select_split(
+            n_active, sol, q, cols, s, di, s2, dj, j >= 0, scratch, helper
+        )
     state.head = head
     state.n_active = n_active
     state.unshrunk = unshrunk
@@ -958,8 +1071,12 @@ def _run_phase(settings, q, sol, cache, state, helper):
     if not helper:
         return _kernel_phase(settings, q, sol, cache, state, _NO_HELPER)
     control = _Helper(np.zeros(_CTRL_SIZE, np.int64), np.zeros(_FARGS_SIZE))
-    thread = threading.Thread(target=_helper_loop, daemon=True, name="elmscale-solver-helper",
-                              args=(control, q, sol, cache))
+    thread = threading.Thread(
+        target=_helper_loop,
+        daemon=True,
+        name="elmscale-solver-helper",
+        args=(control, q, sol, cache),
+    )
     thread.start()
     try:
         return _kernel_phase(settings, q, sol, cache, state, control)
@@ -968,10 +1085,27 @@ def _run_phase(settings, q, sol, cache, state, helper):
         thread.join()
 
 
-def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, shrinking=True,
-                      max_iter=-1, alpha0=None, pair_steps=True, gradient0=None,
-                      gradient0_alpha=None, tail_size=None, gram=None, state=None,
-                      face_qp_max_free=None, helper=None, info=None):
+def solve_kernel_dual(
+    X,
+    t,
+    *,
+    kernel: Kernel,
+    C,
+    tol=1e-3,
+    cache_size=200.0,
+    shrinking=True,
+    max_iter=-1,
+    alpha0=None,
+    pair_steps=True,
+    gradient0=None,
+    gradient0_alpha=None,
+    tail_size=None,
+    gram=None,
+    state=None,
+    face_qp_max_free=None,
+    helper=None,
+    info=None,
+):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
     ``X`` (n, d) rows, ``t`` labels in {-1, +1}; ``cache_size`` in MB of Q columns
@@ -1018,8 +1152,9 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     if gram is not None:
         gram = np.ascontiguousarray(gram, dtype=np.float64)
         if gram.shape != (n, n):
-            raise ValueError(f"gram must be the ({n}, {n}) kernel matrix of X; got shape "
-                             f"{gram.shape}")
+            raise ValueError(
+                f"gram must be the ({n}, {n}) kernel matrix of X; got shape {gram.shape}"
+            )
     exact_q = ExactQ(X32, t64, kernel, gram)
     if tail_size is None:
         tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
@@ -1042,44 +1177,77 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
     elif state.key != (n, kernel.kind, sigma, degree):
         raise ValueError("state was made for other rows or another kernel")
     perm, Xt, tp, diag, dinv = state.perm, state.Xt, state.tp, state.diag, state.dinv
-    alpha_rows = (np.zeros(n) if alpha0 is None
-                  else np.clip(np.array(alpha0, dtype=np.float64), 0, C))
+    alpha_rows = (
+        np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
+    )
     if gradient0 is not None and alpha0 is not None:
         reference = alpha0 if gradient0_alpha is None else gradient0_alpha
-        g_rows, g_bar_rows = _gradient_from(exact_q, alpha_rows, C,
-                                            np.asarray(reference, dtype=np.float64),
-                                            np.asarray(gradient0, dtype=np.float64),
-                                            state.known_bar)
+        g_rows, g_bar_rows = _gradient_from(
+            exact_q,
+            alpha_rows,
+            C,
+            np.asarray(reference, dtype=np.float64),
+            np.asarray(gradient0, dtype=np.float64),
+            state.known_bar,
+        )
     else:
         g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
-    if (gram is not None and alpha0 is not None and face_qp_max_free > 0
-            and np.count_nonzero((alpha_rows > 0.0) & (alpha_rows < C)) <= face_qp_max_free):
+    if (
+        gram is not None
+        and alpha0 is not None
+        and face_qp_max_free > 0
+        and np.count_nonzero((alpha_rows > 0.0) & (alpha_rows < C)) <= face_qp_max_free
+    ):
         # a warm start with few free variables (a C path, wide kernels): the whole problem
         # as a dense box QP from it, on the kept K
-        new = _box_qp_signed(gram, t64, C, alpha_rows, g_rows, 0.1 * tol,
-                             FACE_QP_STEPS_PER_ROW * n, 2 * face_qp_max_free)
+        new = _box_qp_signed(
+            gram,
+            t64,
+            C,
+            alpha_rows,
+            g_rows,
+            0.1 * tol,
+            FACE_QP_STEPS_PER_ROW * n,
+            2 * face_qp_max_free,
+        )
         if new is not None:
             counts["face_qp"] = 1
             g_rows, g_bar_rows = _gradient_from(
-                exact_q, new, C, alpha_rows, g_rows,
-                (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows))
+                exact_q,
+                new,
+                C,
+                alpha_rows,
+                g_rows,
+                (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows),
+            )
             alpha_rows = new
     alpha_start, g_start = alpha_rows, g_rows  # an exact pair, for the final check
     bar_start = (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)  # exact too
     # the solver works in its own order (active variables first)
     alpha, g, g_bar = alpha_rows[perm], g_rows[perm], g_bar_rows[perm]
     bound = _bound_flags(alpha, C)
-    q = QMatrix(SOURCE_ROWS if gram is None else SOURCE_GRAM, Xt, tp, perm,
-                gram if gram is not None else np.empty((0, 0)), kind_code, sigma, degree, diag,
-                dinv, state.unit_diag)
+    q = QMatrix(
+        SOURCE_ROWS if gram is None else SOURCE_GRAM,
+        Xt,
+        tp,
+        perm,
+        gram if gram is not None else np.empty((0, 0)),
+        kind_code,
+        sigma,
+        degree,
+        diag,
+        dinv,
+        state.unit_diag,
+    )
     sol = _Solution(alpha, bound, g, g_bar)
     settings = _Settings(C, tol, bool(shrinking), bool(pair_steps), int(max_iter), int(tail_size))
     progress = _new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
     while True:
         status = _run_phase(settings, q, sol, state.cache, progress, helper)
         if status == PHASE_TAIL:
-            counts["tails"] += _solve_tail(exact_q, C, tol, alpha, bound, g, g_bar, perm,
-                                           int(progress["n_active"]))
+            counts["tails"] += _solve_tail(
+                exact_q, C, tol, alpha, bound, g, g_bar, perm, int(progress["n_active"])
+            )
             # the next tail solve only after as many steps again
             progress["last_change"] = progress["steps"]
             continue
@@ -1104,12 +1272,27 @@ def solve_kernel_dual(X, t, *, kernel: Kernel, C, tol=1e-3, cache_size=200.0, sh
         upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
         if status == PHASE_MAX_ITER or kkt_violation(alpha_rows, g_rows, C) <= tol:
             if kept:
-                state.known_bar = (upper, g_bar_rows if g_bar_rows is not None
-                                   else product_from(exact_q, upper, bar_start))
+                state.known_bar = (
+                    upper,
+                    g_bar_rows
+                    if g_bar_rows is not None
+                    else product_from(exact_q, upper, bar_start),
+                )
             if info is not None:
-                info.update(counts, **{name: int(progress[name]) for name in (
-                    "steps", "column_entries", "shrinks", "shrunk_active_sum", "g_bar_updates",
-                    "g_bar_entries")})
+                info.update(
+                    counts,
+                    **{
+                        name: int(progress[name])
+                        for name in (
+                            "steps",
+                            "column_entries",
+                            "shrinks",
+                            "shrunk_active_sum",
+                            "g_bar_updates",
+                            "g_bar_entries",
+                        )
+                    },
+                )
             return alpha_rows, int(progress["steps"]), status == PHASE_OPTIMAL, g_rows
         # go on from exact state: every variable active, G_bar exact too (a
         # reconstruction from the float32-accumulated G_bar could hide the violation)
@@ -1162,9 +1345,19 @@ def _box_qp_signed(K, t, C, x0, grad0, tol, max_steps, max_free=-1):
             continue
         grad = grad0 + lam_scaled * x0
         _move_gradient(K, t, lam_scaled, grad, x0, x)
-        status = _box_qp_steps(K, t, lam_scaled, C, x, grad, np.asarray(free, dtype=np.int64),
-                               np.ascontiguousarray(L, dtype=np.float64), float(tol),
-                               int(max_steps), int(max_free) if max_free > 0 else m)
+        status = _box_qp_steps(
+            K,
+            t,
+            lam_scaled,
+            C,
+            x,
+            grad,
+            np.asarray(free, dtype=np.int64),
+            np.ascontiguousarray(L, dtype=np.float64),
+            float(tol),
+            int(max_steps),
+            int(max_free) if max_free > 0 else m,
+        )
         if status == 1:
             return np.clip(x, 0.0, C)
         if status == 0:
@@ -1340,7 +1533,7 @@ def _box_qp_start(K, t, lam, C, x0, grad0):
     F = np.flatnonzero((x > 0.0) & (x < C))
     if 0 < F.size <= 1024:  # (larger free sets did not occur at optima here)
         Q_FF = K[np.ix_(F, F)] * np.outer(t[F], t[F])
-        Q_FF.flat[::F.size + 1] += lam
+        Q_FF.flat[:: F.size + 1] += lam
         L = np.linalg.cholesky(Q_FF)
         grad_F = grad0[F] + lam * x[F]
         newton = x[F] - np.linalg.solve(L.T, np.linalg.solve(L, grad_F))
@@ -1393,8 +1586,9 @@ def _solve_tail(exact_q: ExactQ, C, tol, alpha, bound, g, g_bar, perm, m):
 
 def kkt_violation(alpha, g, C):
     """Largest KKT violation (0 at the optimum), vectorised."""
-    v = np.where(alpha <= 0.0, np.maximum(-g, 0.0),
-                 np.where(alpha >= C, np.maximum(g, 0.0), np.abs(g)))
+    v = np.where(
+        alpha <= 0.0, np.maximum(-g, 0.0), np.where(alpha >= C, np.maximum(g, 0.0), np.abs(g))
+    )
     return float(v.max(initial=0.0))
 
 
@@ -1415,8 +1609,9 @@ def _explicit_init(H, t, alpha, beta, diag):
 # problem (``H`` float32 n x L, the targets ``t``, ``diag`` = h_i.h_i); the solution
 # (alpha, beta = sum a_i t_i h_i); the order of the rows (``active``, the active ones
 # first) and the shuffle's state (``rng``, see ``shuffle_prefix``)
-_ExplicitSettings = namedtuple("_ExplicitSettings", ["C", "tol", "shrinking", "max_iter",
-                                                     "tail_size"])
+_ExplicitSettings = namedtuple(
+    "_ExplicitSettings", ["C", "tol", "shrinking", "max_iter", "tail_size"]
+)
 _ExplicitProblem = namedtuple("_ExplicitProblem", ["H", "t", "diag"])
 _ExplicitSolution = namedtuple("_ExplicitSolution", ["alpha", "beta"])
 _PassOrder = namedtuple("_PassOrder", ["active", "rng"])
@@ -1502,10 +1697,8 @@ def _explicit_phase(settings, problem, sol, order, state):
         # Neither nearer to 0 than 10 tol: near the end a tighter bound shrinks the
         # variables about to violate, and each return to the full set finds a few of
         # them (hundreds of full passes measured on 200k rows).
-        up_bound = (max(up_max / SHRINK_DIVISOR, 10.0 * tol) if up_max > 0.0
-                    else np.inf)
-        down_bound = (min(down_min / SHRINK_DIVISOR, -10.0 * tol) if down_min < 0.0
-                      else -np.inf)
+        up_bound = max(up_max / SHRINK_DIVISOR, 10.0 * tol) if up_max > 0.0 else np.inf
+        down_bound = min(down_min / SHRINK_DIVISOR, -10.0 * tol) if down_min < 0.0 else -np.inf
         max_v = max(up_max, -down_min)
         if max_v <= tol:
             if active_size < n:
@@ -1541,8 +1734,19 @@ def _solve_explicit_tail(H32, t, C, tol, alpha, beta, rows):
     return 1
 
 
-def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha0=None,
-                        random_state=0, tail_size=EXPLICIT_TAIL_SIZE, info=None):
+def solve_explicit_dual(
+    H,
+    t,
+    *,
+    C,
+    tol=1e-3,
+    shrinking=True,
+    max_iter=-1,
+    alpha0=None,
+    random_state=0,
+    tail_size=EXPLICIT_TAIL_SIZE,
+    info=None,
+):
     """Solve eq. 17 with an explicit mapping ``H`` (rows h(x_i)); returns ``(alpha, beta,
     n_iter, converged)``.
 
@@ -1572,8 +1776,9 @@ def solve_explicit_dual(H, t, *, C, tol=1e-3, shrinking=True, max_iter=-1, alpha
         status = _explicit_phase(settings, problem, sol, order, progress)
         if status != PHASE_TAIL:
             break
-        tails += _solve_explicit_tail(H32, t64, C, float(tol), alpha, beta,
-                                      np.sort(active[:progress["active_size"]]))
+        tails += _solve_explicit_tail(
+            H32, t64, C, float(tol), alpha, beta, np.sort(active[: progress["active_size"]])
+        )
         progress["tail_passes"] = 0
     if info is not None:
         info.update(passes=int(progress["passes"]), tails=tails)
