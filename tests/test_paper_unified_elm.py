@@ -48,6 +48,7 @@ def _table(mapping):
     return "TABLE IV" if mapping == "gaussian" else "TABLE VI"
 
 
+@pytest.mark.timeout(2700)  # SVMguide1-gaussian: 904 s here on a loaded 2-core machine
 @pytest.mark.parametrize("mapping", ["gaussian", "sigmoid"])
 @pytest.mark.parametrize("name", ["Australian", "Diabetes", "Ionosphere", "SVMguide1"])
 def test_unified_elm_reaches_the_papers_accuracy(name, mapping):
@@ -62,6 +63,7 @@ def test_unified_elm_reaches_the_papers_accuracy(name, mapping):
     assert ours >= paper - TOLERANCE
 
 
+@pytest.mark.timeout(900)  # gaussian: 116 s here on a loaded 2-core machine
 @pytest.mark.parametrize("mapping", ["gaussian", "sigmoid"])
 def test_heart_on_random_splits_matches_svc_run_the_same_way(mapping):
     ours, svc = [], []
