@@ -71,7 +71,7 @@ STAND_INS = {
         creates=("cv_results.csv", "cv_accuracy.png"),
         fixtures=("ray_session",),
     ),
-    "registry": StandIn(needle="register(EstimatorEntry("),
+    "registry": StandIn(needle="from elmscale.registry import"),
 }
 
 
