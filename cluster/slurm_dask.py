@@ -24,8 +24,13 @@ def main() -> int:
     parser.add_argument("--queue", default=None)
     parser.add_argument("--walltime", default="02:00:00")
     args = parser.parse_args()
-    cluster = SLURMCluster(cores=args.cores, processes=args.cores, memory=args.memory,
-                           queue=args.queue, walltime=args.walltime)
+    cluster = SLURMCluster(
+        cores=args.cores,
+        processes=args.cores,
+        memory=args.memory,
+        queue=args.queue,
+        walltime=args.walltime,
+    )
     cluster.scale(jobs=args.jobs)
     with Client(cluster) as client:
         client.wait_for_workers(args.jobs * args.cores)

@@ -72,9 +72,9 @@ def test_train_predict_round_trip(tmp_path, csv_data, capsys):
 
 
 def test_train_takes_every_pipeline_estimator(tmp_path, csv_data, capsys):
-    from elmscale.app.pipeline import ESTIMATORS
+    from elmscale import registry
 
-    assert "SparseELMClassifier" in ESTIMATORS
+    assert "SparseELMClassifier" in registry.names()
     train, test = csv_data
     model = tmp_path / "sparse.elm"
     assert (

@@ -18,7 +18,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from elmscale import ELMClassifier, SparseELMClassifier
 from elmscale.data import Scaler, generate_classification, load
-from elmscale.distributed.ray_tasks import PieceFailed
+from elmscale.distributed.executors import PieceFailed
 from elmscale.model_selection import GridSearchCV, paper_grid
 
 

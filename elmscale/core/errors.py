@@ -11,5 +11,9 @@ class DataError(ValueError):
     """Input data that elmscale cannot use; the message names the file or column."""
 
 
+class PieceFailed(RuntimeError):
+    """A piece of distributed work raised; the message names the piece and the cause."""
+
+
 class ModelFileError(ValueError):
     """A model file that is truncated, tampered with, or of an unknown format."""

@@ -32,6 +32,7 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from elmscale.core.errors import PieceFailed
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 
 __all__ = [
@@ -49,10 +50,6 @@ __all__ = [
 
 #: Partial results summed per tree node on a Dask cluster.
 FAN_IN = 4
-
-
-class PieceFailed(RuntimeError):
-    """A piece of work raised; the message names the piece and the cause."""
 
 
 # -- progress ------------------------------------------------------------------------

@@ -17,13 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from elmscale.core.errors import PieceFailed
 from elmscale.core.threads import thread_budget
 
 __all__ = ["PieceFailed", "connect", "run_tasks"]
-
-
-class PieceFailed(RuntimeError):
-    """A piece of work raised; the message names the piece and the cause."""
 
 
 def connect(ray_address: str | None = "auto") -> None:
