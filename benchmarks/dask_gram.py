@@ -24,9 +24,8 @@ import numpy as np
 from distributed import Client, LocalCluster
 from make_parquet import make_parquet
 
-from elmscale import ELMClassifier, open_parquet
+from elmscale import ELMClassifier, dataplane, open_parquet
 from elmscale.data import generate_classification
-from elmscale.distributed import dataplane
 
 CS = np.logspace(-2, 3, 10)
 
