@@ -203,7 +203,7 @@ def test_worker_killed_during_a_reduction_does_not_change_the_fit(generated, das
         except BaseException as exc:  # reported below
             outcome["error"] = exc
 
-    runner = threading.Thread(target=fit)
+    runner = threading.Thread(target=fit, daemon=True)  # a hung fit must not hold up exit
     runner.start()
     deadline = time.monotonic() + 30
     while not any(dask_client.processing().values()) and time.monotonic() < deadline:
@@ -213,6 +213,7 @@ def test_worker_killed_during_a_reduction_does_not_change_the_fit(generated, das
     os.kill(victim, signal.SIGKILL)
     assert runner.is_alive(), "the reduction finished before the worker was killed"
     runner.join(300)
+    assert not runner.is_alive(), "the fit did not finish within 300 s of the worker's death"
     assert "error" not in outcome, outcome.get("error")
     np.testing.assert_array_equal(outcome["model"].coef_, reference.coef_)
     dask_client.wait_for_workers(2, timeout=120)

@@ -291,7 +291,8 @@ def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> Parqu
     label : the label column: a name, a position, "first" or "last"; None: "label" if
         present, else the last column; False: no label column (for scoring).
     """
-    files = _find_files(path)
+    # absolute names: a Dask or Ray worker may run in another working directory
+    files = [Path(os.path.abspath(file)) for file in _find_files(path)]
     footers = [_footer(f) for f in files]
     schema = footers[0].schema.to_arrow_schema()
     chosen, label_name, _ = parquet_columns(
