@@ -68,6 +68,15 @@ class FeatureMap(Protocol):
         ...
 
 
+def check_width(X: np.ndarray, n_features: int, expected: str) -> np.ndarray:
+    """``X`` if it is 2-D with ``n_features`` columns; else a ValueError saying how many it
+    has and ``expected`` (what the map expects, e.g. "this mask expects 6")."""
+    if np.ndim(X) != 2 or np.shape(X)[1] != n_features:
+        have = np.shape(X)[-1] if np.ndim(X) == 2 else np.shape(X)
+        raise ValueError(f"X has {have} features; {expected}")
+    return X
+
+
 def _check_out(out: np.ndarray | None, shape: tuple[int, int], dtype) -> np.ndarray:
     """``out`` checked against ``shape``, or a new array of that shape."""
     if out is None:

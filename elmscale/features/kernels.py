@@ -13,6 +13,7 @@ from elmscale.core.memory import empty_huge
 from elmscale.features.base import (
     _as_float32_rows,
     _check_out,
+    check_width,
     iter_row_blocks,
     register_feature_map,
 )
@@ -109,11 +110,7 @@ class KernelFeatures:
         return int(self.basis.shape[0])
 
     def _check_X(self, X: np.ndarray) -> np.ndarray:
-        if np.ndim(X) != 2 or np.shape(X)[1] != self.n_features:
-            raise ValueError(
-                f"X has {np.shape(X)[-1]} features; the basis rows have {self.n_features}"
-            )
-        return X
+        return check_width(X, self.n_features, f"the basis rows have {self.n_features}")
 
     def transform(
         self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from elmscale.core import jit as _jit
-from elmscale.features.base import _as_float32_rows, _check_out, register_feature_map
+from elmscale.features.base import _as_float32_rows, _check_out, check_width, register_feature_map
 
 HIDDEN_KINDS = ("sigmoid", "sinusoid", "multiquadric", "gaussian")
 
@@ -105,13 +105,9 @@ class HiddenLayer:
 
     # -- mapping ---------------------------------------------------------
     def _check_X(self, X: np.ndarray) -> np.ndarray:
-        X32 = _as_float32_rows(X)
-        if X32.ndim != 2 or X32.shape[1] != self.n_features:
-            raise ValueError(
-                f"X has {X32.shape[-1] if X32.ndim == 2 else X32.shape} features; "
-                f"this hidden layer expects {self.n_features}"
-            )
-        return X32
+        return check_width(
+            _as_float32_rows(X), self.n_features, f"this hidden layer expects {self.n_features}"
+        )
 
     def transform(
         self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None

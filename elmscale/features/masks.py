@@ -20,6 +20,7 @@ import numpy as np
 from elmscale.features.base import (
     FeatureMap,
     _check_out,
+    check_width,
     feature_map_from_dict,
     register_feature_map,
 )
@@ -61,13 +62,7 @@ class FeatureMask:
         return len(self.keep)
 
     def _check_X(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X)
-        if X.ndim != 2 or X.shape[1] != self.n_features:
-            raise ValueError(
-                f"X has {X.shape[-1] if X.ndim == 2 else X.shape} features; "
-                f"this mask expects {self.n_features}"
-            )
-        return X
+        return check_width(np.asarray(X), self.n_features, f"this mask expects {self.n_features}")
 
     def transform(
         self, X: np.ndarray, dtype=np.float32, out: np.ndarray | None = None
