@@ -348,9 +348,11 @@ def _unit_threads(client, threads_per_task: int | None) -> int:
     return 1 if threads_per_task is None else int(threads_per_task)
 
 
-def _unit_executor(client) -> Executor:
+def _unit_executor(client, n_threads: int, fan_in: int = FAN_IN) -> Executor:
     # without a client, units run one after another, each on all of this process's cores
-    return DaskExecutor(client) if client is not None else LocalExecutor(side_by_side=False)
+    if client is None:
+        return LocalExecutor(side_by_side=False)
+    return DaskExecutor(client, threads_per_task=n_threads, fan_in=fan_in)
 
 
 def map_units(
@@ -368,7 +370,8 @@ def map_units(
     process's cores without a client, 1 per task with one (one task per worker thread).
     """
     n_threads = _unit_threads(client, threads_per_task)
-    return _unit_executor(client).map(fn, units, label=label, n_threads=n_threads, **kwargs)
+    executor = _unit_executor(client, n_threads)
+    return executor.map(fn, units, label=label, n_threads=n_threads, **kwargs)
 
 
 def reduce_units(
@@ -391,8 +394,5 @@ def reduce_units(
     if not units:
         raise ValueError("no work units: the data set has no rows")
     n_threads = _unit_threads(client, threads_per_task)
-    executor = _unit_executor(client)
-    if isinstance(executor, DaskExecutor):
-        executor.fan_in = int(fan_in)
-        executor.threads_per_task = n_threads
+    executor = _unit_executor(client, n_threads, fan_in)
     return executor.reduce(fn, units, combine, label=label, n_threads=n_threads, **kwargs)
