@@ -27,8 +27,9 @@ from elmscale.solvers.sparse_dual import (
     solve_kernel_dual,
 )
 
-#: What a binary problem is solved with: a kernel (dual) or a random layer (primal vector).
-FeatureMap = Kernel | HiddenLayer
+#: What a binary problem is solved with: a kernel (dual) or a random layer (primal vector);
+#: not features.base.FeatureMap, since a Kernel alone is a kernel function, not a map.
+PairMap = Kernel | HiddenLayer
 
 
 class BinarySolution(NamedTuple):
@@ -50,7 +51,7 @@ class BinarySolution(NamedTuple):
     gradient: np.ndarray | None
 
 
-def is_kernel(feature_map: FeatureMap) -> bool:
+def is_kernel(feature_map: PairMap) -> bool:
     """Whether ``feature_map`` is solved in the dual with kernel columns."""
     if isinstance(feature_map, Kernel):
         return True
@@ -65,7 +66,7 @@ def fit_binary(
     X,
     t,
     *,
-    feature_map: FeatureMap,
+    feature_map: PairMap,
     C,
     tol,
     cache_size,
@@ -150,7 +151,7 @@ def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
 
 
 def pair_path(
-    pair, *, X, feature_map: FeatureMap, Cs, seed, tol, cache_size, shrinking, max_iter
+    pair, *, X, feature_map: PairMap, Cs, seed, tol, cache_size, shrinking, max_iter
 ) -> list[BinarySolution]:
     """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
 
@@ -219,7 +220,7 @@ def pair_problem(rows, y_idx, a, b):
     return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
 
 
-def mapping_from_dict(d: dict) -> FeatureMap:
+def mapping_from_dict(d: dict) -> PairMap:
     """The kernel or random layer described by its ``to_dict()``; raises for bad values,
     naming them (a grid piece builds its own, so that a bad setting fails in the piece
     that names it)."""
