@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import numba
 from threadpoolctl import threadpool_limits
@@ -56,9 +56,22 @@ def map_in_threads(fn, items, n_threads: int) -> list:
     one thread or one item it is a plain loop on the caller's thread budget.
     """
     items = list(items)
+    results: list = [None] * len(items)
+    for index, result in iter_in_threads(fn, items, n_threads):
+        results[index] = result
+    return results
+
+
+def iter_in_threads(fn, items, n_threads: int) -> Iterator[tuple[int, object]]:
+    """``(index, fn(items[index]))`` as each finishes, on up to ``n_threads`` threads (as
+    :func:`map_in_threads`, which collects them).  The first exception is raised once the
+    pieces already started have stopped; the ones not started are cancelled."""
+    items = list(items)
     n_workers = min(int(n_threads), len(items))
     if n_workers <= 1:
-        return [fn(x) for x in items]
+        for index, x in enumerate(items):
+            yield index, fn(x)
+        return
 
     def run(x):
         numba.set_num_threads(1)  # numba's thread count is per calling thread
@@ -66,4 +79,10 @@ def map_in_threads(fn, items, n_threads: int) -> list:
 
     # BLAS limits are process-wide: one BLAS thread per worker thread, not n each
     with threadpool_limits(limits=1), ThreadPoolExecutor(max_workers=n_workers) as pool:
-        return list(pool.map(run, items))
+        futures = {pool.submit(run, x): index for index, x in enumerate(items)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            for future in futures:
+                future.cancel()

@@ -33,7 +33,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from elmscale.core.errors import PieceFailed
-from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
+from elmscale.core.threads import (
+    iter_in_threads,
+    map_in_threads,
+    resolve_n_threads,
+    thread_budget,
+)
 
 __all__ = [
     "DaskExecutor",
@@ -174,6 +179,20 @@ class Executor:
         associative (it adds its parts)."""
         raise NotImplementedError
 
+    def as_completed(
+        self,
+        fn: Callable,
+        items: Sequence,
+        *,
+        shared: dict | None = None,
+        describe: Callable | None = None,
+        **kwargs,
+    ) -> Iterator[tuple[int, object]]:
+        """``(index, fn(items[index], **shared, **kwargs))`` as each piece finishes, so a
+        caller can keep each result (a journal) before the others are done.  Closing the
+        iterator early cancels the pieces not started."""
+        raise NotImplementedError
+
 
 class LocalExecutor(Executor):
     """This process: pieces side by side on threads, or one after another."""
@@ -204,6 +223,23 @@ class LocalExecutor(Executor):
             if self.side_by_side:
                 return map_in_threads(run, list(enumerate(items)), n_threads)
             return [run(pair) for pair in enumerate(items)]
+
+    def as_completed(self, fn, items, *, shared=None, describe=None, **kwargs):
+        items = list(items)
+        shared = shared or {}
+
+        def run(indexed):
+            index, item = indexed
+            try:
+                return fn(item, **shared, **kwargs)
+            except Exception as exc:
+                if describe is None:
+                    raise
+                raise _describe_failure(describe, item, index, exc) from exc
+
+        with thread_budget(self.n_threads) as n_threads:
+            n_workers = n_threads if self.side_by_side else 1
+            yield from iter_in_threads(run, list(enumerate(items)), n_workers)
 
     def reduce(self, fn, items, combine, *, shared=None, label=None, **kwargs):
         items = list(items)
@@ -258,6 +294,26 @@ class DaskExecutor(Executor):
         futures = self._submit_all(fn, items, shared, kwargs, progress)
         return self.client.gather(futures)
 
+    def as_completed(self, fn, items, *, shared=None, describe=None, **kwargs):
+        from distributed import as_completed
+
+        items = list(items)
+        progress = _Progress(_label(fn, None), len(items))
+        futures = self._submit_all(fn, items, shared, kwargs, progress)
+        index = {future.key: i for i, future in enumerate(futures)}
+        try:
+            for future in as_completed(futures):
+                i = index[future.key]
+                try:
+                    result = future.result()
+                except Exception as exc:
+                    if describe is None:
+                        raise
+                    raise _describe_failure(describe, items[i], i, exc) from exc
+                yield i, result
+        finally:
+            self.client.cancel([f for f in futures if not f.done()])
+
     def reduce(self, fn, items, combine, *, shared=None, label=None, **kwargs):
         items = list(items)
         if not items:
@@ -294,6 +350,20 @@ class RayExecutor(Executor):
             max_retries=self.max_retries,
             describe=describe,
             on_done=lambda done, total: progress.add(),
+            **kwargs,
+        )
+
+    def as_completed(self, fn, items, *, shared=None, describe=None, **kwargs):
+        from elmscale.distributed.ray_tasks import iter_tasks
+
+        yield from iter_tasks(
+            fn,
+            items,
+            shared=shared,
+            ray_address=self.address,
+            num_cpus=self.num_cpus,
+            max_retries=self.max_retries,
+            describe=describe,
             **kwargs,
         )
 

@@ -15,12 +15,12 @@ the address asks for one ("local").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from elmscale.core.errors import PieceFailed
 from elmscale.core.threads import thread_budget
 
-__all__ = ["PieceFailed", "connect", "run_tasks"]
+__all__ = ["PieceFailed", "connect", "iter_tasks", "run_tasks"]
 
 
 def connect(ray_address: str | None = "auto") -> None:
@@ -61,8 +61,45 @@ def run_tasks(
     ``on_done(n_done, n_total)`` is called as results arrive (progress);
     ``describe(item)`` names a piece in the error raised when it fails.
     """
+    items = list(items)
+    results: list = [None] * len(items)
+    done = 0
+    for index, result in iter_tasks(
+        fn,
+        items,
+        shared=shared,
+        ray_address=ray_address,
+        num_cpus=num_cpus,
+        max_retries=max_retries,
+        describe=describe,
+        **kwargs,
+    ):
+        results[index] = result
+        done += 1
+        if on_done is not None:
+            on_done(done, len(results))
+    return results
+
+
+def iter_tasks(
+    fn: Callable,
+    items: Sequence,
+    *,
+    shared: dict | None = None,
+    ray_address: str | None = "auto",
+    num_cpus: int = 1,
+    max_retries: int = 3,
+    describe: Callable | None = None,
+    **kwargs,
+) -> Iterator[tuple[int, object]]:
+    """``(index, fn(items[index], **shared, **kwargs))`` as each Ray task finishes.
+
+    A failed piece cancels the others and raises :class:`PieceFailed` naming it
+    (``describe(item)``); so does closing the generator early (the rest are cancelled).
+    """
     import ray
 
+    items = list(items)
     connect(ray_address)
     shared = shared or {}
     names = tuple(shared)
@@ -73,21 +110,18 @@ def run_tasks(
     pending = {
         remote.remote(fn, item, names, num_cpus, kwargs, *refs): i for i, item in enumerate(items)
     }
-    results: list = [None] * len(pending)
-    done = 0
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            index = pending.pop(ref)
-            try:
-                results[index] = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:
-                for other in pending:
-                    ray.cancel(other)
-                what = describe(items[index]) if describe else f"piece {index}"
-                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-                raise PieceFailed(f"{what} failed: {type(cause).__name__}: {cause}") from cause
-            done += 1
-            if on_done is not None:
-                on_done(done, len(results))
-    return results
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                index = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    what = describe(items[index]) if describe else f"piece {index}"
+                    cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                    raise PieceFailed(f"{what} failed: {type(cause).__name__}: {cause}") from cause
+                yield index, result
+    finally:
+        for other in pending:
+            ray.cancel(other)
