@@ -13,7 +13,9 @@ one of the two, the other's work runs in this process.
 
 Each run writes ``<output.dir>/<run.name>-<UTC time>/``: ``pipeline.json`` (the resolved
 configuration), ``metrics.json``, ``model.elm``, ``cv_results.csv`` / ``.json`` and
-``cv_heatmap.png`` (task cv), ``scores/`` (when ``data.score`` is set) and ``run.log``.
+``cv_results.png`` (task cv: the mean CV score over the grid, a curve against C, a line per
+value of a second parameter or a heatmap), ``scores/`` (when ``data.score`` is set) and
+``run.log``.
 """
 
 from __future__ import annotations
@@ -325,21 +327,24 @@ def _hold_out(X, y, test_size, seed: int):
 
 
 def _write_cv(cv_results: dict, run_dir: Path, metrics: dict, best_params, best_score):
-    from elmscale.io.reports import plot_cv_heatmap, write_cv_results
+    """``cv_results.csv`` / ``.json`` and, next to them, ``cv_results.png`` (the picture
+    :func:`elmscale.io.reports.plot_cv_results` draws for the grid's shape); the files are
+    listed in ``metrics["cv"]["files"]``."""
+    from elmscale.io.reports import plot_cv_results, write_cv_results
 
-    write_cv_results(cv_results, run_dir / "cv_results.csv")
-    write_cv_results(cv_results, run_dir / "cv_results.json")
+    stem = run_dir / "cv_results"
+    written = [
+        write_cv_results(cv_results, stem.with_suffix(".csv")),
+        write_cv_results(cv_results, stem.with_suffix(".json")),
+        plot_cv_results(cv_results, stem.with_suffix(".png")),
+    ]
     metrics["cv"] = {
         "best_params": {k: (v.item() if hasattr(v, "item") else v) for k, v in best_params.items()},
         "best_score": round(float(best_score), 6),
         "candidates": len(cv_results["mean_test_score"]),
+        "files": [path.name for path in written],
     }
-    axes = [k[6:] for k in cv_results if k.startswith("param_") and k != "param_C"]
-    try:
-        if axes:
-            plot_cv_heatmap(cv_results, run_dir / "cv_heatmap.png", x="C", y=axes[0])
-    except ImportError as exc:
-        log.info("no heatmap: %s", exc)
+    log.info("cv results: %s", ", ".join(str(path) for path in written))
 
 
 def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: dict):

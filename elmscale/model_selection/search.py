@@ -298,7 +298,7 @@ class GridSearchCV(BaseEstimator):
         self.best_score_ = float(mean[self.best_index_])
 
     def plot_heatmap(self, path, *, x: str = "C", y: str = "sigma") -> Path:
-        """Mean CV score over (``x``, ``y``) as a PNG (needs matplotlib)."""
+        """Mean CV score over (``x``, ``y``) as a PNG heatmap (``io.reports.plot_cv_heatmap``)."""
         from elmscale.io.reports import plot_cv_heatmap
 
         return plot_cv_heatmap(self.cv_results_, path, x=x, y=y)
