@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -444,6 +445,51 @@ def cmd_score(args) -> int:
     return EXIT_OK
 
 
+def cmd_reproduce(args) -> int:
+    from elmscale.app.runner import resolve_compute
+    from elmscale.distributed.executors import DaskExecutor, LocalExecutor, RayExecutor
+    from elmscale.experiments.reproduce import reproduce
+
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise UsageError(f"--data-dir {args.data_dir}: no such directory")
+    target = resolve_compute(None, scheduler=args.scheduler, ray_address=args.ray_address)
+    client = None
+    if target["dask_address"]:
+        from elmscale.distributed.connect import connect_dask
+
+        client = connect_dask(target["dask_address"])
+        executor = DaskExecutor(client)
+    elif target["ray"]:
+        executor = RayExecutor(target["ray"])
+    else:
+        executor = LocalExecutor(args.threads)
+    command = "elmscale " + shlex.join(args.argv)
+    try:
+        result = reproduce(
+            args.paper,
+            out_dir=args.out,
+            sets=args.sets,
+            trials=args.trials,
+            quick=args.quick,
+            data_dir=args.data_dir,
+            executor=executor,
+            quiet=args.quiet,
+            command=command,
+        )
+    finally:
+        if client is not None:
+            client.close()
+    below = (
+        int(result.report.comparison.get("below", []).sum()) if len(result.report.comparison) else 0
+    )
+    print(
+        f"reproduced {args.paper}: {result.n_pieces} pieces in {result.wall_time_s:.1f} s; "
+        f"report {Path(args.out) / 'report.md'} and report.html"
+        + (f"; {below} row(s) more than 2 points below the paper" if below else "")
+    )
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------
 
 
@@ -560,6 +606,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, thread pools, and a model file's metadata")
     p.add_argument("model", nargs="?")
     p.set_defaults(func=cmd_info)
+
+    from elmscale.experiments.papers import PAPERS
+
+    p = sub.add_parser(
+        "reproduce",
+        help="a paper's experiments by its protocol: tables, figures, statistics, a report",
+    )
+    p.add_argument("paper", choices=sorted(PAPERS), help="the paper")
+    p.add_argument(
+        "--sets",
+        nargs="+",
+        help="data sets to run: the protocol's names, or paths to your own "
+        "files (a 'train,test' pair for a file with its own test part)",
+    )
+    p.add_argument("--trials", type=int, help="trials per data set (the paper's by default)")
+    p.add_argument("--quick", action="store_true", help="a CI-sized run (two small sets)")
+    p.add_argument("--out", default="reproduce", help="output directory (resumed if present)")
+    p.add_argument("--data-dir", help="data directory (default ../shared/data when present)")
+    p.add_argument("--scheduler", help="Dask scheduler address: the pieces run there")
+    p.add_argument("--ray-address", help="Ray address ('auto', host:port): the pieces run there")
+    p.add_argument("--threads", type=int, help="local threads (default: all cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_reproduce)
     return parser
 
 
@@ -569,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         return args.func(args)
     except UsageError as exc:
         print(f"elmscale: error: {exc}", file=sys.stderr)

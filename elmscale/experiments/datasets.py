@@ -1,0 +1,136 @@
+"""Reading a protocol's data sets and cutting one trial's split.
+
+:func:`load_dataset` reads a :class:`~elmscale.experiments.protocol.DataSet`'s files once
+(on the coordinator); :func:`trial_split` cuts a trial's training and test parts from
+them (on whichever worker runs the piece), scaled to [-1, 1] by factors fitted on the
+training part only (the sparse-ELM paper, Section VI-A).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from elmscale.data import Scaler, load
+from elmscale.data.formats import DataError
+from elmscale.experiments.protocol import DataSet
+
+__all__ = ["LoadedSet", "dataset_from_path", "load_dataset", "trial_split"]
+
+
+@dataclass(frozen=True)
+class LoadedSet:
+    """A data set's rows: ``parts`` holds (X, y) per file, or one pooled (X, y)."""
+
+    spec: DataSet
+    parts: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+    @property
+    def n_classes(self) -> int:
+        return int(np.unique(np.concatenate([y for _, y in self.parts])).size)
+
+    @property
+    def group(self) -> str:
+        if self.spec.group != "auto":
+            return self.spec.group
+        return "binary" if self.n_classes == 2 else "multiclass"
+
+    @property
+    def n_features(self) -> int:
+        return int(self.parts[0][0].shape[1])
+
+
+def _resolve(file: str, data_dir: Path | None) -> Path:
+    path = Path(file)
+    if path.is_absolute() or data_dir is None:
+        return path
+    return data_dir / path
+
+
+def missing_files(spec: DataSet, data_dir: Path | None) -> list[Path]:
+    """The files of ``spec`` that are not there."""
+    return [p for p in (_resolve(f, data_dir) for f in spec.files) if not p.is_file()]
+
+
+def load_dataset(spec: DataSet, data_dir: Path | None) -> LoadedSet:
+    """Read every file of ``spec`` (float64 features, labels as read, then relabelled)."""
+    kw = dict(spec.load_kw)
+    parts = []
+    n_features = None
+    for i, file in enumerate(spec.files):
+        extra = dict(kw)
+        if i > 0 and n_features is not None and "n_features" not in extra:
+            # a LIBSVM test file may not name the last feature
+            extra = _with_width(_resolve(file, data_dir), extra, n_features)
+        ds = load(_resolve(file, data_dir), **extra)
+        X = np.asarray(ds.X, dtype=np.float64)
+        if i == 0:
+            n_features = X.shape[1]
+        if spec.drop_columns:
+            X = np.delete(X, list(spec.drop_columns), axis=1)
+        y = np.asarray(ds.y).copy()
+        for file_index, old, new in spec.relabel:
+            if file_index == i:
+                y[y == old] = new
+        parts.append((X, y))
+    widths = {X.shape[1] for X, _ in parts}
+    if len(widths) != 1:
+        raise DataError(
+            f"data set {spec.name!r}: its files have {sorted(widths)} feature columns; "
+            "expected the same number in every file"
+        )
+    if spec.pool or len(parts) == 1:
+        parts = [(np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts]))]
+    return LoadedSet(spec, tuple(parts))
+
+
+def _with_width(path: Path, kw: dict, n_features: int) -> dict:
+    from elmscale.data.formats import detect_format
+
+    if detect_format(path) == "libsvm":
+        return {**kw, "n_features": n_features}
+    return kw
+
+
+def trial_split(data: LoadedSet, seed: int):
+    """``(X_train, y_train, X_test, y_test)`` of one trial, scaled on the training part."""
+    rng = np.random.default_rng(seed)
+    spec = data.spec
+    if len(data.parts) == 2:
+        (X_tr, y_tr), (X_te, y_te) = data.parts
+        train = rng.permutation(len(y_tr))[: spec.n_train]
+        test = rng.permutation(len(y_te))[: spec.n_test]
+        X_tr, y_tr, X_te, y_te = X_tr[train], y_tr[train], X_te[test], y_te[test]
+    else:
+        X, y = data.parts[0]
+        n_train = spec.n_train if spec.n_train is not None else len(y) // 2
+        n_test = spec.n_test if spec.n_test is not None else len(y) - n_train
+        if n_train + n_test > len(y):
+            raise DataError(
+                f"data set {spec.name!r}: n_train={n_train} + n_test={n_test} rows requested; "
+                f"the files hold {len(y)}"
+            )
+        order = rng.permutation(len(y))
+        train, test = order[:n_train], order[n_train : n_train + n_test]
+        X_tr, y_tr, X_te, y_te = X[train], y[train], X[test], y[test]
+    scaler = Scaler().fit(X_tr)
+    return scaler.transform(X_tr), y_tr, scaler.transform(X_te), y_te
+
+
+def dataset_from_path(path: str) -> DataSet:
+    """A user's own file as a data set: half the rows train, half test, each trial.
+
+    A file with a test file beside it is named ``train,test``.  CSV files take their label
+    from the last column (the loaders' rules apply; see :func:`elmscale.data.load`).
+    """
+    files = tuple(os.path.abspath(p) for p in path.split(","))
+    name = Path(files[0]).stem
+    kw: tuple = ()
+    from elmscale.data.formats import detect_format
+
+    if detect_format(files[0]) == "csv":
+        kw = (("label", "last"),)
+    return DataSet(name=name, files=files, load_kw=kw, note=f"user file {path}")

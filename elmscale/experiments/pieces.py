@@ -1,0 +1,215 @@
+"""Running one piece: a trial of a table, or one point of a figure.
+
+Each function takes a :class:`~elmscale.experiments.protocol.Piece` and the loaded data
+sets and returns a :class:`PieceResult`: rows of deterministic numbers (accuracies,
+chosen parameters, support vectors) and, apart, the times measured (which differ from
+run to run, so ``results.csv`` stays comparable between runs).  Every estimator runs on
+one thread (``n_threads=1``): pieces run side by side, and one thread each keeps the
+numbers the same wherever a piece runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.svm import SVC
+
+from elmscale.core.threads import thread_budget
+from elmscale.experiments.datasets import LoadedSet, trial_split
+from elmscale.experiments.protocol import Method, Piece
+from elmscale.model_selection import path_grid_search
+
+__all__ = ["PaperSVC", "PieceResult", "run_piece", "support_vector_count"]
+
+
+class PieceResult(NamedTuple):
+    key: str
+    kind: str
+    rows: list[dict]
+    timings: list[dict]
+
+
+class PaperSVC(ClassifierMixin, BaseEstimator):
+    """scikit-learn's SVC (LIBSVM) with the sparse-ELM paper's kernels and parameters:
+    gaussian exp(-||u-v||^2 / (2 sigma^2)) and polynomial (u.v + 1)^degree."""
+
+    def __init__(self, kernel="gaussian", C=1.0, sigma=1.0, degree=3, cache_size=200):
+        self.kernel = kernel
+        self.C = C
+        self.sigma = sigma
+        self.degree = degree
+        self.cache_size = cache_size
+
+    def _svc(self) -> SVC:
+        if self.kernel == "gaussian":
+            return SVC(
+                C=self.C,
+                kernel="rbf",
+                gamma=1.0 / (2.0 * self.sigma**2),
+                cache_size=self.cache_size,
+            )
+        if self.kernel == "polynomial":
+            return SVC(
+                C=self.C,
+                kernel="poly",
+                degree=int(self.degree),
+                gamma=1.0,
+                coef0=1.0,
+                cache_size=self.cache_size,
+            )
+        raise ValueError(f"kernel={self.kernel!r}; expected 'gaussian' or 'polynomial'")
+
+    def fit(self, X, y):
+        self.svc_ = self._svc().fit(X, y)
+        self.classes_ = self.svc_.classes_
+        self.n_support_ = self.svc_.n_support_
+        return self
+
+    def predict(self, X):
+        return self.svc_.predict(X)
+
+
+def _estimator(method: Method, data: LoadedSet, seed: int):
+    module, _, name = method.estimator.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    params = dict(method.params)
+    if data.group == "multiclass":
+        params.update(dict(method.multiclass_params))
+    est = cls(**params)
+    est_params = est.get_params()
+    if "n_threads" in est_params:
+        est.set_params(n_threads=1)
+    if method.seed_param:
+        est.set_params(**{method.seed_param: seed})
+    return est
+
+
+def support_vector_count(est, n_train: int) -> int:
+    """Support vectors as the sparse-ELM paper's Table VIII counts them: the sparse ELM's
+    summed over its one-vs-one pairs, LIBSVM's as it reports them (each training vector
+    once), every training vector for the unified ELM (its solution is dense)."""
+    if hasattr(est, "dual_coef_") and hasattr(est, "pairs_"):
+        return int(np.count_nonzero(est.dual_coef_))
+    if hasattr(est, "n_support_"):
+        return int(np.sum(est.n_support_))
+    return int(n_train)
+
+
+def _plain(params: dict) -> str:
+    return json.dumps(
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in params.items()},
+        sort_keys=True,
+    )
+
+
+def _search(method: Method, est, X, y, folds: int, seed: int):
+    """The parameters the CV chooses and their mean CV accuracy."""
+    grid = method.grid_dict()
+    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    if method.c_path:
+        Cs = grid.pop("C")
+        search = path_grid_search(est, X, y, Cs=Cs, param_grid=grid, cv=cv, refit=False)
+    else:
+        search = GridSearchCV(est, grid, cv=cv, n_jobs=1, refit=False).fit(X, y)
+    return search.best_params_, float(search.best_score_)
+
+
+def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
+    method = piece.method
+    X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed)
+    est = _estimator(method, data, piece.seed)
+    start = time.perf_counter()
+    best, cv_score = _search(method, est, X_tr, y_tr, piece.folds, piece.seed)
+    cv_time = time.perf_counter() - start
+    model = clone(est).set_params(**best)
+    start = time.perf_counter()
+    model.fit(X_tr, y_tr)
+    train_time = time.perf_counter() - start
+    start = time.perf_counter()
+    predicted = model.predict(X_te)
+    test_time = time.perf_counter() - start
+    row = {
+        "table": piece.table,
+        "dataset": piece.dataset,
+        "mapping": method.mapping,
+        "method": method.name,
+        "trial": piece.trial,
+        "seed": piece.seed,
+        "n_train": len(y_tr),
+        "n_test": len(y_te),
+        "params": _plain(best),
+        "cv_accuracy": 100.0 * cv_score,
+        "train_accuracy": 100.0 * float(np.mean(model.predict(X_tr) == y_tr)),
+        "test_accuracy": 100.0 * float(np.mean(predicted == y_te)),
+        "n_support": support_vector_count(model, len(y_tr)),
+    }
+    timing = {"cv_time_s": cv_time, "train_time_s": train_time, "test_time_s": test_time}
+    return PieceResult(piece.key, piece.kind, [row], [{"key": piece.key, **timing}])
+
+
+def run_curve(piece: Piece, data: LoadedSet) -> PieceResult:
+    """Training and test accuracy for every C at one L (one fit of the C path)."""
+    n_hidden, Cs = piece.point
+    X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed)
+    est = _estimator(piece.method, data, piece.seed).set_params(n_hidden=int(n_hidden))
+    rows = []
+    for C, model in zip(Cs, est.fit_path(X_tr, y_tr, list(Cs))):
+        rows.append(
+            {
+                "figure": piece.table,
+                "dataset": piece.dataset,
+                "method": piece.method.name,
+                "mapping": piece.method.mapping,
+                "trial": piece.trial,
+                "n_hidden": int(n_hidden),
+                "C": float(C),
+                "train_accuracy": 100.0 * float(np.mean(model.predict(X_tr) == y_tr)),
+                "test_accuracy": 100.0 * float(np.mean(model.predict(X_te) == y_te)),
+            }
+        )
+    return PieceResult(piece.key, piece.kind, rows, [])
+
+
+def run_grid(piece: Piece, data: LoadedSet) -> PieceResult:
+    """Test accuracy for every C at one value of the kernel parameter."""
+    param, value, Cs = piece.point
+    X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed)
+    est = _estimator(piece.method, data, piece.seed).set_params(**{param: value})
+    if piece.method.c_path:
+        models = est.fit_path(X_tr, y_tr, list(Cs))
+    else:
+        models = (clone(est).set_params(C=C).fit(X_tr, y_tr) for C in Cs)
+    rows = []
+    for C, model in zip(Cs, models):
+        rows.append(
+            {
+                "figure": piece.table,
+                "dataset": piece.dataset,
+                "method": piece.method.name,
+                "mapping": piece.method.mapping,
+                "trial": piece.trial,
+                "param": param,
+                "value": float(value),
+                "C": float(C),
+                "test_accuracy": 100.0 * float(np.mean(model.predict(X_te) == y_te)),
+            }
+        )
+    return PieceResult(piece.key, piece.kind, rows, [])
+
+
+_RUNNERS = {"trial": run_trial, "curve": run_curve, "grid": run_grid}
+
+
+def run_piece(piece: Piece, *, datasets: dict[str, LoadedSet]) -> PieceResult:
+    """Run ``piece`` on one BLAS and one numba thread."""
+    with thread_budget(1):
+        return _RUNNERS[piece.kind](piece, datasets[piece.dataset])
+
+
+run_piece.progress_label = "reproduce"

@@ -1,0 +1,230 @@
+"""A paper's experiments as data: data sets, methods with their grids, the CV scheme, trials.
+
+A :class:`Protocol` says *what* to run; :mod:`elmscale.experiments.engine` runs it.  It
+expands into independent :class:`Piece` s (one trial of one method on one data set, one
+point of a figure), each named by a stable key, so a results journal can tell which
+pieces are done.  Everything here is plain frozen data: a piece travels to a Ray or Dask
+worker by value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+__all__ = [
+    "CurveFigure",
+    "DataSet",
+    "GridFigure",
+    "Method",
+    "Piece",
+    "Protocol",
+    "Table",
+]
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """A data set and how a trial splits it.
+
+    ``files`` are relative to the data directory (or absolute: a user's own file).  With
+    two files and ``pool=False`` the second is the test part and each trial only reorders
+    both (the paper: "random permutation within training and testing set separately");
+    otherwise the rows of all files are pooled and each trial draws a random
+    ``n_train`` / ``n_test`` split (``None``: half each).
+    """
+
+    name: str
+    files: tuple[str, ...]
+    paper_name: str | None = None
+    n_train: int | None = None
+    n_test: int | None = None
+    pool: bool = False
+    #: keywords for :func:`elmscale.data.load`, one dict for every file
+    load_kw: tuple[tuple[str, object], ...] = ()
+    #: feature columns dropped after loading (an id column)
+    drop_columns: tuple[int, ...] = ()
+    #: labels renamed after loading, per file ((file index, old, new), ...)
+    relabel: tuple[tuple[int, float, float], ...] = ()
+    group: Literal["binary", "multiclass", "auto"] = "auto"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Method:
+    """One estimator with one feature mapping, its fixed parameters and its CV grid.
+
+    ``estimator`` is ``"module:Class"``; ``grid`` maps parameter names to the values the
+    cross-validation tries (``C`` first).  ``c_path``: the estimator fits a whole C path
+    at once (``fit_path``), so the search runs one path per other setting.
+    ``multiclass_params`` replace ``params`` on data sets with more than two classes (the
+    paper's L = 1000 hidden nodes there).
+    """
+
+    name: str
+    mapping: str
+    estimator: str
+    params: tuple[tuple[str, object], ...] = ()
+    grid: tuple[tuple[str, tuple], ...] = ()
+    c_path: bool = False
+    multiclass_params: tuple[tuple[str, object], ...] = ()
+    #: the parameter that takes each trial's seed (random hidden nodes)
+    seed_param: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.mapping})"
+
+    def grid_dict(self) -> dict[str, list]:
+        return {name: list(values) for name, values in self.grid}
+
+
+@dataclass(frozen=True)
+class Table:
+    """Methods x data sets x trials: each trial chooses the parameters by ``folds``-fold
+    stratified CV on its training part, refits there, and tests."""
+
+    name: str
+    mapping: str
+    methods: tuple[Method, ...]
+    datasets: tuple[str, ...]
+    trials: int
+    folds: int = 5
+    paper_table: str | None = None
+
+
+@dataclass(frozen=True)
+class CurveFigure:
+    """Training and test accuracy against the number of hidden nodes L, one line per C
+    (the sparse-ELM paper's Figs. 2-5)."""
+
+    name: str
+    title: str
+    method: Method
+    datasets: tuple[str, ...]
+    n_hidden: tuple[int, ...]
+    Cs: tuple[float, ...]
+    trials: int = 1
+
+
+@dataclass(frozen=True)
+class GridFigure:
+    """Test accuracy over a C x kernel-parameter grid (the paper's Figs. 6-7)."""
+
+    name: str
+    title: str
+    method: Method
+    dataset: str
+    param: str
+    values: tuple[float, ...]
+    Cs: tuple[float, ...]
+    trials: int = 1
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One independent piece of work; ``key`` names it in the results journal."""
+
+    kind: Literal["trial", "curve", "grid"]
+    dataset: str
+    method: Method
+    trial: int
+    seed: int
+    folds: int = 5
+    table: str = ""
+    #: curve: (L, Cs); grid: (param name, value, Cs)
+    point: tuple = ()
+
+    @property
+    def key(self) -> str:
+        parts = [self.kind, self.table, self.dataset, self.method.name, self.method.mapping]
+        parts += [str(p) if not isinstance(p, tuple) else "" for p in self.point]
+        return "/".join(p for p in parts + [f"trial{self.trial}"] if p)
+
+    def describe(self) -> str:
+        return f"{self.key} (seed {self.seed})"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A paper's experiments: its data sets, tables and figures."""
+
+    name: str
+    title: str
+    datasets: tuple[DataSet, ...]
+    tables: tuple[Table, ...] = ()
+    curves: tuple[CurveFigure, ...] = ()
+    grids: tuple[GridFigure, ...] = ()
+    seed: int = 0
+    #: "module:function" giving the paper's values as a frame (reference directory in)
+    reference: str | None = None
+    #: "module:function" judging the paper's headline claims on a run's results
+    claims: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def dataset(self, name: str) -> DataSet:
+        for ds in self.datasets:
+            if ds.name == name:
+                return ds
+        raise KeyError(name)
+
+    def with_datasets(self, datasets: tuple[DataSet, ...]) -> Protocol:
+        """The same experiments on ``datasets`` (a user's own sets replace the paper's:
+        every table and figure runs on them)."""
+        names = tuple(ds.name for ds in datasets)
+        keep = set(names)
+        tables = tuple(replace(t, datasets=names) for t in self.tables)
+        curves = tuple(
+            replace(c, datasets=tuple(d for d in c.datasets if d in keep)) for c in self.curves
+        )
+        grids = tuple(g for g in self.grids if g.dataset in keep)
+        return replace(self, datasets=datasets, tables=tables, curves=curves, grids=grids)
+
+    def pieces(self) -> list[Piece]:
+        """Every piece, in a fixed order (tables, then curve and grid figures)."""
+        pieces: list[Piece] = []
+        for table in self.tables:
+            for dataset in table.datasets:
+                for method in table.methods:
+                    for trial in range(table.trials):
+                        pieces.append(
+                            Piece(
+                                "trial",
+                                dataset,
+                                method,
+                                trial,
+                                self.seed + trial,
+                                table.folds,
+                                table.name,
+                            )
+                        )
+        for curve in self.curves:
+            for dataset in curve.datasets:
+                for n_hidden in curve.n_hidden:
+                    for trial in range(curve.trials):
+                        pieces.append(
+                            Piece(
+                                "curve",
+                                dataset,
+                                curve.method,
+                                trial,
+                                self.seed + trial,
+                                table=curve.name,
+                                point=(n_hidden, tuple(curve.Cs)),
+                            )
+                        )
+        for grid in self.grids:
+            for value in grid.values:
+                for trial in range(grid.trials):
+                    pieces.append(
+                        Piece(
+                            "grid",
+                            grid.dataset,
+                            grid.method,
+                            trial,
+                            self.seed + trial,
+                            table=grid.name,
+                            point=(grid.param, value, tuple(grid.Cs)),
+                        )
+                    )
+        return pieces

@@ -1,0 +1,206 @@
+"""``elmscale reproduce PAPER``: a paper's experiments by its own protocol.
+
+:func:`reproduce` reads the protocol's data sets (a missing one is skipped with a line
+saying so), runs every piece the output directory's journal lacks on the executor given
+(local threads, Ray or Dask), writes the raw tables, then the report beside them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from elmscale.distributed.executors import Executor
+from elmscale.experiments.datasets import (
+    LoadedSet,
+    dataset_from_path,
+    load_dataset,
+    missing_files,
+)
+from elmscale.experiments.engine import (
+    JOURNAL,
+    Journal,
+    collect_tables,
+    run_pieces,
+    write_tables,
+)
+from elmscale.experiments.papers import PAPERS
+from elmscale.experiments.protocol import Protocol
+
+if TYPE_CHECKING:
+    from elmscale.experiments.report import Report
+
+__all__ = ["ReproduceResult", "default_data_dir", "load_protocol", "reproduce"]
+
+
+def _function(target: str) -> Callable:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_protocol(paper: str, *, quick: bool = False, trials: int | None = None) -> Protocol:
+    """The protocol of ``paper`` (a name of :data:`~elmscale.experiments.papers.PAPERS`)."""
+    if paper not in PAPERS:
+        raise ValueError(f"unknown paper {paper!r}; expected one of {sorted(PAPERS)}")
+    target = PAPERS[paper]
+    if target is None:
+        raise ValueError(
+            f"paper {paper!r}: its model family is not built yet; "
+            f"available: {sorted(k for k, v in PAPERS.items() if v)}"
+        )
+    if trials is not None and int(trials) < 1:
+        raise ValueError(f"trials={trials!r}; expected a positive number")
+    return _function(target)(quick=quick, trials=trials)
+
+
+def default_data_dir() -> Path | None:
+    """``../shared/data`` beside the working directory (or $ELMSCALE_SHARED/data) when
+    present."""
+    import os
+
+    root = os.environ.get("ELMSCALE_SHARED")
+    candidate = Path(root) / "data" if root else Path.cwd().parent / "shared" / "data"
+    return candidate if candidate.is_dir() else None
+
+
+def default_reference_dir(data_dir: Path | None) -> Path | None:
+    if data_dir is None:
+        return None
+    candidate = Path(data_dir).parent / "reference"
+    return candidate if candidate.is_dir() else None
+
+
+@dataclass
+class ReproduceResult:
+    protocol: Protocol
+    out_dir: Path
+    n_pieces: int
+    skipped: list[str]
+    report: Report
+    wall_time_s: float
+
+
+def select_datasets(protocol: Protocol, sets: list[str] | None) -> Protocol:
+    """Keep the named sets; a name that is not the protocol's is a path to a user's file."""
+    if not sets:
+        return protocol
+    known = {d.name: d for d in protocol.datasets}
+    if all(s in known for s in sets):
+        keep = tuple(known[s] for s in sets)
+        return _restrict(protocol, keep)
+    chosen = []
+    for s in sets:
+        if s in known:
+            chosen.append(known[s])
+        elif Path(s.split(",")[0]).exists():
+            chosen.append(dataset_from_path(s))
+        else:
+            raise ValueError(
+                f"--sets: {s!r} is neither a data set of {protocol.name} "
+                f"({', '.join(known)}) nor an existing file"
+            )
+    return protocol.with_datasets(tuple(chosen))
+
+
+def _restrict(protocol: Protocol, keep) -> Protocol:
+    from dataclasses import replace
+
+    names = {d.name for d in keep}
+    tables = tuple(
+        replace(t, datasets=tuple(d for d in t.datasets if d in names)) for t in protocol.tables
+    )
+    curves = tuple(
+        replace(c, datasets=tuple(d for d in c.datasets if d in names)) for c in protocol.curves
+    )
+    grids = tuple(g for g in protocol.grids if g.dataset in names)
+    return replace(protocol, datasets=tuple(keep), tables=tables, curves=curves, grids=grids)
+
+
+def reproduce(
+    paper: str,
+    *,
+    out_dir,
+    sets: list[str] | None = None,
+    trials: int | None = None,
+    quick: bool = False,
+    data_dir=None,
+    reference_dir=None,
+    executor: Executor | None = None,
+    quiet: bool = False,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> ReproduceResult:
+    """Run ``paper``'s protocol into ``out_dir`` (resuming a run found there)."""
+    start = time.perf_counter()
+    log = log or (lambda line: print(line, file=sys.stderr))
+    protocol = select_datasets(load_protocol(paper, quick=quick, trials=trials), sets)
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    out_dir = Path(out_dir)
+    skipped: list[str] = []
+    loaded: dict[str, LoadedSet] = {}
+    for spec in protocol.datasets:
+        missing = missing_files(spec, data_dir)
+        if missing:
+            line = f"{spec.name}: skipped, no file {missing[0]}"
+            skipped.append(line)
+            log(f"elmscale reproduce: {line}")
+            continue
+        loaded[spec.name] = load_dataset(spec, data_dir)
+    pieces = [p for p in protocol.pieces() if p.dataset in loaded]
+    if not pieces:
+        raise FileNotFoundError(
+            f"{paper}: none of its data sets was found under {data_dir} "
+            "(give --data-dir, or --sets with your own files)"
+        )
+    if (out_dir / JOURNAL).exists():
+        finished = {p.key for p in pieces} & set(Journal(out_dir).read())
+        log(
+            f"elmscale reproduce: resuming in {out_dir}: "
+            f"{len(finished)} of {len(pieces)} pieces already done"
+        )
+    bar = None
+    if not quiet:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(pieces), desc=f"reproduce {paper}", unit="piece")
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.update(done - bar.n)
+
+    try:
+        results = run_pieces(pieces, loaded, out_dir, executor=executor, on_progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    tables = collect_tables(results)
+    write_tables(tables, out_dir)
+    reference_dir = (
+        Path(reference_dir) if reference_dir is not None else default_reference_dir(data_dir)
+    )
+    paper_frame = None
+    if protocol.reference and reference_dir is not None:
+        paper_frame = _function(protocol.reference)(reference_dir)
+    # the report (matplotlib, statistics) loads only when there is one to write
+    from elmscale.experiments.report import build_report, summarise
+
+    claims = None
+    if protocol.claims and not tables.results.empty:
+        claims = _function(protocol.claims)(summarise(tables), tables.results, tables.timings)
+    wall = time.perf_counter() - start
+    report = build_report(
+        protocol,
+        tables,
+        out_dir,
+        paper=paper_frame,
+        claims=claims,
+        command=command or f"elmscale reproduce {paper}",
+        wall_time_s=wall,
+        skipped=skipped,
+    )
+    return ReproduceResult(protocol, out_dir, len(pieces), skipped, report, wall)
