@@ -29,7 +29,7 @@ from elmscale.experiments.datasets import LoadedSet
 from elmscale.experiments.pieces import PieceResult, run_piece
 from elmscale.experiments.protocol import Piece
 
-__all__ = ["Journal", "RunTables", "collect_tables", "run_pieces", "write_tables"]
+__all__ = ["Journal", "RunTables", "collect_tables", "run_pieces", "trial_keys", "write_tables"]
 
 JOURNAL = "pieces.jsonl"
 
@@ -141,15 +141,16 @@ def collect_tables(results: dict[str, PieceResult]) -> RunTables:
     return RunTables(trials, timings, curves, grids)
 
 
-def _trial_keys(tables: RunTables) -> list[str]:
+def trial_keys(results: pd.DataFrame) -> list[str]:
+    """The piece key of each row of ``results`` (joins it to ``timings``)."""
     return [
         "/".join(["trial", t, d, m, p, f"trial{k}"])
         for t, d, m, p, k in zip(
-            tables.results["table"],
-            tables.results["dataset"],
-            tables.results["method"],
-            tables.results["mapping"],
-            tables.results["trial"],
+            results["table"],
+            results["dataset"],
+            results["method"],
+            results["mapping"],
+            results["trial"],
         )
     ]
 
@@ -170,7 +171,7 @@ def write_tables(tables: RunTables, out_dir: Path) -> list[Path]:
             atomic_write(out_dir / name, lambda tmp, f=frame: f.to_csv(tmp, index=False))
         )
     if not tables.results.empty:
-        joined = tables.results.assign(key=_trial_keys(tables)).merge(
+        joined = tables.results.assign(key=trial_keys(tables.results)).merge(
             tables.timings, on="key", how="left"
         )
         written.append(

@@ -19,7 +19,7 @@ import pandas as pd
 from elmscale.core.files import atomic_write
 from elmscale.core.threads import available_cores
 from elmscale.experiments import stats
-from elmscale.experiments.engine import RunTables
+from elmscale.experiments.engine import RunTables, trial_keys
 from elmscale.experiments.protocol import Protocol
 from elmscale.io.reports import plot_cv_heatmap
 
@@ -34,18 +34,7 @@ def summarise(tables: RunTables) -> pd.DataFrame:
     results = tables.results
     if results.empty:
         return pd.DataFrame()
-    keys = results.assign(
-        key=[
-            "/".join(["trial", t, d, m, p, f"trial{k}"])
-            for t, d, m, p, k in zip(
-                results["table"],
-                results["dataset"],
-                results["method"],
-                results["mapping"],
-                results["trial"],
-            )
-        ]
-    )
+    keys = results.assign(key=trial_keys(results))
     joined = keys.merge(tables.timings, on="key", how="left")
     group = joined.groupby(["table", "dataset", "mapping", "method"], sort=False)
     summary = group.agg(
@@ -319,6 +308,7 @@ def environment() -> dict:
 def build_report(
     protocol: Protocol,
     tables: RunTables,
+    summary: pd.DataFrame,
     out_dir: Path,
     *,
     paper: pd.DataFrame | None,
@@ -327,9 +317,9 @@ def build_report(
     wall_time_s: float,
     skipped: list[str],
 ) -> Report:
-    """Write figures, ``summary.csv``, ``report.md`` and ``report.html``."""
+    """Write figures, ``summary.csv``, ``report.md`` and ``report.html`` (``summary`` is
+    :func:`summarise` of ``tables``)."""
     out_dir = Path(out_dir)
-    summary = summarise(tables)
     comparison = compare(summary, paper)
     report = Report(comparison)
     if not summary.empty:

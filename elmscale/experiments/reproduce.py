@@ -86,13 +86,11 @@ class ReproduceResult:
 
 
 def select_datasets(protocol: Protocol, sets: list[str] | None) -> Protocol:
-    """Keep the named sets; a name that is not the protocol's is a path to a user's file."""
+    """Run on the named sets only; a name that is not the protocol's is a path to a user's
+    file.  Every table runs on every set named."""
     if not sets:
         return protocol
     known = {d.name: d for d in protocol.datasets}
-    if all(s in known for s in sets):
-        keep = tuple(known[s] for s in sets)
-        return _restrict(protocol, keep)
     chosen = []
     for s in sets:
         if s in known:
@@ -105,20 +103,6 @@ def select_datasets(protocol: Protocol, sets: list[str] | None) -> Protocol:
                 f"({', '.join(known)}) nor an existing file"
             )
     return protocol.with_datasets(tuple(chosen))
-
-
-def _restrict(protocol: Protocol, keep) -> Protocol:
-    from dataclasses import replace
-
-    names = {d.name for d in keep}
-    tables = tuple(
-        replace(t, datasets=tuple(d for d in t.datasets if d in names)) for t in protocol.tables
-    )
-    curves = tuple(
-        replace(c, datasets=tuple(d for d in c.datasets if d in names)) for c in protocol.curves
-    )
-    grids = tuple(g for g in protocol.grids if g.dataset in names)
-    return replace(protocol, datasets=tuple(keep), tables=tables, curves=curves, grids=grids)
 
 
 def reproduce(
@@ -189,13 +173,15 @@ def reproduce(
     # the report (matplotlib, statistics) loads only when there is one to write
     from elmscale.experiments.report import build_report, summarise
 
+    summary = summarise(tables)
     claims = None
-    if protocol.claims and not tables.results.empty:
-        claims = _function(protocol.claims)(summarise(tables), tables.results, tables.timings)
+    if protocol.claims and not summary.empty:
+        claims = _function(protocol.claims)(summary, tables.results, tables.timings)
     wall = time.perf_counter() - start
     report = build_report(
         protocol,
         tables,
+        summary,
         out_dir,
         paper=paper_frame,
         claims=claims,
