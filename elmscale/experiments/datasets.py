@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from elmscale.data import Scaler, load
-from elmscale.data.formats import DataError
+from elmscale.data.formats import DataError, detect_format
 from elmscale.experiments.protocol import DataSet
 
 __all__ = ["LoadedSet", "dataset_from_path", "load_dataset", "trial_split"]
@@ -88,8 +88,6 @@ def load_dataset(spec: DataSet, data_dir: Path | None) -> LoadedSet:
 
 
 def _with_width(path: Path, kw: dict, n_features: int) -> dict:
-    from elmscale.data.formats import detect_format
-
     if detect_format(path) == "libsvm":
         return {**kw, "n_features": n_features}
     return kw
@@ -129,8 +127,6 @@ def dataset_from_path(path: str) -> DataSet:
     files = tuple(os.path.abspath(p) for p in path.split(","))
     name = Path(files[0]).stem
     kw: tuple = ()
-    from elmscale.data.formats import detect_format
-
     if detect_format(files[0]) == "csv":
         kw = (("label", "last"),)
     return DataSet(name=name, files=files, load_kw=kw, note=f"user file {path}")
