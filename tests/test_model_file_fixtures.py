@@ -26,7 +26,13 @@ def test_an_earlier_release_model_file_loads_and_predicts_the_same(name):
     model = elmscale.load(FIXTURES / f"{name}.elm")
     expected = np.load(FIXTURES / f"{name}.npz", allow_pickle=False)
     X = expected["X"]
-    np.testing.assert_array_equal(model.predict(X), expected["predict"])
+    predicted = model.predict(X)
+    if np.issubdtype(expected["predict"].dtype, np.floating):
+        # A regressor's outputs are sums of kernel values: the kernel's summation order
+        # (features taken four per pass since the release) moves them by an ulp or two.
+        np.testing.assert_allclose(predicted, expected["predict"], rtol=1e-12, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(predicted, expected["predict"])
     if "decision_function" in expected:
         np.testing.assert_allclose(
             model.decision_function(X), expected["decision_function"], rtol=1e-12, atol=1e-12
