@@ -52,7 +52,11 @@ class Journal:
                 try:
                     record = json.loads(line)
                     result = PieceResult(
-                        record["key"], record["kind"], record["rows"], record["timings"]
+                        record["key"],
+                        record["kind"],
+                        record["rows"],
+                        record["timings"],
+                        float(record.get("seconds", 0.0)),
                     )
                 except (ValueError, KeyError):
                     break

@@ -33,6 +33,8 @@ class PieceResult(NamedTuple):
     kind: str
     rows: list[dict]
     timings: list[dict]
+    #: the piece's own wall time (0 in journals written before it was recorded)
+    seconds: float = 0.0
 
 
 class PaperSVC(ClassifierMixin, BaseEstimator):
@@ -153,54 +155,44 @@ def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
     return PieceResult(piece.key, piece.kind, [row], [{"key": piece.key, **timing}])
 
 
-def run_curve(piece: Piece, data: LoadedSet) -> PieceResult:
-    """Training and test accuracy for every C at one L (one fit of the C path)."""
-    n_hidden, Cs = piece.point
+def _accuracy_over_C(piece, est, data, Cs, point: dict, train: bool) -> PieceResult:
+    """One row per C (a figure's points): one fit of the C path where the method has one."""
     X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed)
-    est = _estimator(piece.method, data, piece.seed).set_params(n_hidden=int(n_hidden))
-    rows = []
-    for C, model in zip(Cs, est.fit_path(X_tr, y_tr, list(Cs))):
-        rows.append(
-            {
-                "figure": piece.table,
-                "dataset": piece.dataset,
-                "method": piece.method.name,
-                "mapping": piece.method.mapping,
-                "trial": piece.trial,
-                "n_hidden": int(n_hidden),
-                "C": float(C),
-                "train_accuracy": 100.0 * float(np.mean(model.predict(X_tr) == y_tr)),
-                "test_accuracy": 100.0 * float(np.mean(model.predict(X_te) == y_te)),
-            }
-        )
-    return PieceResult(piece.key, piece.kind, rows, [])
-
-
-def run_grid(piece: Piece, data: LoadedSet) -> PieceResult:
-    """Test accuracy for every C at one value of the kernel parameter."""
-    param, value, Cs = piece.point
-    X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed)
-    est = _estimator(piece.method, data, piece.seed).set_params(**{param: value})
     if piece.method.c_path:
         models = est.fit_path(X_tr, y_tr, list(Cs))
     else:
         models = (clone(est).set_params(C=C).fit(X_tr, y_tr) for C in Cs)
     rows = []
     for C, model in zip(Cs, models):
-        rows.append(
-            {
-                "figure": piece.table,
-                "dataset": piece.dataset,
-                "method": piece.method.name,
-                "mapping": piece.method.mapping,
-                "trial": piece.trial,
-                "param": param,
-                "value": float(value),
-                "C": float(C),
-                "test_accuracy": 100.0 * float(np.mean(model.predict(X_te) == y_te)),
-            }
-        )
+        row = {
+            "figure": piece.table,
+            "dataset": piece.dataset,
+            "method": piece.method.name,
+            "mapping": piece.method.mapping,
+            "trial": piece.trial,
+            **point,
+            "C": float(C),
+        }
+        if train:
+            row["train_accuracy"] = 100.0 * float(np.mean(model.predict(X_tr) == y_tr))
+        row["test_accuracy"] = 100.0 * float(np.mean(model.predict(X_te) == y_te))
+        rows.append(row)
     return PieceResult(piece.key, piece.kind, rows, [])
+
+
+def run_curve(piece: Piece, data: LoadedSet) -> PieceResult:
+    """Training and test accuracy for every C at one L (one fit of the C path)."""
+    n_hidden, Cs = piece.point
+    est = _estimator(piece.method, data, piece.seed).set_params(n_hidden=int(n_hidden))
+    return _accuracy_over_C(piece, est, data, Cs, {"n_hidden": int(n_hidden)}, train=True)
+
+
+def run_grid(piece: Piece, data: LoadedSet) -> PieceResult:
+    """Test accuracy for every C at one value of the kernel parameter."""
+    param, value, Cs = piece.point
+    est = _estimator(piece.method, data, piece.seed).set_params(**{param: value})
+    point = {"param": param, "value": float(value)}
+    return _accuracy_over_C(piece, est, data, Cs, point, train=False)
 
 
 _RUNNERS = {"trial": run_trial, "curve": run_curve, "grid": run_grid}
@@ -208,8 +200,10 @@ _RUNNERS = {"trial": run_trial, "curve": run_curve, "grid": run_grid}
 
 def run_piece(piece: Piece, *, datasets: dict[str, LoadedSet]) -> PieceResult:
     """Run ``piece`` on one BLAS and one numba thread."""
+    start = time.perf_counter()
     with thread_budget(1):
-        return _RUNNERS[piece.kind](piece, datasets[piece.dataset])
+        result = _RUNNERS[piece.kind](piece, datasets[piece.dataset])
+    return result._replace(seconds=time.perf_counter() - start)
 
 
 run_piece.progress_label = "reproduce"

@@ -182,49 +182,26 @@ class Protocol:
 
     def pieces(self) -> list[Piece]:
         """Every piece, in a fixed order (tables, then curve and grid figures)."""
+
+        def each(kind, name, dataset, method, points, trials, folds=5):
+            return [
+                Piece(kind, dataset, method, t, self.seed + t, folds, name, point)
+                for point in points
+                for t in range(trials)
+            ]
+
         pieces: list[Piece] = []
         for table in self.tables:
             for dataset in table.datasets:
                 for method in table.methods:
-                    for trial in range(table.trials):
-                        pieces.append(
-                            Piece(
-                                "trial",
-                                dataset,
-                                method,
-                                trial,
-                                self.seed + trial,
-                                table.folds,
-                                table.name,
-                            )
-                        )
-        for curve in self.curves:
-            for dataset in curve.datasets:
-                for n_hidden in curve.n_hidden:
-                    for trial in range(curve.trials):
-                        pieces.append(
-                            Piece(
-                                "curve",
-                                dataset,
-                                curve.method,
-                                trial,
-                                self.seed + trial,
-                                table=curve.name,
-                                point=(n_hidden, tuple(curve.Cs)),
-                            )
-                        )
-        for grid in self.grids:
-            for value in grid.values:
-                for trial in range(grid.trials):
-                    pieces.append(
-                        Piece(
-                            "grid",
-                            grid.dataset,
-                            grid.method,
-                            trial,
-                            self.seed + trial,
-                            table=grid.name,
-                            point=(grid.param, value, tuple(grid.Cs)),
-                        )
+                    pieces += each(
+                        "trial", table.name, dataset, method, [()], table.trials, table.folds
                     )
+        for curve in self.curves:
+            points = [(n_hidden, tuple(curve.Cs)) for n_hidden in curve.n_hidden]
+            for dataset in curve.datasets:
+                pieces += each("curve", curve.name, dataset, curve.method, points, curve.trials)
+        for grid in self.grids:
+            points = [(grid.param, value, tuple(grid.Cs)) for value in grid.values]
+            pieces += each("grid", grid.name, grid.dataset, grid.method, points, grid.trials)
         return pieces

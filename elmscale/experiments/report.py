@@ -97,6 +97,8 @@ class Report:
     claims: pd.DataFrame | None = None
     figures: list[Path] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    piece_time_s: float = 0.0
+    n_pieces: int = 0
 
 
 def table_statistics(summary: pd.DataFrame, out_dir: Path, control: str = "sparse_elm"):
@@ -316,12 +318,14 @@ def build_report(
     command: str,
     wall_time_s: float,
     skipped: list[str],
+    piece_time_s: float = 0.0,
+    n_pieces: int = 0,
 ) -> Report:
     """Write figures, ``summary.csv``, ``report.md`` and ``report.html`` (``summary`` is
     :func:`summarise` of ``tables``)."""
     out_dir = Path(out_dir)
     comparison = compare(summary, paper)
-    report = Report(comparison)
+    report = Report(comparison, piece_time_s=piece_time_s, n_pieces=n_pieces)
     if not summary.empty:
         report.files.append(
             atomic_write(out_dir / "summary.csv", lambda tmp: comparison.to_csv(tmp, index=False))
@@ -337,13 +341,59 @@ def build_report(
     return report
 
 
+def statistics_tables(entries: list[dict]) -> list[tuple[str, pd.DataFrame]]:
+    """:func:`table_statistics`' entries as tables: the tests per table, the average
+    ranks (method by table) and Holm's comparisons against the control."""
+    tests, ranks, holm = [], {}, []
+    for entry in entries:
+        row = {"table": entry["table"], "data sets": entry["n_datasets"]}
+        if "skipped" in entry:
+            row["test"] = f"none: {entry['skipped']}"
+        elif "wilcoxon" in entry:
+            w = entry["wilcoxon"]
+            row.update(test=f"Wilcoxon {w['a']} vs {w['b']}", statistic=w["statistic"])
+            row["p"] = w["p"]
+        else:
+            row.update(
+                test="Friedman",
+                statistic=entry["friedman_chi2"],
+                p=entry["friedman_p"],
+                **{
+                    "Iman-Davenport F": entry["iman_davenport_F"],
+                    "F p": entry["iman_davenport_p"],
+                    "Nemenyi CD": entry["nemenyi_cd"],
+                },
+            )
+        tests.append(row)
+        if "average_ranks" in entry:
+            ranks[f"table {entry['table']}"] = entry["average_ranks"]
+        for h in entry.get("holm", []):
+            holm.append({"table": entry["table"], **h})
+    out = [("Tests", pd.DataFrame(tests))]
+    if ranks:
+        frame = pd.DataFrame(ranks).rename_axis("method").reset_index()
+        out.append(("Average ranks (1 = best)", frame))
+    if holm:
+        out.append(("Holm's step-down against sparse_elm", pd.DataFrame(holm)))
+    return out
+
+
+def _time_line(wall_time_s: float, piece_time_s: float, n_pieces: int) -> str:
+    return (
+        f"Wall time of this invocation: {wall_time_s:.1f} s; the {n_pieces} pieces' own "
+        f"times sum to {piece_time_s:.1f} s (one thread each; a resumed run's earlier "
+        "pieces included)"
+    )
+
+
 def _render(protocol, report, command, wall_time_s, skipped, out_dir):
+    time_line = _time_line(wall_time_s, report.piece_time_s, report.n_pieces)
     md = [
         f"# {protocol.title}",
         "",
         f"Command: `{command}`",
         "",
-        f"Wall time: {wall_time_s:.1f} s",
+        time_line,
         "",
     ]
     page = [
@@ -354,7 +404,7 @@ def _render(protocol, report, command, wall_time_s, skipped, out_dir):
         "td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}"
         "img{max-width:100%}</style></head><body>",
         f"<h1>{html.escape(protocol.title)}</h1>",
-        f"<p>Command: <code>{html.escape(command)}</code><br>Wall time: {wall_time_s:.1f} s</p>",
+        f"<p>Command: <code>{html.escape(command)}</code><br>{html.escape(time_line)}</p>",
     ]
     env = environment()
     md += ["## Environment", ""] + [f"- {k}: {v}" for k, v in env.items()] + [""]
@@ -384,18 +434,16 @@ def _render(protocol, report, command, wall_time_s, skipped, out_dir):
         md += ["## The paper's claims", "", _markdown(report.claims), ""]
         page += ["<h2>The paper's claims</h2>", _html_table(report.claims)]
     if report.statistics:
-        md += ["## Statistics (test accuracy, data sets as blocks)", ""]
-        page += ["<h2>Statistics (test accuracy, data sets as blocks)</h2>"]
+        heading = "Statistics (test accuracy, data sets as blocks)"
+        md += [f"## {heading}", ""]
+        page += [f"<h2>{html.escape(heading)}</h2>"]
+        for title, frame in statistics_tables(report.statistics):
+            md += [f"{title}:", "", _markdown(frame), ""]
+            page += [f"<p>{html.escape(title)}:</p>", _html_table(frame)]
         for entry in report.statistics:
-            text = json.dumps({k: v for k, v in entry.items() if k != "cd_diagram"})
-            md += [f"- Table {entry['table']}: `{text}`"]
-            page += [
-                f"<p>Table {html.escape(entry['table'])}: <code>{html.escape(text)}</code></p>"
-            ]
             if "cd_diagram" in entry:
-                md += [f"  ![CD diagram, table {entry['table']}]({entry['cd_diagram']})"]
+                md += [f"![CD diagram, table {entry['table']}]({entry['cd_diagram']})", ""]
                 page += [_img(out_dir / entry["cd_diagram"])]
-        md += [""]
     if report.figures:
         md += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in report.figures] + [""]
         page += ["<h2>Figures</h2>"] + [_img(p) for p in report.figures]

@@ -188,5 +188,7 @@ def reproduce(
         command=command or f"elmscale reproduce {paper}",
         wall_time_s=wall,
         skipped=skipped,
+        piece_time_s=sum(r.seconds for r in results.values()),
+        n_pieces=len(results),
     )
     return ReproduceResult(protocol, out_dir, len(pieces), skipped, report, wall)
