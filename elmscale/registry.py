@@ -202,3 +202,22 @@ register(
         ),
     )
 )
+
+# The boosting-ridge ensembles (elmscale.models.boosting_ridge): every one fits a Parquet
+# data set on Dask (random nodes: the Gram of the S layers; KBRELM: K in row blocks), and
+# the random-node ones cross-validate their C path on it in one pass.
+for _ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM"):
+    for _task in ("Classifier", "Regressor"):
+        register(
+            EstimatorEntry(
+                f"{_ensemble}{_task}",
+                f"elmscale.models.boosting_ridge:{_ensemble}{_task}",
+                Capabilities(
+                    task=_task.lower(),
+                    c_path=True,
+                    parquet_fit=True,
+                    parquet_cv=_random_nodes,
+                    paper_grid="elmscale.models.paper_grids:boosting_ridge_grid",
+                ),
+            )
+        )

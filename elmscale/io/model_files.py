@@ -25,6 +25,9 @@ A model file is a ZIP archive with these members:
                                       "n_hidden": 500, "seed": 123,
                                       "weights": "arrays/0/hidden_layer_.weights.npy",
                                       "biases": "arrays/0/hidden_layer_.biases.npy"}},
+         # or, for S random layers side by side (the boosting-ridge ensembles):
+         # "layers": {"hidden_layer_": {"type": "concatenated_layers",
+         #                              "layers": [<a layer as above>, ...]}},
          "steps": [[name, <node>], ...]}        # Pipeline only
 
 ``arrays/...npy``
@@ -55,7 +58,7 @@ import numpy as np
 from elmscale import registry
 from elmscale.core.errors import ModelFileError
 from elmscale.core.files import atomic_write
-from elmscale.features.layers import HiddenLayer
+from elmscale.features.layers import ConcatenatedLayers, HiddenLayer
 
 FORMAT_NAME = "elmscale-model"
 FORMAT_VERSION = 1
@@ -141,6 +144,15 @@ def _plain_array(value: np.ndarray, where: str) -> np.ndarray:
     return value
 
 
+def _encode_layer(layer: HiddenLayer, member_prefix: str, arrays: dict) -> dict:
+    spec = layer.to_dict()
+    for part in ("weights", "biases"):
+        member = f"{member_prefix}.{part}.npy"
+        arrays[member] = getattr(layer, part)
+        spec[part] = member
+    return spec
+
+
 def _encode(est, prefix: str, arrays: dict) -> dict:
     name = _name_of(est)
     node: dict = {"estimator": name}
@@ -163,12 +175,15 @@ def _encode(est, prefix: str, arrays: dict) -> dict:
             continue
         where = f"{name}.{attr}"
         if isinstance(value, HiddenLayer):
-            layer = value.to_dict()
-            for part in ("weights", "biases"):
-                member = f"arrays/{prefix}{attr}.{part}.npy"
-                arrays[member] = getattr(value, part)
-                layer[part] = member
-            node["layers"][attr] = layer
+            node["layers"][attr] = _encode_layer(value, f"arrays/{prefix}{attr}", arrays)
+        elif isinstance(value, ConcatenatedLayers):
+            node["layers"][attr] = {
+                "type": "concatenated_layers",
+                "layers": [
+                    _encode_layer(layer, f"arrays/{prefix}{attr}.{i}", arrays)
+                    for i, layer in enumerate(value.layers)
+                ],
+            }
         elif isinstance(value, np.ndarray):
             member = f"arrays/{prefix}{attr}.npy"
             arrays[member] = _plain_array(value, where)
@@ -304,16 +319,32 @@ def _decode(node: dict, path: Path, members: dict[str, bytes]):
     for attr, member in node.get("arrays", {}).items():
         setattr(est, attr, _load_array(path, members, member))
     for attr, spec in node.get("layers", {}).items():
-        layer = HiddenLayer.from_dict(spec)
-        weights = _load_array(path, members, spec["weights"])
-        biases = _load_array(path, members, spec["biases"])
-        if weights.shape != (layer.n_features, layer.n_hidden) or biases.shape != (layer.n_hidden,):
-            raise ModelFileError(f"{path}: {attr} arrays do not match its shape")
-        # The saved weights win over a rebuild from the seed, so that a model
-        # scores the same even if the random generator's stream ever changes.
-        layer.__dict__["_weights"] = (weights.astype(np.float32), biases.astype(np.float32))
-        setattr(est, attr, layer)
+        if isinstance(spec, dict) and spec.get("type") == "concatenated_layers":
+            layers = spec.get("layers")
+            if not isinstance(layers, list) or not layers:
+                raise ModelFileError(f"{path}: {attr} lists no layers")
+            value = ConcatenatedLayers(
+                tuple(_decode_layer(s, f"{attr}[{i}]", path, members) for i, s in enumerate(layers))
+            )
+        else:
+            value = _decode_layer(spec, attr, path, members)
+        setattr(est, attr, value)
     return est
+
+
+def _decode_layer(spec, where: str, path: Path, members: dict[str, bytes]) -> HiddenLayer:
+    try:
+        layer = HiddenLayer.from_dict(spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: {where} is not a hidden layer: {exc}") from exc
+    weights = _load_array(path, members, spec["weights"])
+    biases = _load_array(path, members, spec["biases"])
+    if weights.shape != (layer.n_features, layer.n_hidden) or biases.shape != (layer.n_hidden,):
+        raise ModelFileError(f"{path}: {where} arrays do not match its shape")
+    # The saved weights win over a rebuild from the seed, so that a model
+    # scores the same even if the random generator's stream ever changes.
+    layer.__dict__["_weights"] = (weights.astype(np.float32), biases.astype(np.float32))
+    return layer
 
 
 def load(path):

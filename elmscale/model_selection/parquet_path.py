@@ -3,8 +3,9 @@ passes over the data (``cross_validate_path``).
 
 The estimator is asked, through its public methods, for what the search needs: one pass
 for its feature map and the per-fold Gram of its targets (``dataset_gram``), the target
-coding (``target_encoder_``); the search solves every fold's path itself
-(``elmscale.linalg``) and hands the best solution back (``set_solution``).
+coding (``target_encoder_``), every fold's path from its Gram (``solve_path``: ridge for
+the unified ELM, the ensembles' own solves for the boosting-ridge ELMs) and the best
+solution handed back (``set_solution``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from sklearn.base import clone, is_classifier
 from elmscale.data.parquet import ParquetDataset
 from elmscale.distributed import dataplane
 from elmscale.linalg.gram import Gram
-from elmscale.linalg.ridge import ridge_path, solve_ridge
 from elmscale.model_selection.results import cv_results
 
 __all__ = ["SCORINGS", "PathCVResult", "cross_validate_path"]
@@ -108,7 +108,7 @@ def cross_validate_path(
     coefs = []
     for k in range(gram.n_folds):
         HtH, HtT, _ = gram.total(exclude=k).ridge_terms(encoder)
-        coefs.append(ridge_path(HtH, HtT, Cs))
+        coefs.append(model.solve_path(HtH, HtT, Cs))
     coefs = np.asarray(coefs)  # (k, n_C, L, n_outputs)
     if scoring == "neg_mean_squared_error":
         split_scores = _gram_scores(gram, encoder, coefs)
@@ -129,5 +129,5 @@ def cross_validate_path(
     best = int(np.argmax(split_scores.mean(axis=0)))
     HtH, HtT, _ = gram.total().ridge_terms(encoder)
     model.set_params(C=float(Cs[best]))
-    model.set_solution(feature_map, solve_ridge(HtH, HtT, float(Cs[best])))
+    model.set_solution(feature_map, model.solve(HtH, HtT, float(Cs[best])))
     return PathCVResult(Cs, scoring, split_scores, float(Cs[best]), model)

@@ -335,8 +335,19 @@ class _BaseELM(BaseEstimator):
         with thread_budget(self.n_threads):
             features, G, B = self._any_gram(X, y, client, float(self.C))
             self._warn_if_single_precision_is_too_coarse(features, G, float(self.C))
-            self.set_solution(features, solve_ridge(G, B, float(self.C)))
+            self.set_solution(features, self.solve(G, B, float(self.C)))
         return self
+
+    # -- the solve (the ensembles of elmscale.models.boosting_ridge override both) --------
+    def solve(self, G: np.ndarray, B: np.ndarray, C: float) -> np.ndarray:
+        """The output weights for ``C`` from the Gram ``G`` and right-hand side ``B`` of
+        :meth:`dataset_gram` or a fit: ridge, ``(I/C + G) x = B`` (a Cholesky)."""
+        return solve_ridge(G, B, C)
+
+    def solve_path(self, G: np.ndarray, B: np.ndarray, Cs: Sequence[float]) -> np.ndarray:
+        """:meth:`solve` for every C in ``Cs``, ``(len(Cs),) + B.shape``: ridge from one
+        eigendecomposition."""
+        return ridge_path(G, B, Cs)
 
     def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
         """Fit one estimator per value of ``Cs`` from one eigendecomposition.
@@ -353,7 +364,7 @@ class _BaseELM(BaseEstimator):
         with thread_budget(self.n_threads):
             features, G, B = self._any_gram(X, y, client, max(Cs))
             self._warn_if_single_precision_is_too_coarse(features, G, max(Cs))
-            solutions = ridge_path(G, B, Cs)
+            solutions = self.solve_path(G, B, Cs)
         fitted = []
         for c, coef in zip(Cs, solutions):
             params = self.get_params(deep=False)

@@ -31,3 +31,18 @@ def unified_elm_grid(params: dict) -> dict:
 def sparse_elm_grid(params: dict) -> dict:
     """The sparse ELM's grid: C and its kernel's parameter."""
     return paper_grid(params.get("kernel", "gaussian"))
+
+
+#: The boosting-ridge paper's grid of its C (which multiplies I) and of its gaussian gamma
+#: (which divides the squared distance), Section "Experiments": 10^-2 .. 10^2 each.
+BOOSTING_PAPER_C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
+BOOSTING_PAPER_GAMMA_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
+
+
+def boosting_ridge_grid(params: dict) -> dict:
+    """The boosting-ridge paper's grid in the library's conventions: C = 1 / the paper's C
+    (the same five values, reversed), and for KBRELM sigma = sqrt(gamma / 2)."""
+    grid = {"C": sorted(1.0 / c for c in BOOSTING_PAPER_C_GRID)}
+    if params.get("kernel") is not None:
+        grid["sigma"] = [float((gamma / 2.0) ** 0.5) for gamma in BOOSTING_PAPER_GAMMA_GRID]
+    return grid

@@ -1,0 +1,355 @@
+"""Boosting-ridge ELM ensembles (``../shared/papers/boosting-ridge-elm-ggbrelm.txt``) as
+scikit-learn estimators: BRELM, GBRELM, GGBRELM and KBRELM, each a classifier and a
+regressor.
+
+Each ensemble sums S = ``n_estimators`` ridge learners; the learners differ in how they are
+fitted, not in how they score, so every fitted model is one feature map and one set of
+output weights, scored like the unified ELM (``elmscale.models.elm``):
+
+* :class:`BRELMClassifier` / :class:`BRELMRegressor` (eq. 10-13): one random layer shared by
+  every learner, each fitted in turn to the residual of the ones before.  The S steps are a
+  spectral filter of ``H'H``: ``coef_`` is their sum, from one eigendecomposition.
+* :class:`GBRELMClassifier` / :class:`GBRELMRegressor`: a random layer per learner, fitted in
+  turn to the residual (learner s solves against ``H(s)'Y - sum_{t<s} H(s)'H(t) beta(t)``).
+* :class:`GGBRELMClassifier` / :class:`GGBRELMRegressor` (eq. 19, the paper's proposal): a
+  layer per learner, every learner's weights from one global ridge system on the S
+  concatenated layers.
+* :class:`KBRELMClassifier` / :class:`KBRELMRegressor`: S kernel ridge learners on the
+  residuals; one eigendecomposition of K gives their summed dual weights (``dual_coef_``).
+
+All of it comes from one pass over the rows: ``[H(1) .. H(S)]'[H(1) .. H(S)]`` and
+``[H(s)]'Y`` (``elmscale.linalg.boosting`` solves every ensemble and every C from them),
+in memory or reduced on Dask workers from a Parquet data set (``fit(dataset,
+client=client)``, as ``ELMClassifier``).  ``fit_path(X, y, Cs)`` returns a fitted copy per C
+from the same Gram.
+
+Conventions.  ``C`` is the library's: larger C, less shrinkage; the learners solve
+``(H'H + I / C) beta = H'Y``.  The paper's C multiplies I (``(H'H + C I)``), so **paper
+C = 1 / our C** (its grid 10^-2 .. 10^2 is the same set of values either way).  KBRELM's
+gaussian kernel is the library's ``exp(-||u - v||^2 / (2 sigma^2))``; the paper's gamma
+divides the squared distance, so **gamma = 2 sigma^2**.  Classifiers fit 0/1 one-of-J
+targets (a column per class, also for two classes) and predict the argmax (eq. 5), as the
+paper; regressors fit the targets as given (several outputs allowed; no intercept: scale
+them, e.g. to [0, 1] as the paper does).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_random_state
+
+from elmscale.features.kernels import KERNELS
+from elmscale.features.layers import HIDDEN_KINDS, ConcatenatedLayers, HiddenLayer
+from elmscale.linalg.boosting import boosting_filter_path, global_path, sequential_path
+from elmscale.linalg.ridge import PRECISIONS
+from elmscale.models.elm import ELMClassifier, ELMRegressor, _BaseELM
+
+__all__ = [
+    "BRELMClassifier",
+    "BRELMRegressor",
+    "GBRELMClassifier",
+    "GBRELMRegressor",
+    "GGBRELMClassifier",
+    "GGBRELMRegressor",
+    "KBRELMClassifier",
+    "KBRELMRegressor",
+]
+
+_COMMON = {
+    "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
+    "C": [Interval(numbers.Real, 0, None, closed="neither")],
+    "block_rows": [Interval(numbers.Integral, 1, None, closed="left")],
+    "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+}
+
+
+class _RandomNodeEnsemble(_BaseELM):
+    """S ridge learners on random layers; ``ensemble`` says how they are fitted:
+    "shared" (BRELM), "sequential" (GBRELM) or "global" (GGBRELM)."""
+
+    ensemble = "global"
+    #: random nodes only (the unified ELM's code reads ``kernel`` to tell the two apart)
+    kernel = None
+
+    _parameter_constraints: dict = {
+        **_COMMON,
+        "hidden": [StrOptions(set(HIDDEN_KINDS))],
+        "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
+        "precision": [StrOptions({"auto", *PRECISIONS})],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators=10,
+        hidden="sigmoid",
+        n_hidden=100,
+        weight_scale=1.0,
+        C=1.0,
+        precision="auto",
+        block_rows=16384,
+        n_threads=None,
+        random_state=None,
+    ):
+        self.n_estimators = n_estimators
+        self.hidden = hidden
+        self.n_hidden = n_hidden
+        self.weight_scale = weight_scale
+        self.C = C
+        self.precision = precision
+        self.block_rows = block_rows
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    def _new_layer(self, n_features: int):
+        """BRELM: one layer; GBRELM / GGBRELM: S layers side by side, seeds drawn in turn
+        from ``random_state``."""
+        rng = check_random_state(self.random_state)
+        layers = tuple(
+            HiddenLayer(
+                self.hidden,
+                n_features,
+                int(self.n_hidden),
+                int(rng.randint(0, 2**31 - 1)),
+                weight_scale=float(self.weight_scale),
+            )
+            for _ in range(1 if self.ensemble == "shared" else int(self.n_estimators))
+        )
+        return layers[0] if self.ensemble == "shared" else ConcatenatedLayers(layers)
+
+    def solve_path(self, G, B, Cs):
+        """Every C's output weights from the Gram of the layer(s): the boosting filter
+        (BRELM), the sequential block solves (GBRELM) or the global ridge (GGBRELM)."""
+        if self.ensemble == "shared":
+            return boosting_filter_path(G, B, Cs, int(self.n_estimators))
+        if self.ensemble == "sequential":
+            return sequential_path(G, B, [int(self.n_hidden)] * int(self.n_estimators), Cs)
+        return global_path(G, B, Cs)
+
+    def solve(self, G, B, C):
+        return self.solve_path(G, B, [C])[0]
+
+
+class _KernelEnsemble(_BaseELM):
+    """S kernel ridge learners on the residuals (KBRELM)."""
+
+    #: K is formed in float64 (not a parameter: the unified ELM's code reads it)
+    precision = "double"
+
+    _parameter_constraints: dict = {
+        **_COMMON,
+        "kernel": [StrOptions(set(KERNELS))],
+        "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "degree": [Interval(numbers.Integral, 1, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators=10,
+        kernel="gaussian",
+        C=1.0,
+        sigma=1.0,
+        degree=3,
+        block_rows=16384,
+        n_threads=None,
+    ):
+        self.n_estimators = n_estimators
+        self.kernel = kernel
+        self.C = C
+        self.sigma = sigma
+        self.degree = degree
+        self.block_rows = block_rows
+        self.n_threads = n_threads
+
+    def solve_path(self, G, B, Cs):
+        """The S steps' summed dual weights per C: a spectral filter of K."""
+        return boosting_filter_path(G, B, Cs, int(self.n_estimators))
+
+    def solve(self, G, B, C):
+        return self.solve_path(G, B, [C])[0]
+
+
+class _OneOfJClassifier(ELMClassifier):
+    """The paper's classification: 0/1 one-of-J targets, argmax of the outputs (eq. 5)."""
+
+    target_coding = "one_of_j"
+
+    def decision_function(self, X) -> np.ndarray:
+        """Outputs ``(n_samples, n_classes)``; for two classes, ``out[:, 1] - out[:, 0]``
+        (> 0 means ``classes_[1]``)."""
+        out = self._raw_output(X)
+        return out[:, 1] - out[:, 0] if len(self.classes_) == 2 else out
+
+
+_PARAMETERS = """
+    Parameters
+    ----------
+    n_estimators : int, default=10
+        S, the number of learners.
+    hidden : {"sigmoid", "sinusoid", "multiquadric", "gaussian"}, default="sigmoid"
+        Random node type of every layer.
+    n_hidden : int, default=100
+        D, nodes per learner (the paper: 10 for weak learners, 1000 for strong ones).
+    weight_scale : float, default=1.0
+        Input weights of sigmoid / sinusoid nodes from U(-weight_scale, weight_scale).
+    C : float, default=1.0
+        The library's ridge convention, ``(H'H + I / C)``: larger C, less shrinkage.  The
+        paper's C is 1 / this C.  One C for every learner (the paper's eq. 15-19).
+    precision : {"auto", "double", "single"}, default="auto"
+        Products forming the Gram (as ``ELMClassifier``).
+    block_rows : int, default=16384
+        Rows per block of the hidden outputs.
+    n_threads : int or None, default=None
+        BLAS and numba threads inside fit / predict (None or -1: all cores).
+    random_state : int, RandomState or None, default=None
+        Seeds of the random layers (drawn in turn for each learner).
+"""
+
+_KERNEL_PARAMETERS = """
+    Parameters
+    ----------
+    n_estimators : int, default=10
+        S, the number of kernel ridge learners.
+    kernel : {"gaussian", "laplacian", "polynomial"}, default="gaussian"
+        The learners' kernel (the paper's is gaussian).
+    C : float, default=1.0
+        The library's ridge convention, ``(K + I / C)``: larger C, less shrinkage; the paper's
+        C is 1 / this C.
+    sigma : float, default=1.0
+        Kernel width: ``exp(-||u - v||^2 / (2 sigma^2))``; the paper's gamma = 2 sigma^2.
+    degree : int, default=3
+        Degree of the polynomial kernel.
+    block_rows : int, default=16384
+        Rows per block when scoring.
+    n_threads : int or None, default=None
+        BLAS and numba threads inside fit / predict (None or -1: all cores).
+
+    Attributes
+    ----------
+    X_fit_ : ndarray (n_samples, n_features), float32
+        The training rows.
+    dual_coef_ : ndarray
+        The S learners' summed dual weights, from one eigendecomposition of K (time
+        O(n^3), memory O(n^2) in the training rows n).
+"""
+
+_RANDOM_ATTRIBUTES = """
+    Attributes
+    ----------
+    hidden_layer_ : HiddenLayer (BRELM) or ConcatenatedLayers (the S layers side by side)
+    coef_ : ndarray
+        Output weights: BRELM the S learners' sum (n_hidden, ...); GBRELM / GGBRELM the
+        learners' weights stacked, ``[beta(1); ..; beta(S)]`` (S * n_hidden, ...).
+    precision_ : {"single", "double"}
+    n_features_in_ : int
+"""
+
+
+def _doc(summary: str, parameters: str, attributes: str, extra: str) -> str:
+    return summary + "\n" + parameters + attributes + extra
+
+
+_CLASSES_ATTR = "    classes_ : ndarray (n_classes,)\n"
+_OUTPUTS_ATTR = "    n_outputs_ : int\n"
+
+
+class BRELMClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+    ensemble = "shared"
+    __doc__ = _doc(
+        "BRELM classifier: S ridge learners sharing one random layer, each fitted to the "
+        "residual of the ones before (eq. 10-13).",
+        _PARAMETERS,
+        _RANDOM_ATTRIBUTES,
+        _CLASSES_ATTR,
+    )
+
+
+class BRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
+    ensemble = "shared"
+    __doc__ = _doc(
+        "BRELM regressor: S ridge learners sharing one random layer (eq. 10-13).",
+        _PARAMETERS,
+        _RANDOM_ATTRIBUTES,
+        _OUTPUTS_ATTR,
+    )
+
+
+class GBRELMClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+    ensemble = "sequential"
+    __doc__ = _doc(
+        "GBRELM classifier: a random layer per learner, the learners fitted in turn to the "
+        "residual.",
+        _PARAMETERS,
+        _RANDOM_ATTRIBUTES,
+        _CLASSES_ATTR,
+    )
+
+
+class GBRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
+    ensemble = "sequential"
+    __doc__ = _doc(
+        "GBRELM regressor: a random layer per learner, fitted in turn to the residual.",
+        _PARAMETERS,
+        _RANDOM_ATTRIBUTES,
+        _OUTPUTS_ATTR,
+    )
+
+
+class GGBRELMClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+    ensemble = "global"
+    __doc__ = _doc(
+        "GGBRELM classifier (the paper's eq. 19): a random layer per learner, every "
+        "learner's weights from one ridge system on the S concatenated layers (a Cholesky "
+        "per C for short grids, one eigendecomposition for long ones).",
+        _PARAMETERS,
+        _RANDOM_ATTRIBUTES,
+        _CLASSES_ATTR,
+    )
+
+
+class GGBRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
+    ensemble = "global"
+    __doc__ = _doc(
+        "GGBRELM regressor (eq. 19): ridge on the S concatenated random layers.",
+        _PARAMETERS,
+        _RANDOM_ATTRIBUTES,
+        _OUTPUTS_ATTR,
+    )
+
+
+class KBRELMClassifier(_KernelEnsemble, _OneOfJClassifier):
+    __doc__ = _doc(
+        "KBRELM classifier: S kernel ridge learners, each fitted to the residual of the "
+        "ones before.",
+        _KERNEL_PARAMETERS,
+        "",
+        _CLASSES_ATTR,
+    )
+
+
+class KBRELMRegressor(_KernelEnsemble, ELMRegressor):
+    __doc__ = _doc(
+        "KBRELM regressor: S kernel ridge learners on the residuals.",
+        _KERNEL_PARAMETERS,
+        "",
+        _OUTPUTS_ATTR,
+    )
+
+
+#: the boosting-ridge estimators, by ensemble and task
+ENSEMBLES = {
+    ("brelm", "classifier"): BRELMClassifier,
+    ("brelm", "regressor"): BRELMRegressor,
+    ("gbrelm", "classifier"): GBRELMClassifier,
+    ("gbrelm", "regressor"): GBRELMRegressor,
+    ("ggbrelm", "classifier"): GGBRELMClassifier,
+    ("ggbrelm", "regressor"): GGBRELMRegressor,
+    ("kbrelm", "classifier"): KBRELMClassifier,
+    ("kbrelm", "regressor"): KBRELMRegressor,
+}
