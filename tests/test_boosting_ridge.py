@@ -289,3 +289,24 @@ def test_a_classifier_needs_two_classes():
     X = np.random.default_rng(0).normal(size=(30, 3))
     with pytest.raises(ValueError, match="at least 2 classes"):
         GGBRELMClassifier(n_hidden=5).fit(X, np.zeros(30))
+
+
+@pytest.mark.parametrize("cls", [GGBRELMRegressor, GBRELMRegressor, BRELMRegressor])
+@pytest.mark.parametrize("C", [0.5, 50.0])
+def test_fewer_rows_than_columns_solves_in_the_row_space_to_the_same_weights(cls, C):
+    X, y = _regression(n=60, outputs=2)
+    model = cls(n_estimators=4, n_hidden=80, C=C, precision="double", random_state=1).fit(X, y)
+    layers = model.hidden_layer_.layers if cls is not BRELMRegressor else [model.hidden_layer_] * 4
+    assert model.hidden_layer_.n_outputs > 60  # more columns than rows: the row space
+    if cls is GGBRELMRegressor:
+        H = np.hstack([layer.transform(X, dtype=np.float64) for layer in layers])
+        expected = _ridge(H, y, C)
+    else:  # the explicit residual loop in the primal (D x D systems)
+        residual, betas = y.copy(), []
+        for layer in layers:
+            H = layer.transform(X, dtype=np.float64)
+            betas.append(_ridge(H, residual, C))
+            residual -= H @ betas[-1]
+        expected = np.vstack(betas) if cls is GBRELMRegressor else sum(betas)
+    assert _rel(model.coef_, expected) <= 1e-8
+    assert model.precision_ == "double"

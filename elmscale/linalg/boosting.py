@@ -17,11 +17,18 @@ weight (the boosting-ridge paper's own "C" multiplies I, so paper C = 1 / our C)
   ``beta = V diag((1 - (lambda / (lambda + w))^S) / w) V' B`` with ``G = V diag(w) V'``
   (the limit ``S / lambda`` at ``w = 0``): one eigendecomposition serves every S and C
   (:func:`boosting_filter_path`).
+
+Fewer rows than columns.  With N rows and S D > N columns (the paper's D = 1000, S = 10 on
+a set of a few thousand rows) the same solutions come from the N x N row space:
+``beta = H' alpha`` with ``alpha`` from ``H H'`` (Woodbury); :class:`RowSpace` carries
+``H`` instead of ``H'H`` and every ``*_path`` function takes it, so an ``N^3``
+eigendecomposition replaces an ``(S D)^3`` one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
@@ -30,6 +37,7 @@ from elmscale.linalg.ridge import ridge_path, solve_ridge
 
 __all__ = [
     "CHOLESKY_MAX_CS",
+    "RowSpace",
     "boosting_filter",
     "boosting_filter_path",
     "global_path",
@@ -42,6 +50,28 @@ __all__ = [
 CHOLESKY_MAX_CS = 8
 
 
+@dataclass(frozen=True)
+class RowSpace:
+    """The rows' hidden outputs ``H`` (N x S D, float64), in place of ``G = H'H`` when N is
+    the smaller side; the right-hand side is then ``T`` itself (N x c), not ``H'T``."""
+
+    H: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``G``'s shape, as if it were ``H'H``."""
+        return (self.H.shape[1], self.H.shape[1])
+
+
+def _eigh_psd(K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    w, V = scipy.linalg.eigh(K, check_finite=False, driver="evd")
+    return np.clip(w, 0.0, None), V
+
+
+def _filtered(V: np.ndarray, gain: np.ndarray, VtB: np.ndarray) -> np.ndarray:
+    return V @ (gain.reshape((-1,) + (1,) * (VtB.ndim - 1)) * VtB)
+
+
 def _check_Cs(Cs: Sequence[float]) -> np.ndarray:
     Cs = np.asarray(Cs, dtype=np.float64)
     if Cs.ndim != 1 or Cs.size == 0:
@@ -51,7 +81,7 @@ def _check_Cs(Cs: Sequence[float]) -> np.ndarray:
     return Cs
 
 
-def _check_blocks(G: np.ndarray, widths: Sequence[int]) -> list[slice]:
+def _check_blocks(G, widths: Sequence[int]) -> list[slice]:
     widths = [int(w) for w in widths]
     if any(w < 1 for w in widths) or sum(widths) != G.shape[0]:
         raise ValueError(
@@ -85,13 +115,15 @@ def boosting_filter_path(
     Cs = _check_Cs(Cs)
     if int(n_steps) < 1:
         raise ValueError(f"n_steps must be >= 1; got {n_steps}")
-    w, V = scipy.linalg.eigh(G, check_finite=False, driver="evd")
+    rows = isinstance(G, RowSpace)
+    # in the row space the same filter of H H' gives the dual weights; beta = H' alpha
+    w, V = _eigh_psd(G.H @ G.H.T if rows else G)
     VtB = V.T @ B
-    out = np.empty((Cs.size,) + np.shape(B))
-    for i, C in enumerate(Cs):
-        gain = boosting_filter(w, 1.0 / C, int(n_steps))
-        out[i] = V @ (gain.reshape((-1,) + (1,) * (VtB.ndim - 1)) * VtB)
-    return out
+    out = []
+    for C in Cs:
+        solution = _filtered(V, boosting_filter(w, 1.0 / C, int(n_steps)), VtB)
+        out.append(G.H.T @ solution if rows else solution)
+    return np.stack(out)
 
 
 def sequential_path(
@@ -106,15 +138,31 @@ def sequential_path(
     """
     Cs = _check_Cs(Cs)
     blocks = _check_blocks(G, widths)
+    if isinstance(G, RowSpace):
+        return _sequential_rows(G.H, B, blocks, Cs)
     out = np.zeros((Cs.size,) + np.shape(B))
-    for rows in blocks:
-        w, V = scipy.linalg.eigh(G[rows, rows], check_finite=False, driver="evd")
-        w = np.clip(w, 0.0, None)
+    for cols in blocks:
+        w, V = _eigh_psd(G[cols, cols])
         for i, C in enumerate(Cs):
             # the residual's correlation with this learner's layer: B_s - G_s,<s beta(<s)
-            rhs = B[rows] - G[rows, : rows.start] @ out[i, : rows.start]
-            scale = 1.0 / (w + 1.0 / C)
-            out[i, rows] = V @ (scale.reshape((-1,) + (1,) * (rhs.ndim - 1)) * (V.T @ rhs))
+            rhs = B[cols] - G[cols, : cols.start] @ out[i, : cols.start]
+            out[i, cols] = _filtered(V, 1.0 / (w + 1.0 / C), V.T @ rhs)
+    return out
+
+
+def _sequential_rows(H, T, blocks, Cs) -> np.ndarray:
+    """:func:`sequential_path` in the row space: learner s's dual weights from
+    ``H_s H_s'`` (N x N) against the explicit residual, ``beta(s) = H_s' alpha(s)``."""
+    out = np.zeros((Cs.size, H.shape[1]) + np.shape(T)[1:])
+    residual = np.repeat(np.asarray(T, dtype=np.float64)[None], Cs.size, axis=0)
+    for cols in blocks:
+        Hs = H[:, cols]
+        K = Hs @ Hs.T
+        w, V = _eigh_psd(K)
+        for i, C in enumerate(Cs):
+            alpha = _filtered(V, 1.0 / (w + 1.0 / C), V.T @ residual[i])
+            out[i, cols] = Hs.T @ alpha
+            residual[i] -= K @ alpha
     return out
 
 
@@ -123,6 +171,8 @@ def global_path(G: np.ndarray, B: np.ndarray, Cs: Sequence[float]) -> np.ndarray
     ``(len(Cs),) + B.shape``: a Cholesky per C for up to :data:`CHOLESKY_MAX_CS` values,
     else one eigendecomposition for all."""
     Cs = _check_Cs(Cs)
+    if isinstance(G, RowSpace):  # alpha = (H H' + I / C)^-1 T, beta = H' alpha
+        return np.stack([G.H.T @ alpha for alpha in ridge_path(G.H @ G.H.T, B, Cs)])
     if Cs.size > CHOLESKY_MAX_CS:
         return ridge_path(G, B, Cs)
     return np.stack([solve_ridge(G, B, float(C)) for C in Cs])

@@ -65,16 +65,20 @@ class PathSearchResult:
     cv_results_: dict = field(default=None, repr=False)
 
 
-def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, refit=True):
+def path_grid_search(
+    estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, refit=True, scoring=None
+):
     """Choose C (and the parameters of ``param_grid``) by cross-validation.
 
     ``cv`` is anything ``sklearn.model_selection.check_cv`` takes (an int gives
     ``StratifiedKFold`` for classifiers, unshuffled as in scikit-learn; pass a
     seeded ``StratifiedKFold(shuffle=True, random_state=...)`` for the paper's
     protocol).  Ties go to the first setting in grid order, C varying fastest,
-    as in ``GridSearchCV``.
+    as in ``GridSearchCV``.  ``scoring``: as ``GridSearchCV``'s (a name of
+    ``sklearn.metrics.get_scorer_names()`` or a callable); None uses ``estimator.score``.
     """
     Cs = tuple(float(c) for c in Cs)
+    scorer = check_scoring(estimator, scoring=scoring)
     grid = list(ParameterGrid(param_grid or {}))
     classifier = type_of_target(y) in ("binary", "multiclass")
     splitter = check_cv(cv, y, classifier=classifier)
@@ -84,7 +88,7 @@ def path_grid_search(estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, re
         for k, (train, test) in enumerate(splits):
             est = clone(estimator).set_params(**params)
             for j, fitted in enumerate(est.fit_path(X[train], y[train], Cs)):
-                scores[i, j, k] = fitted.score(X[test], y[test])
+                scores[i, j, k] = scorer(fitted, X[test], y[test])
     # GridSearchCV's candidate order: ParameterGrid over {**param_grid, "C": Cs}
     # sorts the keys, so C is fastest only if it sorts last; rank like it does.
     candidates = list(ParameterGrid({**(param_grid or {}), "C": list(Cs)}))

@@ -43,7 +43,12 @@ from sklearn.utils.validation import check_random_state
 
 from elmscale.features.kernels import KERNELS
 from elmscale.features.layers import HIDDEN_KINDS, ConcatenatedLayers, HiddenLayer
-from elmscale.linalg.boosting import boosting_filter_path, global_path, sequential_path
+from elmscale.linalg.boosting import (
+    RowSpace,
+    boosting_filter_path,
+    global_path,
+    sequential_path,
+)
 from elmscale.linalg.ridge import PRECISIONS
 from elmscale.models.elm import ELMClassifier, ELMRegressor, _BaseELM
 
@@ -121,6 +126,18 @@ class _RandomNodeEnsemble(_BaseELM):
             for _ in range(1 if self.ensemble == "shared" else int(self.n_estimators))
         )
         return layers[0] if self.ensemble == "shared" else ConcatenatedLayers(layers)
+
+    def _layer_gram(self, layer, X, T, C_max: float):
+        """In memory with fewer rows than columns (S D > N), the rows' outputs themselves
+        (:class:`~elmscale.linalg.boosting.RowSpace`): the solves then work on N x N."""
+        if X.shape[0] < layer.n_outputs:
+            self.precision_ = "double"  # H H' of the float32 nodes, formed in float64
+            return layer, RowSpace(layer.transform(X, dtype=np.float64)), T
+        return super()._layer_gram(layer, X, T, C_max)
+
+    def _warn_if_single_precision_is_too_coarse(self, feature_map, G, C_max: float) -> None:
+        if not isinstance(G, RowSpace):
+            super()._warn_if_single_precision_is_too_coarse(feature_map, G, C_max)
 
     def solve_path(self, G, B, Cs):
         """Every C's output weights from the Gram of the layer(s): the boosting filter

@@ -170,7 +170,10 @@ class _BaseELM(BaseEstimator):
         if self.kernel is not None:
             features = KernelFeatures(self._kernel_obj(), X)
             return features, features.transform(features.basis, dtype=np.float64), T
-        layer = self._new_layer(X.shape[1])
+        return self._layer_gram(self._new_layer(X.shape[1]), X, T, C_max)
+
+    def _layer_gram(self, layer: FeatureMap, X, T, C_max: float):
+        """``_gram`` of a random layer: ``(layer, H'H, H'T)``, accumulated in blocks."""
         self.precision_ = self._resolve_precision(layer, X, C_max)
         HtH, HtT, _ = accumulate_gram(
             layer, X, T, precision=self.precision_, block_rows=self.block_rows
