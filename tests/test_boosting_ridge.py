@@ -297,7 +297,7 @@ def test_fewer_rows_than_columns_solves_in_the_row_space_to_the_same_weights(cls
     X, y = _regression(n=60, outputs=2)
     model = cls(n_estimators=4, n_hidden=80, C=C, precision="double", random_state=1).fit(X, y)
     layers = model.hidden_layer_.layers if cls is not BRELMRegressor else [model.hidden_layer_] * 4
-    assert model.hidden_layer_.n_outputs > 60  # more columns than rows: the row space
+    assert model.n_hidden > 60  # more columns per solve than rows: the row space
     if cls is GGBRELMRegressor:
         H = np.hstack([layer.transform(X, dtype=np.float64) for layer in layers])
         expected = _ridge(H, y, C)

@@ -128,9 +128,12 @@ class _RandomNodeEnsemble(_BaseELM):
         return layers[0] if self.ensemble == "shared" else ConcatenatedLayers(layers)
 
     def _layer_gram(self, layer, X, T, C_max: float):
-        """In memory with fewer rows than columns (S D > N), the rows' outputs themselves
-        (:class:`~elmscale.linalg.boosting.RowSpace`): the solves then work on N x N."""
-        if X.shape[0] < layer.n_outputs:
+        """In memory with fewer rows than a solve's columns, the rows' outputs themselves
+        (:class:`~elmscale.linalg.boosting.RowSpace`): the solves then work on N x N.  A
+        solve's columns: S D for the global system, D for the sequential learners (their
+        D x D blocks beat S eigendecompositions of N x N while D <= N) and BRELM."""
+        width = layer.n_outputs if self.ensemble == "global" else int(self.n_hidden)
+        if X.shape[0] < width:
             self.precision_ = "double"  # H H' of the float32 nodes, formed in float64
             return layer, RowSpace(layer.transform(X, dtype=np.float64)), T
         return super()._layer_gram(layer, X, T, C_max)
