@@ -3,7 +3,9 @@
 :func:`load_dataset` reads a :class:`~elmscale.experiments.protocol.DataSet`'s files once
 (on the coordinator); :func:`trial_split` cuts a trial's training and test parts from
 them (on whichever worker runs the piece), scaled to [-1, 1] by factors fitted on the
-training part only (the sparse-ELM paper, Section VI-A).
+training part only (the sparse-ELM paper, Section VI-A); :func:`piece_split` cuts a piece's
+by its table's :class:`~elmscale.experiments.protocol.Evaluation` (a holdout split, or a
+fold of a repeated k-fold partition; [-1, 1] or standardised inputs).
 """
 
 from __future__ import annotations
@@ -13,12 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.preprocessing import StandardScaler
 
 from elmscale.data import Scaler, load
 from elmscale.data.formats import DataError, detect_format
-from elmscale.experiments.protocol import DataSet
+from elmscale.experiments.protocol import DataSet, Evaluation, Piece
 
-__all__ = ["LoadedSet", "dataset_from_path", "load_dataset", "trial_split"]
+__all__ = [
+    "LoadedSet",
+    "dataset_from_path",
+    "kfold_split",
+    "load_dataset",
+    "piece_split",
+    "trial_split",
+]
 
 
 @dataclass(frozen=True)
@@ -30,12 +41,17 @@ class LoadedSet:
 
     @property
     def n_classes(self) -> int:
+        """Classes in the labels (0 for a regression set)."""
+        if self.spec.task == "regression":
+            return 0
         return int(np.unique(np.concatenate([y for _, y in self.parts])).size)
 
     @property
     def group(self) -> str:
         if self.spec.group != "auto":
             return self.spec.group
+        if self.spec.task == "regression":
+            return "regression"
         return "binary" if self.n_classes == 2 else "multiclass"
 
     @property
@@ -72,6 +88,8 @@ def load_dataset(spec: DataSet, data_dir: Path | None) -> LoadedSet:
         if spec.drop_columns:
             X = np.delete(X, list(spec.drop_columns), axis=1)
         y = np.asarray(ds.y).copy()
+        if spec.task == "regression":
+            y = y.astype(np.float64)
         for file_index, old, new in spec.relabel:
             if file_index == i:
                 y[y == old] = new
@@ -84,6 +102,12 @@ def load_dataset(spec: DataSet, data_dir: Path | None) -> LoadedSet:
         )
     if spec.pool or len(parts) == 1:
         parts = [(np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts]))]
+    if spec.scale_target:
+        low = min(float(y.min()) for _, y in parts)
+        span = max(float(y.max()) for _, y in parts) - low
+        if not span > 0:
+            raise DataError(f"data set {spec.name!r}: the target is constant; cannot scale it")
+        parts = [(X, (y - low) / span) for X, y in parts]
     return LoadedSet(spec, tuple(parts))
 
 
@@ -93,8 +117,9 @@ def _with_width(path: Path, kw: dict, n_features: int) -> dict:
     return kw
 
 
-def trial_split(data: LoadedSet, seed: int):
-    """``(X_train, y_train, X_test, y_test)`` of one trial, scaled on the training part."""
+def trial_split(data: LoadedSet, seed: int, *, scaled: bool = True):
+    """``(X_train, y_train, X_test, y_test)`` of one trial, scaled to [-1, 1] on the
+    training part (``scaled=False``: as read)."""
     rng = np.random.default_rng(seed)
     spec = data.spec
     if len(data.parts) == 2:
@@ -114,8 +139,46 @@ def trial_split(data: LoadedSet, seed: int):
         order = rng.permutation(len(y))
         train, test = order[:n_train], order[n_train : n_train + n_test]
         X_tr, y_tr, X_te, y_te = X[train], y[train], X[test], y[test]
-    scaler = Scaler().fit(X_tr)
-    return scaler.transform(X_tr), y_tr, scaler.transform(X_te), y_te
+    if not scaled:
+        return X_tr, y_tr, X_te, y_te
+    X_tr, X_te = _scaled(X_tr, X_te, "minmax")
+    return X_tr, y_tr, X_te, y_te
+
+
+def _scaled(X_tr, X_te, scaling: str):
+    scaler = StandardScaler() if scaling == "standard" else Scaler()
+    scaler.fit(X_tr)
+    return scaler.transform(X_tr), scaler.transform(X_te)
+
+
+def kfold_split(data: LoadedSet, trial: int, evaluation: Evaluation, seed: int):
+    """Trial ``trial`` of a repeated k-fold evaluation: fold ``trial % outer_folds`` of
+    repeat ``trial // outer_folds``, the partition shuffled by ``seed + repeat`` (the same
+    for every method), stratified for classes; scaled on the training part."""
+    if len(data.parts) != 1:
+        raise DataError(
+            f"data set {data.spec.name!r}: a k-fold evaluation needs one pool of rows; "
+            "it has a separate test file (set pool=True)"
+        )
+    X, y = data.parts[0]
+    folds = int(evaluation.outer_folds)
+    repeat, fold = divmod(int(trial), folds)
+    kind = StratifiedKFold if data.spec.task == "classification" else KFold
+    splitter = kind(n_splits=folds, shuffle=True, random_state=int(seed) + repeat)
+    train, test = list(splitter.split(X, y))[fold]
+    X_tr, X_te = _scaled(X[train], X[test], evaluation.scaling)
+    return X_tr, y[train], X_te, y[test]
+
+
+def piece_split(data: LoadedSet, piece: Piece):
+    """A trial piece's ``(X_train, y_train, X_test, y_test)`` by its evaluation."""
+    evaluation = piece.evaluation
+    if evaluation.split == "kfold":
+        # the partition's seed is the protocol's, not the trial's: methods share it
+        return kfold_split(data, piece.trial, evaluation, piece.seed - piece.trial)
+    X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed, scaled=False)
+    X_tr, X_te = _scaled(X_tr, X_te, evaluation.scaling)
+    return X_tr, y_tr, X_te, y_te
 
 
 def dataset_from_path(path: str) -> DataSet:

@@ -16,12 +16,13 @@ import time
 from typing import NamedTuple
 
 import numpy as np
+from sklearn import metrics
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
 from sklearn.svm import SVC
 
 from elmscale.core.threads import thread_budget
-from elmscale.experiments.datasets import LoadedSet, trial_split
+from elmscale.experiments.datasets import LoadedSet, piece_split, trial_split
 from elmscale.experiments.protocol import Method, Piece
 from elmscale.model_selection import path_grid_search
 
@@ -110,24 +111,54 @@ def _plain(params: dict) -> str:
     )
 
 
-def _search(method: Method, est, X, y, folds: int, seed: int):
-    """The parameters the CV chooses and their mean CV accuracy."""
+def _search(piece: Piece, est, X, y, regression: bool):
+    """The parameters the CV chooses and their mean CV score (the evaluation's scoring, or
+    the estimator's: accuracy, R^2)."""
+    method = piece.method
     grid = method.grid_dict()
-    cv = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    kind = KFold if regression else StratifiedKFold
+    cv = kind(n_splits=piece.folds, shuffle=True, random_state=piece.seed)
+    scoring = piece.evaluation.scoring
     if method.c_path:
         Cs = grid.pop("C")
-        search = path_grid_search(est, X, y, Cs=Cs, param_grid=grid, cv=cv, refit=False)
+        search = path_grid_search(
+            est, X, y, Cs=Cs, param_grid=grid, cv=cv, refit=False, scoring=scoring
+        )
     else:
-        search = GridSearchCV(est, grid, cv=cv, n_jobs=1, refit=False).fit(X, y)
+        search = GridSearchCV(est, grid, cv=cv, n_jobs=1, refit=False, scoring=scoring)
+        search.fit(X, y)
     return search.best_params_, float(search.best_score_)
+
+
+def metric_values(names, y_true, y_pred) -> dict[str, float]:
+    """``sklearn.metrics`` values of ``names`` (:data:`~elmscale.experiments.protocol.
+    METRICS`): classification metrics in percent (macro averages over the classes,
+    one-vs-rest, as the boosting-ridge paper), RMSE and R^2 as computed."""
+    out = {}
+    for name in names:
+        if name == "balanced_accuracy":
+            value = 100.0 * metrics.balanced_accuracy_score(y_true, y_pred)
+        elif name == "precision_macro":
+            value = 100.0 * metrics.precision_score(
+                y_true, y_pred, average="macro", zero_division=0
+            )
+        elif name == "f1_macro":
+            value = 100.0 * metrics.f1_score(y_true, y_pred, average="macro", zero_division=0)
+        elif name == "rmse":
+            value = metrics.root_mean_squared_error(y_true, y_pred)
+        else:
+            value = metrics.r2_score(y_true, y_pred)
+        out[name] = float(value)
+    return out
 
 
 def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
     method = piece.method
-    X_tr, y_tr, X_te, y_te = trial_split(data, piece.seed)
+    regression = data.spec.task == "regression"
+    X_tr, y_tr, X_te, y_te = piece_split(data, piece)
     est = _estimator(method, data, piece.seed)
     start = time.perf_counter()
-    best, cv_score = _search(method, est, X_tr, y_tr, piece.folds, piece.seed)
+    best, cv_score = _search(piece, est, X_tr, y_tr, regression)
     cv_time = time.perf_counter() - start
     model = clone(est).set_params(**best)
     start = time.perf_counter()
@@ -146,11 +177,16 @@ def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
         "n_train": len(y_tr),
         "n_test": len(y_te),
         "params": _plain(best),
-        "cv_accuracy": 100.0 * cv_score,
-        "train_accuracy": 100.0 * float(np.mean(model.predict(X_tr) == y_tr)),
-        "test_accuracy": 100.0 * float(np.mean(predicted == y_te)),
-        "n_support": support_vector_count(model, len(y_tr)),
     }
+    if regression:
+        row["cv_score"] = cv_score
+    else:
+        row["cv_accuracy"] = 100.0 * cv_score
+        row["train_accuracy"] = 100.0 * float(np.mean(model.predict(X_tr) == y_tr))
+        row["test_accuracy"] = 100.0 * float(np.mean(predicted == y_te))
+        row["n_support"] = support_vector_count(model, len(y_tr))
+    metrics_named = piece.evaluation.metrics
+    row.update({f"test_{k}": v for k, v in metric_values(metrics_named, y_te, predicted).items()})
     timing = {"cv_time_s": cv_time, "train_time_s": train_time, "test_time_s": test_time}
     return PieceResult(piece.key, piece.kind, [row], [{"key": piece.key, **timing}])
 

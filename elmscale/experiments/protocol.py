@@ -15,6 +15,7 @@ from typing import Literal
 __all__ = [
     "CurveFigure",
     "DataSet",
+    "Evaluation",
     "GridFigure",
     "Method",
     "Piece",
@@ -48,6 +49,9 @@ class DataSet:
     relabel: tuple[tuple[int, float, float], ...] = ()
     group: Literal["binary", "multiclass", "auto"] = "auto"
     note: str = ""
+    task: Literal["classification", "regression"] = "classification"
+    #: regression: targets scaled to [0, 1] by the whole set's range when loaded
+    scale_target: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,47 @@ class Method:
         return {name: list(values) for name, values in self.grid}
 
 
+#: the metrics a table may report besides accuracy (``sklearn.metrics``): classification
+#: in percent, regression as computed
+METRICS = ("balanced_accuracy", "precision_macro", "f1_macro", "rmse", "r2")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How a table's trials split, scale and score.
+
+    ``split="holdout"``: each trial draws the data set's train / test split
+    (:class:`DataSet`); ``"kfold"``: trial t is fold ``t % outer_folds`` of repeat
+    ``t // outer_folds`` of a shuffled (stratified, for classes) k-fold partition seeded by
+    the repeat alone, so every method sees the same partitions.  ``scaling``: the inputs
+    to [-1, 1] ("minmax") or to zero mean and unit variance ("standard"), fitted on the
+    training part.  ``metrics``: names of :data:`METRICS` computed on the test part.
+    ``scoring``: the inner cross-validation's criterion (a scikit-learn scorer name; None:
+    the estimator's ``score``).
+    """
+
+    split: Literal["holdout", "kfold"] = "holdout"
+    outer_folds: int = 10
+    repeats: int = 3
+    scaling: Literal["minmax", "standard"] = "minmax"
+    metrics: tuple[str, ...] = ()
+    scoring: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.metrics if m not in METRICS]
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}; expected some of {METRICS}")
+
+
 @dataclass(frozen=True)
 class Table:
     """Methods x data sets x trials: each trial chooses the parameters by ``folds``-fold
-    stratified CV on its training part, refits there, and tests."""
+    CV on its training part, refits there, and tests.
+
+    ``primary``: the summary column the statistics rank (``test_acc``, or ``test_<metric>``
+    for a metric of ``evaluation``), higher better unless ``lower_is_better``; ``control``:
+    the method Holm's test compares the others with.
+    """
 
     name: str
     mapping: str
@@ -91,6 +132,10 @@ class Table:
     trials: int
     folds: int = 5
     paper_table: str | None = None
+    evaluation: Evaluation = Evaluation()
+    primary: str = "test_acc"
+    lower_is_better: bool = False
+    control: str = "sparse_elm"
 
 
 @dataclass(frozen=True)
@@ -134,6 +179,7 @@ class Piece:
     table: str = ""
     #: curve: (L, Cs); grid: (param name, value, Cs)
     point: tuple = ()
+    evaluation: Evaluation = Evaluation()
 
     @property
     def key(self) -> str:
@@ -183,9 +229,9 @@ class Protocol:
     def pieces(self) -> list[Piece]:
         """Every piece, in a fixed order (tables, then curve and grid figures)."""
 
-        def each(kind, name, dataset, method, points, trials, folds=5):
+        def each(kind, name, dataset, method, points, trials, folds=5, evaluation=Evaluation()):
             return [
-                Piece(kind, dataset, method, t, self.seed + t, folds, name, point)
+                Piece(kind, dataset, method, t, self.seed + t, folds, name, point, evaluation)
                 for point in points
                 for t in range(trials)
             ]
@@ -195,7 +241,14 @@ class Protocol:
             for dataset in table.datasets:
                 for method in table.methods:
                     pieces += each(
-                        "trial", table.name, dataset, method, [()], table.trials, table.folds
+                        "trial",
+                        table.name,
+                        dataset,
+                        method,
+                        [()],
+                        table.trials,
+                        table.folds,
+                        table.evaluation,
                     )
         for curve in self.curves:
             points = [(n_hidden, tuple(curve.Cs)) for n_hidden in curve.n_hidden]

@@ -30,28 +30,33 @@ BELOW_PAPER = 2.0
 
 
 def summarise(tables: RunTables) -> pd.DataFrame:
-    """Mean and standard deviation over trials per (table, data set, mapping, method)."""
+    """Mean and standard deviation over trials per (table, data set, mapping, method): of
+    the accuracies, of every ``test_<metric>`` column, the times and support vectors."""
     results = tables.results
     if results.empty:
         return pd.DataFrame()
     keys = results.assign(key=trial_keys(results))
     joined = keys.merge(tables.timings, on="key", how="left")
     group = joined.groupby(["table", "dataset", "mapping", "method"], sort=False)
-    summary = group.agg(
-        trials=("trial", "size"),
-        train_acc=("train_accuracy", "mean"),
-        train_acc_std=("train_accuracy", "std"),
-        test_acc=("test_accuracy", "mean"),
-        test_acc_std=("test_accuracy", "std"),
-        train_time_s=("train_time_s", "mean"),
-        test_time_s=("test_time_s", "mean"),
-        cv_time_s=("cv_time_s", "mean"),
-        n_support=("n_support", "mean"),
-        n_train=("n_train", "first"),
-    ).reset_index()
-    summary[["train_acc_std", "test_acc_std"]] = summary[["train_acc_std", "test_acc_std"]].fillna(
-        0.0
-    )
+    spread = {"train_acc": "train_accuracy", "test_acc": "test_accuracy"}
+    metric_columns = [
+        c
+        for c in joined.columns
+        if c.startswith("test_") and c not in ("test_accuracy", "test_time_s")
+    ]
+    spread.update({c: c for c in metric_columns})
+    columns: dict = {"trials": ("trial", "size")}
+    for name, column in spread.items():
+        if column in joined:
+            columns[name] = (column, "mean")
+            columns[f"{name}_std"] = (column, "std")
+    for name in ("train_time_s", "test_time_s", "cv_time_s", "n_support"):
+        if name in joined:
+            columns[name] = (name, "mean")
+    columns["n_train"] = ("n_train", "first")
+    summary = group.agg(**columns).reset_index()
+    stds = [c for c in summary.columns if c.endswith("_std")]
+    summary[stds] = summary[stds].fillna(0.0)
     return summary
 
 
@@ -101,34 +106,46 @@ class Report:
     n_pieces: int = 0
 
 
-def table_statistics(summary: pd.DataFrame, out_dir: Path, control: str = "sparse_elm"):
+def table_statistics(summary: pd.DataFrame, out_dir: Path, protocol: Protocol | None = None):
     """Per table: Friedman / Iman-Davenport, Nemenyi's CD with its diagram and Holm against
-    ``control`` on the mean test accuracies (data sets as blocks); Wilcoxon for two
-    methods.  A table with fewer than two complete data sets is skipped, saying so."""
+    the table's control on its primary score (data sets as blocks; the sparse-ELM paper's
+    tables: mean test accuracy against sparse_elm); Wilcoxon for two methods.  A table
+    with fewer than two complete data sets is skipped, saying so."""
+    specs = {t.name: t for t in protocol.tables} if protocol is not None else {}
     out = []
     for table, part in summary.groupby("table", sort=False):
-        scores = part.pivot(index="dataset", columns="method", values="test_acc").dropna()
-        entry: dict = {"table": table, "n_datasets": len(scores), "methods": list(scores)}
+        spec = specs.get(table)
+        primary = spec.primary if spec else "test_acc"
+        higher = not spec.lower_is_better if spec else True
+        control = spec.control if spec else "sparse_elm"
+        scores = part.pivot(index="dataset", columns="method", values=primary).dropna()
+        entry: dict = {
+            "table": table,
+            "score": primary,
+            "n_datasets": len(scores),
+            "methods": list(scores),
+        }
         if len(scores) < 2 or scores.shape[1] < 2:
             entry["skipped"] = "fewer than two data sets with every method"
             out.append(entry)
             continue
+        ranks = stats.average_ranks(scores, higher)
+        entry["average_ranks"] = {k: round(float(v), 4) for k, v in ranks.items()}
         if scores.shape[1] == 2:
             a, b = scores.columns
             statistic, p = stats.wilcoxon_signed_rank(scores[a], scores[b])
             entry["wilcoxon"] = {"a": a, "b": b, "statistic": float(statistic), "p": float(p)}
-            entry["average_ranks"] = stats.average_ranks(scores).round(4).to_dict()
             out.append(entry)
             continue
-        friedman = stats.friedman(scores)
-        entry["average_ranks"] = {k: round(float(v), 4) for k, v in friedman.average_ranks.items()}
+        friedman = stats.friedman(scores, higher)
         entry["friedman_chi2"] = float(friedman.chi2)
         entry["friedman_p"] = float(friedman.chi2_pvalue)
         entry["iman_davenport_F"] = float(friedman.iman_davenport)
         entry["iman_davenport_p"] = float(friedman.f_pvalue)
         entry["nemenyi_cd"] = float(stats.nemenyi_critical_difference(scores.shape[1], len(scores)))
         if control in scores.columns:
-            holm = stats.holm_against_control(scores, control)
+            holm = stats.holm_against_control(scores, control, higher_is_better=higher)
+            entry["control"] = control
             entry["holm"] = json.loads(holm.reset_index().to_json(orient="records"))
         pvalues = stats.nemenyi_pvalues(scores)
         path = out_dir / f"cd_{table}.png"
@@ -136,7 +153,7 @@ def table_statistics(summary: pd.DataFrame, out_dir: Path, control: str = "spars
             friedman.average_ranks,
             pvalues,
             path,
-            title=f"Table {table}: average ranks (test accuracy)",
+            title=f"Table {table}: average ranks ({primary})",
             cd=entry["nemenyi_cd"],
         )
         entry["cd_diagram"] = path.name
@@ -250,7 +267,18 @@ def _html_table(frame: pd.DataFrame) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+_METRIC_LABELS = {
+    "balanced_accuracy": "balanced acc %",
+    "precision_macro": "macro precision %",
+    "f1_macro": "macro F1 %",
+    "rmse": "RMSE",
+    "r2": "R2",
+}
+
+
 def accuracy_table(comparison: pd.DataFrame, table: str) -> pd.DataFrame:
+    """One table's rows: accuracies (and the paper's), the evaluation's metrics with their
+    standard deviations, times; columns empty for every row of the table are left out."""
     part = comparison[comparison["table"] == table]
     columns = {
         "dataset": "data set",
@@ -259,14 +287,22 @@ def accuracy_table(comparison: pd.DataFrame, table: str) -> pd.DataFrame:
         "train_acc": "train %",
         "test_acc": "test %",
         "test_acc_std": "test std",
-        "paper_test_acc": "paper test %",
-        "diff": "diff",
-        "train_time_s": "train s",
-        "paper_train_time_s": "paper train s",
-        "test_time_s": "test s",
-        "paper_test_time_s": "paper test s",
     }
-    shown = part[[c for c in columns if c in part]].rename(columns=columns)
+    for metric, label in _METRIC_LABELS.items():
+        columns[f"test_{metric}"] = label
+        columns[f"test_{metric}_std"] = f"{label} std"
+    columns.update(
+        {
+            "paper_test_acc": "paper test %",
+            "diff": "diff",
+            "train_time_s": "train s",
+            "paper_train_time_s": "paper train s",
+            "test_time_s": "test s",
+            "paper_test_time_s": "paper test s",
+        }
+    )
+    present = [c for c in columns if c in part and part[c].notna().any()]
+    shown = part[present].rename(columns=columns)
     # where the paper's own SVM figure is not reached either on a set, the protocol (the
     # split, the file) differs there rather than the method
     svm_below = set(
@@ -276,7 +312,9 @@ def accuracy_table(comparison: pd.DataFrame, table: str) -> pd.DataFrame:
         ("▼ >2 below, SVM too: protocol differs" if d in svm_below else "▼ >2 below") if b else ""
         for d, b in zip(part["dataset"], part["below"])
     ]
-    shown.insert(len(shown.columns) - 4, "mark", marks)
+    if any(marks):
+        where = shown.columns.get_loc("diff") + 1 if "diff" in shown else len(shown.columns)
+        shown.insert(where, "mark", marks)
     return shown
 
 
@@ -330,7 +368,7 @@ def build_report(
         report.files.append(
             atomic_write(out_dir / "summary.csv", lambda tmp: comparison.to_csv(tmp, index=False))
         )
-        report.statistics = table_statistics(summary, out_dir)
+        report.statistics = table_statistics(summary, out_dir, protocol)
     report.claims = claims
     report.figures = curve_figures(tables.curves, protocol, out_dir) + grid_figures(
         tables.grids, protocol, out_dir
@@ -346,7 +384,7 @@ def statistics_tables(entries: list[dict]) -> list[tuple[str, pd.DataFrame]]:
     ranks (method by table) and Holm's comparisons against the control."""
     tests, ranks, holm = [], {}, []
     for entry in entries:
-        row = {"table": entry["table"], "data sets": entry["n_datasets"]}
+        row = {"table": entry["table"], "score": entry["score"], "data sets": entry["n_datasets"]}
         if "skipped" in entry:
             row["test"] = f"none: {entry['skipped']}"
         elif "wilcoxon" in entry:
@@ -368,13 +406,13 @@ def statistics_tables(entries: list[dict]) -> list[tuple[str, pd.DataFrame]]:
         if "average_ranks" in entry:
             ranks[f"table {entry['table']}"] = entry["average_ranks"]
         for h in entry.get("holm", []):
-            holm.append({"table": entry["table"], **h})
+            holm.append({"table": entry["table"], "control": entry["control"], **h})
     out = [("Tests", pd.DataFrame(tests))]
     if ranks:
         frame = pd.DataFrame(ranks).rename_axis("method").reset_index()
         out.append(("Average ranks (1 = best)", frame))
     if holm:
-        out.append(("Holm's step-down against sparse_elm", pd.DataFrame(holm)))
+        out.append(("Holm's step-down against the control", pd.DataFrame(holm)))
     return out
 
 
