@@ -310,3 +310,13 @@ def test_fewer_rows_than_columns_solves_in_the_row_space_to_the_same_weights(cls
         expected = np.vstack(betas) if cls is GBRELMRegressor else sum(betas)
     assert _rel(model.coef_, expected) <= 1e-8
     assert model.precision_ == "double"
+
+
+@pytest.mark.parametrize("n_rows", [300, 50])  # the Gram's D x D blocks; the N x N row space
+def test_sequential_fits_by_eigendecomposition_equal_those_by_cholesky(n_rows):
+    X, y = _regression(n=n_rows, outputs=2)
+    model = GBRELMRegressor(n_estimators=3, n_hidden=60, precision="double", random_state=4)
+    Cs = np.geomspace(0.01, 1000, 12)  # more than CHOLESKY_MAX_CS: one eigendecomposition
+    for C, fitted in zip(Cs[::4], clone(model).fit_path(X, y, Cs)[::4]):
+        alone = clone(model).set_params(C=C).fit(X, y)  # one C: Cholesky
+        assert _rel(fitted.coef_, alone.coef_) <= 1e-7

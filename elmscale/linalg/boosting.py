@@ -126,6 +126,27 @@ def boosting_filter_path(
     return np.stack(out)
 
 
+def _ridge_solver(K: np.ndarray, Cs: np.ndarray):
+    """``solve(i, rhs)`` = ``(K + I / Cs[i])^-1 rhs``: a Cholesky per C for up to
+    :data:`CHOLESKY_MAX_CS` values, else one eigendecomposition for all."""
+    if Cs.size > CHOLESKY_MAX_CS:
+        w, V = _eigh_psd(K)
+        return lambda i, rhs: _filtered(V, 1.0 / (w + 1.0 / Cs[i]), V.T @ rhs)
+    factors = {}
+
+    def solve(i, rhs):
+        if i not in factors:
+            A = K.copy()
+            A.flat[:: A.shape[0] + 1] += 1.0 / Cs[i]
+            try:
+                factors[i] = scipy.linalg.cho_factor(A, overwrite_a=True, check_finite=False)
+            except np.linalg.LinAlgError:  # not numerically PD: the clipped spectrum
+                return ridge_path(K, rhs, [Cs[i]])[0]
+        return scipy.linalg.cho_solve(factors[i], rhs, check_finite=False)
+
+    return solve
+
+
 def sequential_path(
     G: np.ndarray, B: np.ndarray, widths: Sequence[int], Cs: Sequence[float]
 ) -> np.ndarray:
@@ -133,8 +154,9 @@ def sequential_path(
     ``0 .. s-1``: ``(G_ss + lambda I) beta(s) = B_s - sum_{t<s} G_st beta(t)``.
 
     Returns the stacked ``[beta(1); ..; beta(S)]`` per C, ``(len(Cs),) + B.shape``: the
-    ensemble's output is ``[H(1) .. H(S)] @ beta``.  One eigendecomposition per diagonal
-    block serves every C; ``beta(1)`` alone is the single ELM of the first layer.
+    ensemble's output is ``[H(1) .. H(S)] @ beta``.  Each diagonal block is factored once
+    per C (a short grid) or eigendecomposed once for every C; ``beta(1)`` alone is the
+    single ELM of the first layer.
     """
     Cs = _check_Cs(Cs)
     blocks = _check_blocks(G, widths)
@@ -142,11 +164,11 @@ def sequential_path(
         return _sequential_rows(G.H, B, blocks, Cs)
     out = np.zeros((Cs.size,) + np.shape(B))
     for cols in blocks:
-        w, V = _eigh_psd(G[cols, cols])
-        for i, C in enumerate(Cs):
+        solve = _ridge_solver(G[cols, cols], Cs)
+        for i in range(Cs.size):
             # the residual's correlation with this learner's layer: B_s - G_s,<s beta(<s)
             rhs = B[cols] - G[cols, : cols.start] @ out[i, : cols.start]
-            out[i, cols] = _filtered(V, 1.0 / (w + 1.0 / C), V.T @ rhs)
+            out[i, cols] = solve(i, rhs)
     return out
 
 
@@ -158,9 +180,9 @@ def _sequential_rows(H, T, blocks, Cs) -> np.ndarray:
     for cols in blocks:
         Hs = H[:, cols]
         K = Hs @ Hs.T
-        w, V = _eigh_psd(K)
-        for i, C in enumerate(Cs):
-            alpha = _filtered(V, 1.0 / (w + 1.0 / C), V.T @ residual[i])
+        solve = _ridge_solver(K, Cs)
+        for i in range(Cs.size):
+            alpha = solve(i, residual[i])
             out[i, cols] = Hs.T @ alpha
             residual[i] -= K @ alpha
     return out
@@ -172,7 +194,7 @@ def global_path(G: np.ndarray, B: np.ndarray, Cs: Sequence[float]) -> np.ndarray
     else one eigendecomposition for all."""
     Cs = _check_Cs(Cs)
     if isinstance(G, RowSpace):  # alpha = (H H' + I / C)^-1 T, beta = H' alpha
-        return np.stack([G.H.T @ alpha for alpha in ridge_path(G.H @ G.H.T, B, Cs)])
+        return np.stack([G.H.T @ alpha for alpha in global_path(G.H @ G.H.T, B, Cs)])
     if Cs.size > CHOLESKY_MAX_CS:
         return ridge_path(G, B, Cs)
     return np.stack([solve_ridge(G, B, float(C)) for C in Cs])

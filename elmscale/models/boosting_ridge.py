@@ -130,13 +130,23 @@ class _RandomNodeEnsemble(_BaseELM):
     def _layer_gram(self, layer, X, T, C_max: float):
         """In memory with fewer rows than a solve's columns, the rows' outputs themselves
         (:class:`~elmscale.linalg.boosting.RowSpace`): the solves then work on N x N.  A
-        solve's columns: S D for the global system, D for the sequential learners (their
-        D x D blocks beat S eigendecompositions of N x N while D <= N) and BRELM."""
-        width = layer.n_outputs if self.ensemble == "global" else int(self.n_hidden)
-        if X.shape[0] < width:
+        solve's columns: S D for the global system, D for BRELM; the sequential learners
+        by the cost model of :meth:`_row_space_pays`."""
+        if self._row_space_pays(X.shape[0]):
             self.precision_ = "double"  # H H' of the float32 nodes, formed in float64
             return layer, RowSpace(layer.transform(X, dtype=np.float64)), T
         return super()._layer_gram(layer, X, T, C_max)
+
+    def _row_space_pays(self, n_rows: int) -> bool:
+        """Whether N x N solves beat the Gram's: global N < S D; BRELM N < D; GBRELM when S
+        learners' ``H_s H_s'`` and a few (~5) N x N Cholesky factors each, S (N^2 D + 5 N^3
+        / 3), cost less than the full Gram N (S D)^2 (D = 1000, S = 10: N below ~2,000)."""
+        S, D, N = int(self.n_estimators), int(self.n_hidden), int(n_rows)
+        if self.ensemble == "global":
+            return N < S * D
+        if self.ensemble == "shared":
+            return N < D
+        return S * (N * N * D + 5 * N**3 / 3) < N * (S * D) ** 2
 
     def _warn_if_single_precision_is_too_coarse(self, feature_map, G, C_max: float) -> None:
         if not isinstance(G, RowSpace):
