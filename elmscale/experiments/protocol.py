@@ -207,6 +207,8 @@ class Protocol:
     #: "module:function" judging the paper's headline claims on a run's results
     claims: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: the report's support-vector table (the sparse-ELM paper's Table VIII)
+    support_table: str | None = None
 
     def dataset(self, name: str) -> DataSet:
         for ds in self.datasets:

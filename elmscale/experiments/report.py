@@ -55,8 +55,9 @@ def summarise(tables: RunTables) -> pd.DataFrame:
             columns[name] = (name, "mean")
     columns["n_train"] = ("n_train", "first")
     summary = group.agg(**columns).reset_index()
-    stds = [c for c in summary.columns if c.endswith("_std")]
-    summary[stds] = summary[stds].fillna(0.0)
+    for std in [c for c in summary.columns if c.endswith("_std")]:
+        # one trial has no spread (0); a metric the row does not have stays empty
+        summary[std] = summary[std].fillna(0.0).where(summary[std[: -len("_std")]].notna())
     return summary
 
 
@@ -461,18 +462,21 @@ def _render(protocol, report, command, wall_time_s, skipped, out_dir):
         if comparison.empty or table.name not in set(comparison["table"]):
             continue
         shown = accuracy_table(comparison, table.name)
-        heading = f"Table {table.name}: {table.mapping} (ours and the paper's {table.paper_table})"
+        heading = f"Table {table.name}: {table.mapping}"
+        if table.paper_table:
+            heading += f" (ours and the paper's {table.paper_table})"
         md += [f"## {heading}", "", _markdown(shown), ""]
         page += [f"<h2>{html.escape(heading)}</h2>", _html_table(shown)]
-    if not comparison.empty:
+    if protocol.support_table and not comparison.empty:
         support = support_table(comparison)
-        md += ["## Table VIII: support vectors", "", _markdown(support), ""]
-        page += ["<h2>Table VIII: support vectors</h2>", _html_table(support)]
+        heading = f"{protocol.support_table}: support vectors"
+        md += [f"## {heading}", "", _markdown(support), ""]
+        page += [f"<h2>{html.escape(heading)}</h2>", _html_table(support)]
     if report.claims is not None and not report.claims.empty:
         md += ["## The paper's claims", "", _markdown(report.claims), ""]
         page += ["<h2>The paper's claims</h2>", _html_table(report.claims)]
     if report.statistics:
-        heading = "Statistics (test accuracy, data sets as blocks)"
+        heading = "Statistics (each table's score, data sets as blocks)"
         md += [f"## {heading}", ""]
         page += [f"<h2>{html.escape(heading)}</h2>"]
         for title, frame in statistics_tables(report.statistics):

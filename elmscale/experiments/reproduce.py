@@ -176,7 +176,9 @@ def reproduce(
     summary = summarise(tables)
     claims = None
     if protocol.claims and not summary.empty:
-        claims = _function(protocol.claims)(summary, tables.results, tables.timings)
+        claims = _function(protocol.claims)(
+            summary, tables.results, tables.timings, reference_dir=reference_dir
+        )
     wall = time.perf_counter() - start
     report = build_report(
         protocol,

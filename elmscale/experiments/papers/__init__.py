@@ -8,7 +8,7 @@ from __future__ import annotations
 
 PAPERS: dict[str, str | None] = {
     "sparse-elm": "elmscale.experiments.papers.sparse_elm:protocol",
-    "boosting-ridge": None,
+    "boosting-ridge": "elmscale.experiments.papers.boosting_ridge:protocol",
     "flsa-svm": None,
     "felm": None,
 }
