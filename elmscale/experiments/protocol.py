@@ -136,6 +136,8 @@ class Table:
     primary: str = "test_acc"
     lower_is_better: bool = False
     control: str = "sparse_elm"
+    #: the task of its data sets (a protocol's other sets do not run in it)
+    task: Literal["classification", "regression"] = "classification"
 
 
 @dataclass(frozen=True)
@@ -218,10 +220,13 @@ class Protocol:
 
     def with_datasets(self, datasets: tuple[DataSet, ...]) -> Protocol:
         """The same experiments on ``datasets`` (a user's own sets replace the paper's:
-        every table and figure runs on them)."""
+        every table of their task and every figure runs on them)."""
         names = tuple(ds.name for ds in datasets)
         keep = set(names)
-        tables = tuple(replace(t, datasets=names) for t in self.tables)
+        tables = tuple(
+            replace(t, datasets=tuple(d.name for d in datasets if d.task == t.task))
+            for t in self.tables
+        )
         curves = tuple(
             replace(c, datasets=tuple(d for d in c.datasets if d in keep)) for c in self.curves
         )

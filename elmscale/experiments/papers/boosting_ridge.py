@@ -220,6 +220,7 @@ def protocol(quick: bool = False, trials: int | None = None) -> Protocol:
                     primary="test_rmse" if regression else "test_balanced_accuracy",
                     lower_is_better=regression,
                     control="GGBRELM",
+                    task=task,
                 )
             )
     return Protocol(
