@@ -620,7 +620,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="data sets to run: the protocol's names, or paths to your own "
         "files (a 'train,test' pair for a file with its own test part)",
     )
-    p.add_argument("--trials", type=int, help="trials per data set (the paper's by default)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        help="trials per data set (the paper's by default; boosting-ridge: repeats of its outer 10-fold CV)",
+    )
     p.add_argument("--quick", action="store_true", help="a CI-sized run (two small sets)")
     p.add_argument("--out", default="reproduce", help="output directory (resumed if present)")
     p.add_argument("--data-dir", help="data directory (default ../shared/data when present)")

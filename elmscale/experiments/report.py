@@ -304,15 +304,23 @@ def accuracy_table(comparison: pd.DataFrame, table: str) -> pd.DataFrame:
     )
     present = [c for c in columns if c in part and part[c].notna().any()]
     shown = part[present].rename(columns=columns)
-    # where the paper's own SVM figure is not reached either on a set, the protocol (the
-    # split, the file) differs there rather than the method
+    # where the paper's own SVM figure is not reached either on a set, or no method of the
+    # table reaches the paper's there, the protocol (the split, the file, the nodes)
+    # differs there rather than the method
     svm_below = set(
         comparison.loc[(comparison["method"] == "SVM") & comparison["below"], "dataset"]
     )
-    marks = [
-        ("▼ >2 below, SVM too: protocol differs" if d in svm_below else "▼ >2 below") if b else ""
-        for d, b in zip(part["dataset"], part["below"])
-    ]
+    all_below = set(part.groupby("dataset")["below"].all().loc[lambda b: b].index)
+    marks = []
+    for d, b in zip(part["dataset"], part["below"]):
+        if not b:
+            marks.append("")
+        elif d in svm_below:
+            marks.append("▼ >2 below, SVM too: protocol differs")
+        elif d in all_below:
+            marks.append("▼ >2 below, every method: protocol differs")
+        else:
+            marks.append("▼ >2 below")
     if any(marks):
         where = shown.columns.get_loc("diff") + 1 if "diff" in shown else len(shown.columns)
         shown.insert(where, "mark", marks)
