@@ -623,7 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trials",
         type=int,
-        help="trials per data set (the paper's by default; boosting-ridge: repeats of its outer 10-fold CV)",
+        help="trials per data set (the paper's by default; boosting-ridge: repeats of "
+        "its outer 10-fold CV)",
     )
     p.add_argument("--quick", action="store_true", help="a CI-sized run (two small sets)")
     p.add_argument("--out", default="reproduce", help="output directory (resumed if present)")
