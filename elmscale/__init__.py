@@ -33,6 +33,11 @@ _LAZY = {
     "load": "elmscale.io.model_files",
     "save": "elmscale.io.model_files",
     "SparseELMClassifier": "elmscale.models.sparse_elm",
+    **{
+        f"{ensemble}{task}": "elmscale.models.boosting_ridge"
+        for ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM")
+        for task in ("Classifier", "Regressor")
+    },
 }
 # Modules reached as attributes (``from elmscale import dataplane``).
 _LAZY_MODULES = {"dataplane": "elmscale.dataplane"}
@@ -56,11 +61,19 @@ def __dir__():
 
 
 __all__ = [
+    "BRELMClassifier",
+    "BRELMRegressor",
     "ConcatenatedLayers",
     "DataError",
     "ELMClassifier",
     "ELMRegressor",
+    "GBRELMClassifier",
+    "GBRELMRegressor",
+    "GGBRELMClassifier",
+    "GGBRELMRegressor",
     "HiddenLayer",
+    "KBRELMClassifier",
+    "KBRELMRegressor",
     "Kernel",
     "ModelFileError",
     "ParquetDataset",
