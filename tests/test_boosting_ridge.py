@@ -320,3 +320,51 @@ def test_sequential_fits_by_eigendecomposition_equal_those_by_cholesky(n_rows):
     for C, fitted in zip(Cs[::4], clone(model).fit_path(X, y, Cs)[::4]):
         alone = clone(model).set_params(C=C).fit(X, y)  # one C: Cholesky
         assert _rel(fitted.coef_, alone.coef_) <= 1e-7
+
+
+def _weights(model):
+    return model.coef_
+
+
+@pytest.mark.parametrize("task", ["classifier", "regressor"])
+def test_one_pass_gives_every_ensemble_and_every_C_as_separate_fits(task):
+    from elmscale.models.boosting_ridge import fit_ensembles
+
+    if task == "classifier":
+        X, y = make_classification(400, 6, n_informative=4, n_classes=3, random_state=3)
+        kinds = {"ELM": GGBRELMClassifier, "BRELM": BRELMClassifier}
+        kinds.update(GBRELM=GBRELMClassifier, GGBRELM=GGBRELMClassifier)
+    else:
+        X, y = _regression(400)
+        kinds = {"ELM": GGBRELMRegressor, "BRELM": BRELMRegressor}
+        kinds.update(GBRELM=GBRELMRegressor, GGBRELM=GGBRELMRegressor)
+    params = dict(n_estimators=4, n_hidden=15, precision="double", random_state=9)
+    Cs = [0.1, 10.0]
+    every = fit_ensembles(kinds["GGBRELM"](**params), X, y, Cs=Cs)
+    assert set(every) == {"ELM", "BRELM", "GBRELM", "GGBRELM"}
+    for name, fitted in every.items():
+        for C, model in zip(Cs, fitted):
+            alone_params = {**params, "C": C, "n_estimators": 1 if name == "ELM" else 4}
+            alone = kinds[name](**alone_params).fit(X, y)
+            assert type(model) is type(alone)
+            assert _rel(_weights(model), _weights(alone)) <= 1e-9, (name, C)
+            if task == "classifier":
+                np.testing.assert_array_equal(model.predict(X), alone.predict(X))
+            else:
+                assert _rel(model.predict(X), alone.predict(X)) <= 1e-9
+
+
+def test_one_pass_on_parquet_through_dask_equals_in_memory(tmp_path, dask_client):
+    from elmscale.models.boosting_ridge import fit_ensembles
+
+    X, y = make_classification(2000, 6, n_informative=4, random_state=5)
+    ds = _parquet(tmp_path, X.astype(np.float32), y).with_units(4)
+    Xr, yr = ds.read()
+    template = GBRELMClassifier(n_estimators=3, n_hidden=20, precision="double", random_state=1)
+    on_cluster = fit_ensembles(template, ds, Cs=[1.0, 100.0], client=dask_client)
+    local = fit_ensembles(template, Xr, yr, Cs=[1.0, 100.0])
+    for name in on_cluster:
+        for a, b in zip(on_cluster[name], local[name]):
+            assert _rel(a.coef_, b.coef_) <= 1e-9
+    with pytest.raises(TypeError, match="GGBRELM or GBRELM"):
+        fit_ensembles(KBRELMClassifier(), Xr, yr, Cs=[1.0])

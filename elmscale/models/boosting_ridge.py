@@ -53,6 +53,8 @@ from elmscale.linalg.ridge import PRECISIONS
 from elmscale.models.elm import ELMClassifier, ELMRegressor, _BaseELM
 
 __all__ = [
+    "ONE_PASS_ENSEMBLES",
+    "fit_ensembles",
     "BRELMClassifier",
     "BRELMRegressor",
     "GBRELMClassifier",
@@ -383,3 +385,81 @@ ENSEMBLES = {
     ("kbrelm", "classifier"): KBRELMClassifier,
     ("kbrelm", "regressor"): KBRELMRegressor,
 }
+
+
+#: what :func:`fit_ensembles` returns from one pass
+ONE_PASS_ENSEMBLES = ("ELM", "BRELM", "GBRELM", "GGBRELM")
+
+
+def fit_ensembles(estimator, X, y=None, *, Cs, client=None) -> dict[str, list]:
+    """Every random-node ensemble and every C from ONE pass over the rows.
+
+    ``estimator`` (a GGBRELM or GBRELM classifier or regressor) gives S, D, the nodes and
+    ``random_state``; one Gram of its S layers side by side (in memory, or reduced on the
+    Dask cluster of ``client`` from a ParquetDataset ``X``) is solved on this process for
+    each of :data:`ONE_PASS_ENSEMBLES` and each C in ``Cs``.  Returns ``{name: [fitted
+    estimator per C]}``: "ELM" the first layer alone (the paper's ELM: a one-learner
+    GGBRELM, one-of-J targets for classes), "BRELM" S learners sharing the first layer,
+    "GBRELM" and "GGBRELM" on the S layers.  Each equals the estimator of that name fitted
+    with the same ``random_state`` (its layers are the same draws) to rounding.
+    """
+    from sklearn.base import clone, is_classifier
+
+    from elmscale.core.threads import thread_budget
+    from elmscale.data.parquet import ParquetDataset
+    from elmscale.linalg.gram import accumulate_gram
+    from elmscale.linalg.ridge import ridge_path
+
+    template = clone(estimator)
+    if not isinstance(template, _RandomNodeEnsemble) or template.ensemble == "shared":
+        raise TypeError(
+            "fit_ensembles takes a GGBRELM or GBRELM estimator (S random layers); got "
+            f"{type(estimator).__name__}"
+        )
+    Cs = [float(c) for c in np.atleast_1d(np.asarray(Cs, dtype=np.float64))]
+    if not Cs or not all(c > 0 for c in Cs):
+        raise ValueError(f"Cs must be positive values; got {Cs}")
+    template._validate_params()
+    with thread_budget(template.n_threads):
+        if isinstance(X, ParquetDataset):
+            layers, gram = template.dataset_gram(X, C_max=max(Cs), client=client)
+        else:
+            if client is not None:
+                raise ValueError("client is used with a ParquetDataset (elmscale.open_parquet)")
+            X, y = template._validate_X_y(X, y)
+            T = template._encode_targets(y)
+            layers = template._new_layer(X.shape[1])
+            template.precision_ = template._resolve_precision(layers, X, max(Cs))
+            gram = accumulate_gram(
+                layers, X, T, precision=template.precision_, block_rows=template.block_rows
+            )
+        # a data set's Gram sums class indicators (coded here); in memory T is coded already
+        encoder = template.target_encoder_ if gram.classes is not None else None
+        G, B, _ = gram.ridge_terms(encoder)
+        S, D = int(template.n_estimators), int(template.n_hidden)
+        first = slice(0, D)
+        solutions = {
+            "ELM": ridge_path(G[first, first], B[first], Cs),
+            "BRELM": boosting_filter_path(G[first, first], B[first], Cs, S),
+            "GBRELM": sequential_path(G, B, [D] * S, Cs),
+            "GGBRELM": global_path(G, B, Cs),
+        }
+    task = "classifier" if is_classifier(template) else "regressor"
+    params = template.get_params(deep=False)
+    fitted_state = {k: v for k, v in vars(template).items() if k not in params}
+    maps = {
+        "ELM": ConcatenatedLayers(layers.layers[:1]),
+        "BRELM": layers.layers[0],
+        "GBRELM": layers,
+        "GGBRELM": layers,
+    }
+    out: dict[str, list] = {}
+    for name, coefs in solutions.items():
+        cls = ENSEMBLES[("ggbrelm" if name == "ELM" else name.lower(), task)]
+        out[name] = []
+        for C, coef in zip(Cs, coefs):
+            est = cls(**{**params, "C": C, "n_estimators": 1 if name == "ELM" else S})
+            for attr, value in fitted_state.items():
+                setattr(est, attr, value)
+            out[name].append(est.set_solution(maps[name], coef))
+    return out
