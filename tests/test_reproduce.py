@@ -25,7 +25,8 @@ from elmscale.distributed.executors import LocalExecutor, RayExecutor
 from elmscale.experiments.engine import Journal
 from elmscale.experiments.reproduce import load_protocol, reproduce
 
-pytestmark = pytest.mark.needs_shared
+# Every test but the bad-input one reads the shared data; that one must also pass without it.
+needs_shared = pytest.mark.needs_shared
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,7 @@ def local_run(tmp_path_factory):
     return _run(out, LocalExecutor(2))
 
 
+@needs_shared
 @pytest.mark.timeout(600)
 def test_local_and_ray_give_identical_results(local_run, tmp_path, ray_session):
     ray_run = _run(tmp_path, RayExecutor(None))
@@ -65,6 +67,7 @@ def test_local_and_ray_give_identical_results(local_run, tmp_path, ray_session):
     assert set(results["dataset"]) == {"heart", "svmguide2"}
 
 
+@needs_shared
 def test_outputs_of_a_run(local_run):
     out = local_run.out_dir
     for name in (
@@ -110,6 +113,7 @@ def test_outputs_of_a_run(local_run):
     ).all()
 
 
+@needs_shared
 def test_a_second_run_in_the_same_directory_runs_nothing(local_run):
     before = (local_run.out_dir / "pieces.jsonl").read_bytes()
     again = _run(local_run.out_dir, LocalExecutor(2))
@@ -127,6 +131,7 @@ def _journal_keys(path: Path) -> list[str]:
     return keys
 
 
+@needs_shared
 @pytest.mark.timeout(600)
 def test_a_killed_run_resumes_and_runs_each_piece_once(tmp_path):
     data_dir = shared_data()
@@ -182,6 +187,7 @@ def test_a_killed_run_resumes_and_runs_each_piece_once(tmp_path):
     assert len(results) == 2 * (3 + 3 + 2 + 2) * 3
 
 
+@needs_shared
 def test_a_torn_journal_line_is_dropped_and_its_piece_rerun(local_run, tmp_path):
     lines = (local_run.out_dir / "pieces.jsonl").read_bytes().splitlines(keepends=True)
     (tmp_path / "pieces.jsonl").write_bytes(b"".join(lines[:5]) + lines[5][:40])
@@ -190,6 +196,7 @@ def test_a_torn_journal_line_is_dropped_and_its_piece_rerun(local_run, tmp_path)
     assert (tmp_path / "pieces.jsonl").read_bytes() == b"".join(lines[:5])
 
 
+@needs_shared
 def test_a_missing_set_is_skipped_with_a_line(tmp_path, capsys):
     data_dir = tmp_path / "data"
     (data_dir / "heart").mkdir(parents=True)
@@ -216,6 +223,7 @@ def test_a_missing_set_is_skipped_with_a_line(tmp_path, capsys):
     assert "svmguide2: skipped" in (tmp_path / "out" / "report.md").read_text()
 
 
+@needs_shared
 def test_a_users_own_file_runs_by_the_papers_protocol(tmp_path, capsys):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 3))
