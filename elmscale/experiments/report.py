@@ -246,7 +246,8 @@ def _fmt(value, digits=2) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     if isinstance(value, (float, np.floating)):
-        if abs(value) >= 1000 or (0 < abs(value) < 0.01):
+        # below 1 (RMSE and R2 of targets in [0, 1], p-values) three significant digits
+        if abs(value) >= 1000 or (0 < abs(value) < 1):
             return f"{value:.3g}"
         return f"{value:.{digits}f}"
     return str(value)
