@@ -33,6 +33,8 @@ _LAZY = {
     "load": "elmscale.io.model_files",
     "save": "elmscale.io.model_files",
     "SparseELMClassifier": "elmscale.models.sparse_elm",
+    "FLSASVMClassifier": "elmscale.models.flsa_svm",
+    "FLSASVMRegressor": "elmscale.models.flsa_svm",
     **{
         f"{ensemble}{task}": "elmscale.models.boosting_ridge"
         for ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM")
@@ -67,6 +69,8 @@ __all__ = [
     "DataError",
     "ELMClassifier",
     "ELMRegressor",
+    "FLSASVMClassifier",
+    "FLSASVMRegressor",
     "GBRELMClassifier",
     "GBRELMRegressor",
     "GGBRELMClassifier",

@@ -221,3 +221,14 @@ for _ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM"):
                 ),
             )
         )
+
+# FLSA-SVM (elmscale.models.flsa_svm): its path is over the number of support vectors, not
+# C, so the C-path capability is off and a grid search fits each n_support apart.
+for _task in ("Classifier", "Regressor"):
+    register(
+        EstimatorEntry(
+            f"FLSASVM{_task}",
+            f"elmscale.models.flsa_svm:FLSASVM{_task}",
+            Capabilities(task=_task.lower()),
+        )
+    )

@@ -1,0 +1,308 @@
+"""FLSA-SVM: the forward least-squares sparse LS-SVM (Xia et al., Mathematical Problems in
+Engineering 2013), and its reduced variant (candidates from a random pool of rows), as
+scikit-learn estimators.
+
+The model is ``f(x) = sum_k alpha_k K(x, sv_k) + b``: a least-squares fit of the targets on
+``m = n_support`` kernel columns of the training rows, chosen one at a time by forward
+orthogonal least squares (``elmscale.solvers.forward_selection``: each step takes the
+column that most reduces the squared residual, orthogonalised against the chosen ones;
+candidates left linearly dependent on them are pruned; back substitution gives the
+weights).  The number of support vectors is the regulariser: there is no C.  The kernel
+matrix is never held: each step costs one product of the candidates' kernel rows with the
+new basis vector (l x M kernel values for l rows and M candidates) and memory is
+O(l m + M J).
+
+``fit_path(X, y, ms)`` returns the fitted model of every m in ``ms`` from one run to
+``max(ms)`` (the selections are nested).
+
+Classification codes the labels +1 / -1 (one column for two classes; one-vs-rest columns
+for more) and selects one set of support vectors for all the columns together: a step
+takes the column that most reduces the summed squared residual of every class.  One
+selection serves every class at the cost of one (one-vs-one would need a selection per
+pair, each its own l x M products, and count support vectors once per pair).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+
+from elmscale.core.threads import thread_budget
+from elmscale.features.kernels import KERNELS, Kernel
+from elmscale.linalg.targets import TargetEncoder
+from elmscale.solvers.forward_selection import CandidateColumns, coefficients, forward_select
+
+__all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
+
+
+class _BaseFLSASVM(BaseEstimator):
+    """Shared parameters, fitting and scoring of the FLSA-SVM estimators."""
+
+    target_coding = "values"
+
+    _parameter_constraints: dict = {
+        "kernel": [StrOptions(set(KERNELS))],
+        "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "degree": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_support": [Interval(numbers.Integral, 1, None, closed="left")],
+        "candidates": [
+            StrOptions({"all"}),
+            Interval(numbers.Integral, 1, None, closed="left"),
+            Interval(numbers.Real, 0, 1, closed="right"),
+        ],
+        "tol": [Interval(numbers.Real, 0, 1, closed="left")],
+        "fit_intercept": ["boolean"],
+        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        *,
+        kernel="gaussian",
+        sigma=1.0,
+        degree=3,
+        n_support=100,
+        candidates="all",
+        tol=1e-8,
+        fit_intercept=True,
+        n_threads=None,
+        random_state=None,
+    ):
+        self.kernel = kernel
+        self.sigma = sigma
+        self.degree = degree
+        self.n_support = n_support
+        self.candidates = candidates
+        self.tol = tol
+        self.fit_intercept = fit_intercept
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    # -- targets (classifier / regressor specific) ---------------------------------------
+    def _encode_targets(self, y):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _shape_weights(self, w):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _kernel_obj(self) -> Kernel:
+        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
+
+    def _candidate_rows(self, n_rows: int) -> np.ndarray:
+        """Indices of the candidate rows: every row, or a random pool (sorted)."""
+        if isinstance(self.candidates, str):
+            return np.arange(n_rows)
+        if isinstance(self.candidates, numbers.Integral):
+            size = min(int(self.candidates), n_rows)
+        else:
+            size = max(1, int(round(float(self.candidates) * n_rows)))
+        rng = check_random_state(self.random_state)
+        return np.sort(rng.choice(n_rows, size=size, replace=False))
+
+    def _run(self, X, y, n_select: int):
+        """Validate, select up to ``n_select`` columns: ``(X32, pool, path)``."""
+        is_regressor = isinstance(self, RegressorMixin)
+        X, y = validate_data(
+            self,
+            X,
+            y,
+            dtype=np.float32,
+            order="C",
+            multi_output=is_regressor,
+            y_numeric=is_regressor,
+        )
+        T = np.asarray(self._encode_targets(y), dtype=np.float64)
+        if T.ndim == 1:
+            T = T[:, None]
+        pool = self._candidate_rows(X.shape[0])
+        with thread_budget(self.n_threads):
+            candidates = CandidateColumns(self._kernel_obj(), X, X[pool], T)
+            path = forward_select(
+                candidates, T, n_select, tol=float(self.tol), intercept=bool(self.fit_intercept)
+            )
+        return X, pool, path
+
+    def _set_model(self, X, pool, path, m: int) -> None:
+        alpha, b = coefficients(path, m)
+        rows = pool[path.selected[: alpha.shape[0]]]
+        self.support_ = rows.astype(np.int64)
+        self.support_vectors_ = X[rows]
+        self.dual_coef_ = self._shape_weights(alpha)
+        shaped = self._shape_weights(b[None, :])  # (1,) for one column, else (1, J)
+        self.intercept_ = float(shaped[0]) if shaped.ndim == 1 else shaped[0]
+        self.n_support_ = int(rows.size)
+        self.n_iter_ = int(rows.size)
+        self.residuals_ = path.residuals[: rows.size + 1].copy()
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Select ``n_support`` kernel columns (fewer when the rank runs out)."""
+        X, pool, path = self._run(X, y, int(self.n_support))
+        self._set_model(X, pool, path, int(self.n_support))
+        return self
+
+    def fit_path(self, X, y, ms) -> list:
+        """A fitted copy for each number of support vectors in ``ms`` (its ``n_support``
+        set to it), all from one selection run to ``max(ms)``."""
+        ms = [int(m) for m in ms]
+        if not ms or min(ms) < 1:
+            raise ValueError(f"ms must be a non-empty list of integers >= 1; got {ms}")
+        self._validate_params()
+        X, pool, path = self._run(X, y, max(ms))
+        models = []
+        for m in ms:
+            model = self.__class__(**{**self.get_params(), "n_support": m})
+            for attr in ("n_features_in_", "feature_names_in_", "classes_", "_single_output"):
+                if hasattr(self, attr):
+                    setattr(model, attr, getattr(self, attr))
+            model._set_model(X, pool, path, m)
+            models.append(model)
+        self._set_model(X, pool, path, min(int(self.n_support), max(ms)))
+        return models
+
+    # -- scoring ---------------------------------------------------------------------------
+    def _raw_output(self, X) -> np.ndarray:
+        check_is_fitted(self, ("support_vectors_", "dual_coef_"))
+        X = validate_data(self, X, dtype=np.float32, order="C", reset=False)
+        alpha = np.asarray(self.dual_coef_, dtype=np.float64)
+        alpha2 = alpha[:, None] if alpha.ndim == 1 else alpha
+        b = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
+        with thread_budget(self.n_threads):
+            if alpha2.shape[0] == 0:
+                out = np.zeros((X.shape[0], alpha2.shape[1]))
+            else:
+                out = self._kernel_obj().block_matvec(X, self.support_vectors_, alpha2)
+        out = out + b[None, :]
+        return out
+
+
+_PARAMS_DOC = """
+    Parameters
+    ----------
+    kernel : {"gaussian", "laplacian", "polynomial"}, default="gaussian"
+        The shared kernels: ``exp(-||u - v||^2 / (2 sigma^2))``,
+        ``exp(-||u - v|| / sigma)``, ``(u . v + 1)^degree``.
+    sigma : float, default=1.0
+        Width of the gaussian and laplacian kernels.
+    degree : int, default=3
+        Degree of the polynomial kernel.
+    n_support : int, default=100
+        m, the number of kernel columns (support vectors) to select: the regulariser.
+    candidates : "all", int or float in (0, 1], default="all"
+        The rows whose kernel columns may be selected: every row (FLSA-SVM), or a random
+        pool of that many rows / that fraction of them (the reduced FLSA-SVM), drawn with
+        ``random_state``.
+    tol : float, default=1e-8
+        Linear-dependence pruning: a candidate whose squared norm after orthogonalisation
+        against the chosen columns is at most ``tol`` times its squared norm before is
+        dropped (step vii of the paper: ``n_support_`` may end below ``n_support``).
+    fit_intercept : bool, default=True
+        A constant column, first in the orthogonal basis (so the kernel columns are chosen
+        against centred targets); its weight is ``intercept_``.  It is not a candidate and
+        not counted in ``n_support``.  False: no bias, as the LS-SVM without one.
+    n_threads : int or None, default=None
+        Threads for the kernel products (None or -1: all cores).
+    random_state : int, RandomState or None, default=None
+        Seed of the candidate pool (only with ``candidates`` a number).
+
+    Time and memory, for l training rows, M candidates, d features and m steps: l M d
+    kernel operations per step (the candidates' products with the new basis vector,
+    computed, never stored) plus O(l m) for the orthogonalisation; memory O(l m + M J)
+    (J target columns) and one block of 1,024 kernel rows.
+"""
+
+_ATTRS_DOC = """
+    support_ : ndarray of shape (n_support_,)
+        Indices of the selected training rows, in the order chosen.
+    support_vectors_ : ndarray of shape (n_support_, n_features), float32
+    dual_coef_ : ndarray of shape (n_support_,) or (n_support_, n_columns)
+        Weights alpha of the support vectors' kernel columns.
+    intercept_ : float or ndarray of shape (n_columns,)
+    residuals_ : ndarray of shape (n_support_ + 1,)
+        Frobenius norm of the training residual before the first kernel column (after the
+        constant one) and after each step.
+    n_support_ : int
+        Support vectors selected (below ``n_support`` when the rank runs out).
+    n_iter_ : int
+        Selection steps taken (equal to ``n_support_``).
+    n_features_in_ : int
+"""
+
+
+class FLSASVMClassifier(ClassifierMixin, _BaseFLSASVM):
+    __doc__ = (
+        "FLSA-SVM classifier: forward least-squares selection of kernel columns on +1 / -1\n"
+        "    targets (one column for two classes, one-vs-rest columns for more, with one\n"
+        "    shared set of support vectors); predicts the sign / the largest output.\n"
+        + _PARAMS_DOC
+        + "\n    Attributes\n    ----------\n    classes_ : ndarray of shape (n_classes,)\n"
+        + _ATTRS_DOC
+    )
+
+    target_coding = "plus_minus"
+
+    def _encode_targets(self, y):
+        check_classification_targets(y)
+        if type_of_target(y) not in ("binary", "multiclass"):
+            raise ValueError(
+                f"y must hold one class label per row; got target type {type_of_target(y)!r}"
+            )
+        encoder = TargetEncoder(self.target_coding).fit(y)
+        self.classes_ = encoder.classes
+        if self.classes_.size < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 classes in y; got "
+                f"{self.classes_.size} class ({', '.join(map(repr, self.classes_.tolist()))})"
+            )
+        return encoder.transform(y)
+
+    def _shape_weights(self, w):
+        return w[:, 0] if w.shape[1] == 1 else w
+
+    def decision_function(self, X) -> np.ndarray:
+        """(n_samples,) for two classes (> 0 means ``classes_[1]``), else
+        (n_samples, n_classes)."""
+        out = self._raw_output(X)
+        return out[:, 0] if len(self.classes_) == 2 else out
+
+    def predict(self, X) -> np.ndarray:
+        out = self._raw_output(X)
+        return self.classes_[TargetEncoder(self.target_coding, self.classes_).decode(out)]
+
+
+class FLSASVMRegressor(RegressorMixin, _BaseFLSASVM):
+    __doc__ = (
+        "FLSA-SVM regressor: forward least-squares selection of kernel columns on real\n"
+        "    targets (several outputs share one set of support vectors).\n"
+        + _PARAMS_DOC
+        + "\n    Attributes\n    ----------\n    n_outputs_ : int\n"
+        + _ATTRS_DOC
+    )
+
+    def _encode_targets(self, y):
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim not in (1, 2):
+            raise ValueError(f"y must be 1-D or 2-D; got shape {y.shape}")
+        self._single_output = y.ndim == 1
+        T = y[:, None] if y.ndim == 1 else y
+        self.n_outputs_ = int(T.shape[1])
+        return T
+
+    def _shape_weights(self, w):
+        return w[:, 0] if self._single_output else w
+
+    def predict(self, X) -> np.ndarray:
+        out = self._raw_output(X)
+        return out[:, 0] if self._single_output else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags

@@ -1,0 +1,195 @@
+"""Forward orthogonal least-squares selection of kernel columns (FLSA-SVM, Xia et al. 2013;
+``../shared/papers/forward-least-squares-sparse-lssvm.txt``, ``../shared/notes/
+methods-wave2.md``), without the l x l kernel matrix in memory.
+
+The model is ``f(x) = sum_k alpha_k K(x, x_{s_k}) (+ b)``, fitted to the targets ``Y`` (l x
+J) by least squares on the columns ``K[:, s_1 .. s_m]`` of the kernel matrix of the training
+rows, the columns chosen greedily: each step takes the candidate column that most reduces
+the squared residual, orthogonalised (Gram-Schmidt) against the columns already chosen.
+
+State, per candidate column j (:class:`CandidateColumns`): ``c_j = K[:, j]' r`` (its
+correlation with the residual r, J values) and ``n_j`` (its squared norm after removing its
+projections on the chosen basis).  A step picks ``argmax_j sum_k c_jk^2 / n_j`` among the
+candidates that keep more than ``tol`` of their squared norm (the others are linearly
+dependent on the chosen columns: the paper's pruning), forms the new orthonormal basis
+vector q from that one kernel column, and updates every candidate with one kernel product
+``p = K[cand, :] q``: ``c -= p (q' r)``, ``n -= p^2``, ``r -= q (q' r)``.  The chosen
+columns' ``R`` (upper triangular, ``R_ik = q_i' K[:, s_k]``) and ``z = Q' Y`` give the
+coefficients of the first m columns by back substitution, ``R[:m, :m] alpha = z[:m]``, so
+one run to m_max holds the model of every m <= m_max (the selections are nested).
+
+Cost, for l training rows, M candidates, d features, m steps: kernel values O(l M d) per
+step (the candidates' product with q; recomputed, never stored), O(l m) for the basis Q,
+O(M J) for the candidates' state; memory O(l m + M J) and one block of kernel rows.  With
+every row a candidate (M = l) a step costs l^2 kernel values; a random pool of M rows (the
+reduced FLSA-SVM) l M.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+
+from elmscale.features.kernels import Kernel
+
+__all__ = ["CandidateColumns", "ForwardPath", "coefficients", "forward_select"]
+
+#: rows of candidates per kernel block (a block is CANDIDATE_BLOCK x l float64)
+CANDIDATE_BLOCK = 1024
+
+
+class CandidateColumns:
+    """The candidates' state for a set of candidate rows ``X_cand`` against the training rows
+    ``X``: each candidate j is the kernel column ``K(X, X_cand[j])``.
+
+    The state is ``corr`` (M x J: the columns' products with the residual), ``norm2``
+    (M: squared norms after orthogonalisation), ``norm2_start`` (M: squared norms before)
+    and ``active`` (M: not chosen and not pruned).  A distributed run keeps one of these
+    next to each worker's candidates; the coordinator broadcasts q and gathers each block's
+    :meth:`best`.
+    """
+
+    def __init__(self, kernel: Kernel, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray):
+        self.kernel = kernel
+        self.X = X
+        self.X_cand = X_cand
+        M = X_cand.shape[0]
+        self.corr = np.empty((M, Y.shape[1]))
+        self.norm2_start = np.empty(M)
+        for start in range(0, M, CANDIDATE_BLOCK):
+            rows = slice(start, min(M, start + CANDIDATE_BLOCK))
+            block = kernel.block(X_cand[rows], X)  # (rows, l): kernel columns as rows
+            self.corr[rows] = block @ Y
+            self.norm2_start[rows] = np.einsum("ij,ij->i", block, block)
+        self.norm2 = self.norm2_start.copy()
+        self.active = self.norm2_start > 0
+
+    def prune(self, tol: float) -> None:
+        """Drop the candidates left with at most ``tol`` of their squared norm."""
+        self.active &= self.norm2 > tol * self.norm2_start
+
+    def best(self, tol: float) -> tuple[int, float]:
+        """``(index, reduction of the squared residual)`` of the best active candidate after
+        pruning at ``tol``; ``(-1, 0.0)`` when none is left."""
+        self.prune(tol)
+        if not self.active.any():
+            return -1, 0.0
+        gain = np.full(self.norm2.shape, -np.inf)
+        act = self.active
+        gain[act] = np.einsum("ij,ij->i", self.corr[act], self.corr[act]) / self.norm2[act]
+        j = int(np.argmax(gain))
+        return j, float(gain[j])
+
+    def column(self, j: int) -> np.ndarray:
+        """Candidate j's kernel column ``K(X, X_cand[j])`` (l values)."""
+        return self.kernel.block(self.X, self.X_cand[j : j + 1])[:, 0]
+
+    def update(self, q: np.ndarray, qr: np.ndarray) -> None:
+        """A new basis vector q (unit, orthogonal to the previous ones) with ``qr = q' r``:
+        one kernel product ``p = K(X_cand, X) q`` updates every candidate."""
+        p = self.kernel.block_matvec(self.X_cand, self.X, q)
+        self.corr -= np.outer(p, qr)
+        self.norm2 -= p * p
+
+    def choose(self, j: int) -> None:
+        self.active[j] = False
+
+
+class ForwardPath(NamedTuple):
+    """One run of forward selection.
+
+    selected : (m,) candidate indices in the order chosen.
+    R : (k, k) upper triangular, ``R_ik = q_i' column_k``, k = m (+ 1 with the constant
+        column, first).
+    z : (k, J) ``Q' Y``.
+    residuals : (m + 1,) Frobenius norm of the residual before any kernel column and after
+        each step (after the constant column when there is one).
+    intercept : whether the constant column is the basis' first column.
+    """
+
+    selected: np.ndarray
+    R: np.ndarray
+    z: np.ndarray
+    residuals: np.ndarray
+    intercept: bool
+
+
+def forward_select(
+    candidates: CandidateColumns,
+    Y: np.ndarray,
+    n_select: int,
+    *,
+    tol: float = 1e-8,
+    intercept: bool = False,
+) -> ForwardPath:
+    """Choose up to ``n_select`` candidate columns by forward orthogonal least squares.
+
+    ``Y`` (l x J) are the targets; ``intercept`` puts the constant column first in the
+    basis (it is not a candidate and never counted in ``n_select``).  Stops early when
+    every candidate is chosen or pruned (linearly dependent to ``tol``: its squared norm
+    after orthogonalisation at most ``tol`` times its squared norm before).
+    """
+    n_rows, J = Y.shape
+    k_max = n_select + int(intercept)
+    Q = np.empty((n_rows, k_max))
+    R = np.zeros((k_max, k_max))
+    z = np.empty((k_max, J))
+    r = np.array(Y, dtype=np.float64, copy=True)
+    residuals = []
+    selected: list[int] = []
+    k = 0
+
+    def add(v: np.ndarray, Rcol: np.ndarray) -> bool:
+        """Orthogonalise v against the basis (twice: classical Gram-Schmidt loses
+        orthogonality on near-dependent kernel columns), append it; False if dependent."""
+        nonlocal k
+        norm0 = float(v @ v)
+        for _ in range(2):
+            proj = Q[:, :k].T @ v
+            v -= Q[:, :k] @ proj
+            Rcol[:k] += proj
+        norm = float(np.sqrt(v @ v))
+        if not norm * norm > tol * norm0:
+            return False
+        q = v / norm
+        Rcol[k] = norm
+        Q[:, k] = q
+        R[: k + 1, k] = Rcol[: k + 1]
+        qr = q @ r
+        z[k] = qr
+        np.subtract(r, np.outer(q, qr), out=r)  # in place: r belongs to forward_select
+        candidates.update(q, qr)
+        k += 1
+        return True
+
+    if intercept:
+        add(np.ones(n_rows), np.zeros(k_max))
+    residuals.append(float(np.sqrt(np.einsum("ij,ij->", r, r))))
+    while len(selected) < n_select:
+        j, _ = candidates.best(tol)
+        if j < 0:
+            break
+        candidates.choose(j)
+        if add(candidates.column(j), np.zeros(k_max)):
+            selected.append(j)
+            residuals.append(float(np.sqrt(np.einsum("ij,ij->", r, r))))
+    return ForwardPath(
+        np.asarray(selected, dtype=np.int64), R[:k, :k], z[:k], np.asarray(residuals), intercept
+    )
+
+
+def coefficients(path: ForwardPath, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(alpha, b)`` of the model with the first ``m`` chosen columns: ``alpha`` (m x J)
+    their weights, ``b`` (J,) the constant column's (zeros without it), by back
+    substitution on ``R``."""
+    m = min(int(m), len(path.selected))
+    k = m + int(path.intercept)
+    J = path.z.shape[1]
+    if k == 0:
+        return np.zeros((0, J)), np.zeros(J)
+    w = scipy.linalg.solve_triangular(path.R[:k, :k], path.z[:k], lower=False)
+    if path.intercept:
+        return w[1:], w[0]
+    return w, np.zeros(J)

@@ -1,0 +1,194 @@
+"""FLSA-SVM (forward least-squares selection of kernel columns) against a literal reference:
+the paper's steps written out in numpy on the whole kernel matrix (every candidate
+orthogonalised afresh at every step, the error reduction of each, pruning, back
+substitution), and the algebra's consequences (interpolation at full rank, nested
+selections, pruning of dependent columns)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import check_estimator
+
+from elmscale.features.kernels import Kernel
+from elmscale.io import model_files
+from elmscale.models.flsa_svm import FLSASVMClassifier, FLSASVMRegressor
+
+
+def literal_fols(K, Y, m, tol, intercept):
+    """Forward orthogonal least squares as the paper's steps: W holds the chosen columns
+    orthogonalised (not normalised), A the unit upper-triangular factor, g the weights of
+    the orthogonal columns; the coefficients by back substitution on A."""
+    n = K.shape[0]
+    Y = Y.reshape(n, -1)
+    W, A_cols, g, chosen = [], [], [], []
+    pruned = set()
+
+    def orthogonalise(col):
+        w = col.copy()
+        a = []
+        for wi in W:
+            ai = (wi @ col) / (wi @ wi)
+            a.append(ai)
+            w = w - ai * wi
+        return w, a
+
+    if intercept:
+        one = np.ones(n)
+        W.append(one)
+        A_cols.append([1.0])
+        g.append((one @ Y) / (one @ one))
+    while len(chosen) < m:
+        best, best_err = None, -np.inf
+        for j in range(n):
+            if j in chosen or j in pruned:
+                continue
+            w, _ = orthogonalise(K[:, j])
+            if not (w @ w) > tol * (K[:, j] @ K[:, j]):
+                pruned.add(j)
+                continue
+            err = np.sum((w @ Y) ** 2) / (w @ w)
+            if err > best_err:
+                best, best_err = j, err
+        if best is None:
+            break
+        w, a = orthogonalise(K[:, best])
+        W.append(w)
+        A_cols.append([*a, 1.0])
+        g.append((w @ Y) / (w @ w))
+        chosen.append(best)
+    k = len(W)
+    A = np.zeros((k, k))
+    for col, entries in enumerate(A_cols):
+        A[: len(entries), col] = entries
+    G = np.array(g).reshape(k, -1)
+    coef = np.linalg.solve(A, G)  # back substitution on a unit upper-triangular A
+    if intercept:
+        return chosen, coef[1:], coef[0]
+    return chosen, coef, np.zeros(G.shape[1])
+
+
+def _data(n=60, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    return X
+
+
+def _kernel_matrix(kernel, X):
+    return kernel.block(X, X)
+
+
+@pytest.mark.parametrize("intercept", [True, False])
+@pytest.mark.parametrize("kind", ["gaussian", "laplacian", "polynomial"])
+def test_regressor_selects_and_weighs_as_the_literal_steps(kind, intercept):
+    X = _data()
+    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] ** 2
+    # degree 3 on 3 features: a kernel of rank 20, above the 12 columns chosen (past the
+    # rank the candidates' leftover norms are rounding noise, and so is their order)
+    kw = {"sigma": 1.5, "degree": 3}
+    est = FLSASVMRegressor(kernel=kind, n_support=12, fit_intercept=intercept, **kw).fit(X, y)
+    K = _kernel_matrix(Kernel(kind, **kw), X)
+    chosen, coef, b = literal_fols(K, y, 12, est.tol, intercept)
+    assert est.support_.tolist() == chosen
+    np.testing.assert_allclose(est.dual_coef_, coef[:, 0], rtol=1e-8, atol=1e-10)
+    assert est.intercept_ == pytest.approx(float(b[0]), rel=1e-8, abs=1e-10)
+    # the residuals are those of the least-squares fit on the chosen columns
+    fitted = K[:, chosen] @ coef[:, 0] + b[0]
+    assert est.residuals_[-1] == pytest.approx(np.linalg.norm(y - fitted), rel=1e-8)
+    assert np.all(np.diff(est.residuals_) <= 1e-12)
+
+
+def test_multiclass_selects_one_set_for_every_class_as_the_literal_steps():
+    rng = np.random.default_rng(3)
+    X = _data(n=75, d=2, seed=3)
+    y = rng.integers(0, 3, size=75)
+    y[:3] = [0, 1, 2]
+    est = FLSASVMClassifier(sigma=0.8, n_support=12).fit(X, y)
+    T = np.where(y[:, None] == np.arange(3), 1.0, -1.0)
+    chosen, coef, b = literal_fols(_kernel_matrix(Kernel("gaussian", 0.8), X), T, 12, est.tol, True)
+    assert est.support_.tolist() == chosen
+    np.testing.assert_allclose(est.dual_coef_, coef, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(est.intercept_, b, rtol=1e-8, atol=1e-10)
+    assert est.decision_function(X).shape == (75, 3)
+    np.testing.assert_array_equal(est.predict(X), np.argmax(est.decision_function(X), axis=1))
+
+
+def test_at_full_rank_it_interpolates_as_the_unregularised_ls_svm():
+    X = _data(n=30, d=4, seed=1)
+    y = np.where(X[:, 0] + X[:, 1] > 0, 1, -1)
+    K = _kernel_matrix(Kernel("gaussian", 2.0), X)
+    assert np.linalg.matrix_rank(K) == 30
+    est = FLSASVMClassifier(sigma=2.0, n_support=30, fit_intercept=False, tol=1e-12).fit(X, y)
+    assert est.n_support_ == 30
+    order = np.argsort(est.support_)
+    alpha = np.linalg.solve(K, y.astype(float))  # least-squares interpolation, no C
+    np.testing.assert_allclose(est.dual_coef_[order], alpha, rtol=1e-6)
+    np.testing.assert_allclose(est.decision_function(X), y, atol=1e-6)
+    assert est.residuals_[-1] < 1e-6
+
+
+def test_dependent_columns_are_pruned_so_the_rank_bounds_the_support():
+    base = _data(n=10, d=2, seed=4)
+    X = np.repeat(base, 3, axis=0)  # 30 rows, 10 distinct: K has rank 10
+    y = np.arange(30) % 2
+    est = FLSASVMClassifier(sigma=1.0, n_support=25, fit_intercept=False, tol=1e-8).fit(X, y)
+    assert est.n_support_ == 10
+    assert len(np.unique(X[est.support_], axis=0)) == 10
+
+
+def test_every_m_of_one_run_equals_its_own_fit():
+    X = _data(n=80, seed=5)
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    base = FLSASVMClassifier(sigma=1.0, n_support=5)
+    models = base.fit_path(X, y, [3, 8, 20])
+    for model, m in zip(models, [3, 8, 20]):
+        alone = FLSASVMClassifier(sigma=1.0, n_support=m).fit(X, y)
+        assert model.n_support == m
+        np.testing.assert_array_equal(model.support_, alone.support_)
+        np.testing.assert_allclose(model.dual_coef_, alone.dual_coef_, rtol=1e-10)
+        np.testing.assert_allclose(model.decision_function(X), alone.decision_function(X))
+    # nested: the first 8 of the 20-column model are the 8-column model's
+    np.testing.assert_array_equal(models[2].support_[:8], models[1].support_)
+
+
+def test_the_reduced_variant_draws_its_candidates_from_a_seeded_pool():
+    X = _data(n=200, seed=6)
+    y = (X[:, 0] > 0).astype(int)
+    a = FLSASVMClassifier(n_support=10, candidates=40, random_state=0).fit(X, y)
+    b = FLSASVMClassifier(n_support=10, candidates=0.2, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(a.support_, b.support_)  # 40 rows = 20 % of 200
+    pool = np.sort(np.random.RandomState(0).choice(200, size=40, replace=False))
+    assert set(a.support_) <= set(pool.tolist())
+    full = FLSASVMClassifier(n_support=10).fit(X, y)
+    assert full.score(X, y) >= 0.9 and a.score(X, y) >= 0.9
+
+
+def test_a_saved_model_predicts_the_same(tmp_path):
+    X = _data(n=90, seed=7)
+    y = np.where(X[:, 2] > 0.2, "yes", "no")
+    est = FLSASVMClassifier(kernel="laplacian", sigma=2.0, n_support=12).fit(X, y)
+    path = model_files.save(est, tmp_path / "flsa.elm")
+    loaded = model_files.load(path)
+    np.testing.assert_array_equal(loaded.decision_function(X), est.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"n_support": 0}, "n_support"),
+        ({"candidates": 0}, "candidates"),
+        ({"candidates": 1.5}, "candidates"),
+        ({"kernel": "sigmoid"}, "kernel"),
+        ({"tol": -1.0}, "tol"),
+    ],
+)
+def test_bad_parameters_are_refused_naming_them(params, message):
+    X = _data(n=20)
+    with pytest.raises(ValueError, match=message):
+        FLSASVMClassifier(**params).fit(X, np.arange(20) % 2)
+
+
+@pytest.mark.parametrize("estimator", [FLSASVMClassifier(), FLSASVMRegressor()])
+def test_scikit_learn_estimator_checks(estimator):
+    check_estimator(estimator)
