@@ -41,9 +41,11 @@ class Capabilities:
     """What an estimator can do, as the commands and the grid search need to know it.
 
     task : "classifier" or "regressor".
-    c_path : ``fit_path(X, y, Cs)`` returns one fitted copy per C, cheaper than separate
-        fits (grid pieces then solve the grid's C values as one path); otherwise each C
-        is a separate ``fit``.
+    c_path : ``fit_path(X, y, values)`` returns one fitted copy per value of the path
+        parameter, cheaper than separate fits (grid pieces then solve the grid's values of
+        it as one path); otherwise each value is a separate ``fit``.
+    path_param : the parameter a grid search runs as the path: ``"C"`` (default), or
+        another (FLSA-SVM's ``"n_support"``).
     parquet_fit : ``fit(dataset, client=...)`` takes a :class:`~elmscale.data.parquet.
         ParquetDataset` and reduces it on a Dask cluster: False, True, or a function of
         the estimator's parameters (random nodes only, say).
@@ -60,6 +62,7 @@ class Capabilities:
 
     task: str
     c_path: bool = False
+    path_param: str = "C"
     parquet_fit: bool | Callable[[dict], bool] = False
     parquet_cv: bool | Callable[[dict], bool] = False
     grid_pieces: str = "folds"
@@ -222,13 +225,13 @@ for _ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM"):
             )
         )
 
-# FLSA-SVM (elmscale.models.flsa_svm): its path is over the number of support vectors, not
-# C, so the C-path capability is off and a grid search fits each n_support apart.
+# FLSA-SVM (elmscale.models.flsa_svm): no C; one selection run gives every number of
+# support vectors, so a grid search's path is n_support.
 for _task in ("Classifier", "Regressor"):
     register(
         EstimatorEntry(
             f"FLSASVM{_task}",
             f"elmscale.models.flsa_svm:FLSASVM{_task}",
-            Capabilities(task=_task.lower()),
+            Capabilities(task=_task.lower(), c_path=True, path_param="n_support"),
         )
     )

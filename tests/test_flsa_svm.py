@@ -192,3 +192,46 @@ def test_bad_parameters_are_refused_naming_them(params, message):
 @pytest.mark.parametrize("estimator", [FLSASVMClassifier(), FLSASVMRegressor()])
 def test_scikit_learn_estimator_checks(estimator):
     check_estimator(estimator)
+
+
+def _search_data():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(150, 4)).astype(np.float32)
+    y = (X[:, 0] ** 2 + X[:, 1] > 0.8).astype(int)
+    return X, y
+
+
+def test_the_grid_search_runs_n_support_as_one_path_and_matches_scikit_learns():
+    from sklearn.model_selection import GridSearchCV as SkGridSearchCV
+    from sklearn.model_selection import StratifiedKFold
+
+    from elmscale.model_selection import GridSearchCV
+
+    X, y = _search_data()
+    grid = {"sigma": [0.7, 2.0], "n_support": [4, 12, 30]}
+    ours = GridSearchCV(FLSASVMClassifier(), grid, cv=4, random_state=2).fit(X, y)
+    theirs = SkGridSearchCV(
+        FLSASVMClassifier(), grid, cv=StratifiedKFold(4, shuffle=True, random_state=2)
+    ).fit(X, y)
+    assert ours.n_pieces_ == 4 * 2  # (fold x sigma): each piece one run to m = 30
+    np.testing.assert_allclose(
+        ours.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"]
+    )
+    assert ours.best_params_ == theirs.best_params_
+    assert ours.best_estimator_.n_support == ours.best_params_["n_support"]
+
+
+@pytest.mark.timeout(600)
+def test_the_grid_search_on_ray_equals_the_one_here(ray_session):
+    from elmscale.model_selection import GridSearchCV
+
+    X, y = _search_data()
+    grid = {"sigma": [0.7, 2.0], "n_support": [4, 12, 30]}
+    here = GridSearchCV(FLSASVMClassifier(), grid, cv=3, random_state=1).fit(X, y)
+    on_ray = GridSearchCV(FLSASVMClassifier(), grid, cv=3, random_state=1, ray_address="auto").fit(
+        X, y
+    )
+    np.testing.assert_array_equal(
+        here.cv_results_["mean_test_score"], on_ray.cv_results_["mean_test_score"]
+    )
+    assert here.best_params_ == on_ray.best_params_

@@ -118,9 +118,9 @@ def path_grid_search(
 # --------------------------------------------------------------------------- GridSearchCV
 
 
-def _path_piece(piece, *, X, y, splits, settings, estimator, Cs, scoring, c_path):
-    """Scores of one (fold, setting index) along ``Cs`` on the fold's validation rows:
-    one ``fit_path`` (``c_path``), else one fit per C."""
+def _path_piece(piece, *, X, y, splits, settings, estimator, Cs, scoring, c_path, path_param="C"):
+    """Scores of one (fold, setting index) along ``Cs`` (the values of ``path_param``) on
+    the fold's validation rows: one ``fit_path`` (``c_path``), else one fit per value."""
     fold, s = piece
     train, test = splits[fold]
     est = clone(estimator).set_params(**settings[s])
@@ -128,11 +128,11 @@ def _path_piece(piece, *, X, y, splits, settings, estimator, Cs, scoring, c_path
     if c_path:
         fitted = est.fit_path(X[train], y[train], Cs)
     else:
-        fitted = [clone(est).set_params(C=C).fit(X[train], y[train]) for C in Cs]
+        fitted = [clone(est).set_params(**{path_param: C}).fit(X[train], y[train]) for C in Cs]
     return np.array([scorer(model, X[test], y[test]) for model in fitted])
 
 
-def _fold_plan(estimator, X, y, splits, settings, Cs, scoring, c_path) -> GridPlan:
+def _fold_plan(estimator, X, y, splits, settings, Cs, scoring, c_path, path_param="C") -> GridPlan:
     """The plan for every estimator without its own: a piece per (fold, setting)."""
     pieces = [(k, s) for k in range(len(splits)) for s in range(len(settings))]
 
@@ -147,7 +147,13 @@ def _fold_plan(estimator, X, y, splits, settings, Cs, scoring, c_path) -> GridPl
         fn=_path_piece,
         scores=scores,
         shared={"X": X, "y": y, "splits": splits, "settings": settings},
-        kwargs={"estimator": estimator, "Cs": Cs, "scoring": scoring, "c_path": c_path},
+        kwargs={
+            "estimator": estimator,
+            "Cs": Cs,
+            "scoring": scoring,
+            "c_path": c_path,
+            "path_param": path_param,
+        },
     )
 
 
@@ -169,8 +175,9 @@ class GridSearchCV(BaseEstimator):
         (its ``c_path`` capability: ``SparseELMClassifier``, ``ELMClassifier``,
         ``ELMRegressor``) each piece solves the C list as one path; otherwise one fit per C.
     param_grid : dict (or list of dicts) of parameter lists, as scikit-learn's; its "C"
-        list is the path (default: the estimator's C).  ``paper_grid(kernel)`` gives the
-        paper's grids.
+        list is the path (default: the estimator's C), or the list of the registry entry's
+        ``path_param`` (FLSA-SVM: "n_support", one selection run per piece).
+        ``paper_grid(kernel)`` gives the paper's grids.
     cv : int or splitter, default 5 (an int: ``StratifiedKFold(cv, shuffle=True,
         random_state=random_state)`` for classifiers, ``KFold`` likewise otherwise).
     scoring : None (the estimator's ``score``), or a scikit-learn scoring name; the
@@ -221,19 +228,22 @@ class GridSearchCV(BaseEstimator):
             splitter = check_cv(self.cv, y, classifier=classifier)
         return [(np.asarray(tr), np.asarray(te)) for tr, te in splitter.split(X, y)]
 
-    def _candidates(self):
-        """GridSearchCV's candidate list, each split into (setting without C, C)."""
+    def _candidates(self, path_param: str = "C"):
+        """GridSearchCV's candidate list, each split into (setting without the path
+        parameter, its value): the path's values sorted (C as floats)."""
+        p = path_param
+        value = float if p == "C" else (lambda v: v)
         grids = self.param_grid if isinstance(self.param_grid, list) else [self.param_grid]
-        default_C = self.estimator.get_params()["C"]
-        grids = [g if "C" in g else {**g, "C": [default_C]} for g in grids]
+        default = self.estimator.get_params()[p]
+        grids = [g if p in g else {**g, p: [default]} for g in grids]
         candidates = list(ParameterGrid(grids))
-        settings, Cs = [], sorted({float(c["C"]) for c in candidates})
+        settings, Cs = [], sorted({value(c[p]) for c in candidates})
         keys = []
         for c in candidates:
-            setting = {k: v for k, v in c.items() if k != "C"}
+            setting = {k: v for k, v in c.items() if k != p}
             if setting not in settings:
                 settings.append(setting)
-            keys.append((settings.index(setting), Cs.index(float(c["C"]))))
+            keys.append((settings.index(setting), Cs.index(value(c[p]))))
         return candidates, settings, Cs, keys
 
     def _capabilities(self):
@@ -252,7 +262,7 @@ class GridSearchCV(BaseEstimator):
         if classifier:
             check_classification_targets(y)
         splits = self._splits(X, y, classifier)
-        candidates, settings, Cs, keys = self._candidates()
+        candidates, settings, Cs, keys = self._candidates(capabilities.path_param)
         base = clone(self.estimator)
         if base.get_params().get("random_state", 0) is None:
             # every piece (and the refit) must draw the same random layer
@@ -262,7 +272,17 @@ class GridSearchCV(BaseEstimator):
         if capabilities.grid_pieces == "pairs":
             plan = base.grid_plan(X, y, splits, settings, Cs, self.scoring)
         else:
-            plan = _fold_plan(base, X, y, splits, settings, Cs, self.scoring, capabilities.c_path)
+            plan = _fold_plan(
+                base,
+                X,
+                y,
+                splits,
+                settings,
+                Cs,
+                self.scoring,
+                capabilities.c_path,
+                capabilities.path_param,
+            )
         self.n_pieces_ = len(plan.pieces)
         results = self._run(plan, settings)
         self._set_results(candidates, keys, plan.scores(results), len(splits))
