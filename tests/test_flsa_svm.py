@@ -235,3 +235,24 @@ def test_the_grid_search_on_ray_equals_the_one_here(ray_session):
         here.cv_results_["mean_test_score"], on_ray.cv_results_["mean_test_score"]
     )
     assert here.best_params_ == on_ray.best_params_
+
+
+def test_the_command_line_trains_and_predicts_as_the_estimator_here(tmp_path, capsys):
+    import pandas as pd
+
+    from elmscale.app.cli import main
+
+    X, y = _search_data()
+    frame = pd.DataFrame(X, columns=[f"f{j}" for j in range(4)]).assign(target=y)
+    frame.iloc[:100].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[100:].to_csv(tmp_path / "test.csv", index=False)
+    model = tmp_path / "flsa.elm"
+    argv = ["train", str(tmp_path / "train.csv"), str(model), "--label", "target"]
+    argv += ["--estimator", "FLSASVMClassifier", "-p", "n_support=15", "-p", "sigma=2"]
+    assert main([*argv, "--no-scale"]) == 0, capsys.readouterr().err
+    assert "trained FLSASVMClassifier" in capsys.readouterr().out
+    out = tmp_path / "pred.csv"
+    argv = ["predict", str(model), str(tmp_path / "test.csv"), str(out), "--label", "target"]
+    assert main(argv) == 0, capsys.readouterr().err
+    here = FLSASVMClassifier(n_support=15, sigma=2.0).fit(X[:100], y[:100])
+    np.testing.assert_array_equal(pd.read_csv(out)["prediction"], here.predict(X[100:]))
