@@ -256,3 +256,34 @@ def test_the_command_line_trains_and_predicts_as_the_estimator_here(tmp_path, ca
     assert main(argv) == 0, capsys.readouterr().err
     here = FLSASVMClassifier(n_support=15, sigma=2.0).fit(X[:100], y[:100])
     np.testing.assert_array_equal(pd.read_csv(out)["prediction"], here.predict(X[100:]))
+
+
+def test_two_spirals_are_seeded_balanced_and_checked():
+    from elmscale.data import generate_two_spirals
+
+    a = generate_two_spirals(300, random_state=4)
+    b = generate_two_spirals(300, random_state=4)
+    np.testing.assert_array_equal(a.X, b.X)
+    assert a.X.shape == (300, 2) and np.bincount(a.y).tolist() == [150, 150]
+    assert np.abs(a.X).max() < 1.5
+    with pytest.raises(ValueError, match="n_samples"):
+        generate_two_spirals(1)
+
+
+def test_the_two_spirals_example_draws_both_models(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "flsa_svm_two_spirals.py"
+    out = tmp_path / "spirals.png"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(out), "--train", "200"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "FLSA-SVM:" in done.stdout and "SVC:" in done.stdout
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -30,6 +30,7 @@ _NAMES = {
     "scaling": ("Scaler",),
     "synthetic": (
         "generate_classification",
+        "generate_two_spirals",
         "iter_classification_blocks",
         "write_generated_parquet",
         "GENERATED_MARKER",

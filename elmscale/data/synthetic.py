@@ -206,3 +206,35 @@ def write_generated_parquet(
         write_parquet(X, out / f"part-{i:05d}.parquet", y=y, row_group_size=row_group_size)
     marker.write_text(json.dumps(spec))
     return out
+
+
+def generate_two_spirals(
+    n_samples: int = 400, turns: float = 2.0, noise: float = 0.05, random_state: int = 0
+) -> Dataset:
+    """The two-spirals problem (Lang and Witbrock's benchmark, the sparse kernel papers'
+    classic figure): two interleaved Archimedean spirals of ``turns`` turns in [-1, 1]^2,
+    ``n_samples // 2`` points each (labels 0 and 1) at evenly spread angles, with gaussian
+    noise of standard deviation ``noise`` on both coordinates; seeded."""
+    for name, value in (("n_samples", n_samples),):
+        if not _is_int(value) or value < 2:
+            raise ValueError(f"{name} must be an integer >= 2; got {value!r}")
+    if not turns > 0 or not noise >= 0:
+        raise ValueError(f"turns must be > 0 and noise >= 0; got turns={turns}, noise={noise}")
+    rng = np.random.default_rng(random_state)
+    half = n_samples // 2
+    # sqrt spacing: points evenly spread along the arc rather than crowded at the centre
+    t = np.sqrt(np.linspace(0.02, 1.0, half)) * turns * 2 * math.pi
+    radius = t / (turns * 2 * math.pi)
+    arm = np.column_stack([radius * np.cos(t), radius * np.sin(t)])
+    X = np.concatenate([arm, -arm]) + rng.normal(scale=noise, size=(2 * half, 2))
+    y = np.repeat(np.arange(2), half)
+    order = rng.permutation(2 * half)
+    return Dataset(
+        X=X[order],
+        y=y[order],
+        feature_names=["x1", "x2"],
+        source=(
+            f"generate_two_spirals(n_samples={n_samples}, turns={turns}, noise={noise}, "
+            f"random_state={random_state})"
+        ),
+    )
