@@ -287,3 +287,28 @@ def test_the_two_spirals_example_draws_both_models(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "FLSA-SVM:" in done.stdout and "SVC:" in done.stdout
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_path_grid_search_runs_n_support_as_the_path_as_scikit_learns_search_chooses():
+    from sklearn.model_selection import GridSearchCV as SkGridSearchCV
+    from sklearn.model_selection import KFold
+
+    from elmscale.model_selection import path_grid_search
+
+    X, y = _search_data()
+    cv = KFold(3, shuffle=True, random_state=0)
+    ours = path_grid_search(
+        FLSASVMClassifier(),
+        X,
+        y,
+        Cs=[4, 12, 30],
+        param_grid={"sigma": [0.7, 2.0]},
+        cv=cv,
+        path_param="n_support",
+    )
+    theirs = SkGridSearchCV(
+        FLSASVMClassifier(), {"sigma": [0.7, 2.0], "n_support": [4, 12, 30]}, cv=cv
+    ).fit(X, y)
+    assert ours.best_params_ == theirs.best_params_
+    assert ours.best_score_ == pytest.approx(theirs.best_score_)
+    assert ours.best_estimator_.n_support == theirs.best_params_["n_support"]

@@ -120,9 +120,17 @@ def _search(piece: Piece, est, X, y, regression: bool):
     cv = kind(n_splits=piece.folds, shuffle=True, random_state=piece.seed)
     scoring = piece.evaluation.scoring
     if method.c_path:
-        Cs = grid.pop("C")
+        path = grid.pop(method.path_param)
         search = path_grid_search(
-            est, X, y, Cs=Cs, param_grid=grid, cv=cv, refit=False, scoring=scoring
+            est,
+            X,
+            y,
+            Cs=path,
+            param_grid=grid,
+            cv=cv,
+            refit=False,
+            scoring=scoring,
+            path_param=method.path_param,
         )
     else:
         search = GridSearchCV(est, grid, cv=cv, n_jobs=1, refit=False, scoring=scoring)

@@ -59,8 +59,9 @@ class Method:
     """One estimator with one feature mapping, its fixed parameters and its CV grid.
 
     ``estimator`` is ``"module:Class"``; ``grid`` maps parameter names to the values the
-    cross-validation tries (``C`` first).  ``c_path``: the estimator fits a whole C path
-    at once (``fit_path``), so the search runs one path per other setting.
+    cross-validation tries (``C`` first).  ``c_path``: the estimator fits a whole path of
+    ``path_param`` (C, or FLSA-SVM's ``n_support``) at once (``fit_path``), so the search
+    runs one path per other setting.
     ``multiclass_params`` replace ``params`` on data sets with more than two classes (the
     paper's L = 1000 hidden nodes there).
     """
@@ -71,6 +72,7 @@ class Method:
     params: tuple[tuple[str, object], ...] = ()
     grid: tuple[tuple[str, tuple], ...] = ()
     c_path: bool = False
+    path_param: str = "C"
     multiclass_params: tuple[tuple[str, object], ...] = ()
     #: the parameter that takes each trial's seed (random hidden nodes)
     seed_param: str | None = None

@@ -66,9 +66,20 @@ class PathSearchResult:
 
 
 def path_grid_search(
-    estimator, X, y, Cs=PAPER_C_GRID, param_grid=None, cv=5, refit=True, scoring=None
+    estimator,
+    X,
+    y,
+    Cs=PAPER_C_GRID,
+    param_grid=None,
+    cv=5,
+    refit=True,
+    scoring=None,
+    path_param="C",
 ):
     """Choose C (and the parameters of ``param_grid``) by cross-validation.
+
+    ``Cs`` are the values of ``path_param`` that ``estimator.fit_path`` runs along: C by
+    default, or another path parameter (FLSA-SVM's ``"n_support"``).
 
     ``cv`` is anything ``sklearn.model_selection.check_cv`` takes (an int gives
     ``StratifiedKFold`` for classifiers, unshuffled as in scikit-learn; pass a
@@ -77,7 +88,9 @@ def path_grid_search(
     as in ``GridSearchCV``.  ``scoring``: as ``GridSearchCV``'s (a name of
     ``sklearn.metrics.get_scorer_names()`` or a callable); None uses ``estimator.score``.
     """
-    Cs = tuple(float(c) for c in Cs)
+    p = path_param
+    value = float if p == "C" else (lambda v: v)
+    Cs = tuple(value(c) for c in Cs)
     scorer = check_scoring(estimator, scoring=scoring)
     grid = list(ParameterGrid(param_grid or {}))
     classifier = type_of_target(y) in ("binary", "multiclass")
@@ -91,10 +104,10 @@ def path_grid_search(
                 scores[i, j, k] = scorer(fitted, X[test], y[test])
     # GridSearchCV's candidate order: ParameterGrid over {**param_grid, "C": Cs}
     # sorts the keys, so C is fastest only if it sorts last; rank like it does.
-    candidates = list(ParameterGrid({**(param_grid or {}), "C": list(Cs)}))
+    candidates = list(ParameterGrid({**(param_grid or {}), p: list(Cs)}))
     split = np.array(
         [
-            scores[grid.index({k: v for k, v in c.items() if k != "C"}), Cs.index(float(c["C"]))]
+            scores[grid.index({k: v for k, v in c.items() if k != p}), Cs.index(value(c[p]))]
             for c in candidates
         ]
     )

@@ -9,6 +9,6 @@ from __future__ import annotations
 PAPERS: dict[str, str | None] = {
     "sparse-elm": "elmscale.experiments.papers.sparse_elm:protocol",
     "boosting-ridge": "elmscale.experiments.papers.boosting_ridge:protocol",
-    "flsa-svm": None,
+    "flsa-svm": "elmscale.experiments.papers.flsa_svm:protocol",
     "felm": None,
 }
