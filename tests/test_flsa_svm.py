@@ -312,3 +312,19 @@ def test_path_grid_search_runs_n_support_as_the_path_as_scikit_learns_search_cho
     assert ours.best_params_ == theirs.best_params_
     assert ours.best_score_ == pytest.approx(theirs.best_score_)
     assert ours.best_estimator_.n_support == theirs.best_params_["n_support"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("candidates", ["all", 70])
+def test_candidates_on_dask_workers_give_the_local_selection(dask_client, candidates):
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(240, 3)).astype(np.float32)
+    y = rng.integers(0, 3, size=240)
+    y[:3] = [0, 1, 2]
+    params = dict(sigma=1.2, n_support=25, candidates=candidates, random_state=3)
+    local = FLSASVMClassifier(**params).fit(X, y)
+    on_dask = FLSASVMClassifier(**params).fit(X, y, client=dask_client)
+    np.testing.assert_array_equal(on_dask.support_, local.support_)
+    np.testing.assert_allclose(on_dask.dual_coef_, local.dual_coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(on_dask.residuals_, local.residuals_, rtol=1e-10)
+    np.testing.assert_array_equal(on_dask.predict(X), local.predict(X))

@@ -106,8 +106,9 @@ class _BaseFLSASVM(BaseEstimator):
         rng = check_random_state(self.random_state)
         return np.sort(rng.choice(n_rows, size=size, replace=False))
 
-    def _run(self, X, y, n_select: int):
-        """Validate, select up to ``n_select`` columns: ``(X32, pool, path)``."""
+    def _run(self, X, y, n_select: int, client=None):
+        """Validate, select up to ``n_select`` columns (the candidates on the workers of a
+        Dask ``client`` when given): ``(X32, pool, path)``."""
         is_regressor = isinstance(self, RegressorMixin)
         X, y = validate_data(
             self,
@@ -123,7 +124,12 @@ class _BaseFLSASVM(BaseEstimator):
             T = T[:, None]
         pool = self._candidate_rows(X.shape[0])
         with thread_budget(self.n_threads):
-            candidates = CandidateColumns(self._kernel_obj(), X, X[pool], T)
+            if client is None:
+                candidates = CandidateColumns(self._kernel_obj(), X, X[pool], T)
+            else:
+                from elmscale.distributed.forward_selection import DaskCandidates
+
+                candidates = DaskCandidates(client, self._kernel_obj(), X, pool, T)
             path = forward_select(
                 candidates, T, n_select, tol=float(self.tol), intercept=bool(self.fit_intercept)
             )
@@ -142,20 +148,24 @@ class _BaseFLSASVM(BaseEstimator):
         self.residuals_ = path.residuals[: rows.size + 1].copy()
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Select ``n_support`` kernel columns (fewer when the rank runs out)."""
-        X, pool, path = self._run(X, y, int(self.n_support))
+    def fit(self, X, y, client=None):
+        """Select ``n_support`` kernel columns (fewer when the rank runs out).
+
+        ``client``: a Dask client; the candidates' state and kernel columns then live on
+        its workers (one actor each, the rows sent once), one round trip per step, and
+        the selection equals the local one."""
+        X, pool, path = self._run(X, y, int(self.n_support), client)
         self._set_model(X, pool, path, int(self.n_support))
         return self
 
-    def fit_path(self, X, y, ms) -> list:
+    def fit_path(self, X, y, ms, client=None) -> list:
         """A fitted copy for each number of support vectors in ``ms`` (its ``n_support``
-        set to it), all from one selection run to ``max(ms)``."""
+        set to it), all from one selection run to ``max(ms)`` (``client``: as ``fit``)."""
         ms = [int(m) for m in ms]
         if not ms or min(ms) < 1:
             raise ValueError(f"ms must be a non-empty list of integers >= 1; got {ms}")
         self._validate_params()
-        X, pool, path = self._run(X, y, max(ms))
+        X, pool, path = self._run(X, y, max(ms), client)
         models = []
         for m in ms:
             model = self.__class__(**{**self.get_params(), "n_support": m})

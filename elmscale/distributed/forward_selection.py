@@ -1,0 +1,106 @@
+"""Forward selection of kernel columns with the candidates spread over Dask workers.
+
+Each worker holds a Dask actor with the state of its share of the candidate rows
+(:class:`elmscale.solvers.forward_selection.CandidateColumns`: their correlations with
+the residual and their orthogonalised norms), computing its kernel columns next to that
+state against the training rows (sent to every worker once).  A step is one round trip:
+the coordinator sends the new basis vector q (and the candidate chosen last, to its
+owner); every actor updates its candidates by one kernel product and returns only its
+best candidate; the coordinator keeps the best of those.  Never a call per candidate.
+:class:`DaskCandidates` has :class:`CandidateColumns`' interface, so
+:func:`~elmscale.solvers.forward_selection.forward_select` runs unchanged on it and gives
+the local run's selection.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elmscale.core.threads import thread_budget
+from elmscale.features.kernels import Kernel
+from elmscale.solvers.forward_selection import CandidateColumns
+
+__all__ = ["DaskCandidates"]
+
+
+class _CandidateActor:
+    """One worker's candidates (a Dask actor): the state and its one-round-trip step."""
+
+    def __init__(self, kernel: dict, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray):
+        with thread_budget(1):
+            self.columns = CandidateColumns(Kernel.from_dict(kernel), X, X_cand, Y)
+
+    def step(self, chosen, q, qr, tol: float) -> tuple[int, float]:
+        """Mark ``chosen`` (a local index or None), apply the basis vector q (or None),
+        return ``(local index, gain)`` of this worker's best candidate."""
+        with thread_budget(1):
+            if chosen is not None:
+                self.columns.choose(int(chosen))
+            if q is not None:
+                self.columns.update(q, qr)
+            return self.columns.best(tol)
+
+
+class DaskCandidates:
+    """The candidate rows ``X[pool]`` split over the workers of a Dask ``client``, in
+    contiguous shares in pool order (one actor per worker)."""
+
+    def __init__(self, client, kernel: Kernel, X: np.ndarray, pool: np.ndarray, Y: np.ndarray):
+        self.kernel = kernel
+        self.X = X
+        self.X_cand = X[pool]
+        workers = sorted(client.scheduler_info()["workers"])
+        shares = np.array_split(np.arange(len(pool)), min(len(workers), len(pool)))
+        self.offsets = [int(share[0]) for share in shares]
+        X_on_workers = client.scatter(X, broadcast=True)
+        Y_on_workers = client.scatter(Y, broadcast=True)
+        futures = [
+            client.submit(
+                _CandidateActor,
+                kernel.to_dict(),
+                X_on_workers,
+                self.X_cand[share],
+                Y_on_workers,
+                actor=True,
+                workers=[worker],
+                pure=False,
+            )
+            for share, worker in zip(shares, workers)
+        ]
+        self.actors = [f.result() for f in futures]
+        self._futures = futures  # keep the actors alive
+        self._sizes = [len(share) for share in shares]
+        self._chosen: int | None = None
+        self._update: tuple | None = None
+
+    def _owner(self, j: int) -> tuple[int, int]:
+        for a in range(len(self.offsets) - 1, -1, -1):
+            if j >= self.offsets[a]:
+                return a, j - self.offsets[a]
+        raise IndexError(j)
+
+    def choose(self, j: int) -> None:
+        self._chosen = int(j)
+
+    def update(self, q: np.ndarray, qr: np.ndarray) -> None:
+        self._update = (q, qr)
+
+    def best(self, tol: float) -> tuple[int, float]:
+        """The pending choice and basis vector go out in one call per actor; the best of
+        the actors' bests comes back (ties to the lowest index, as ``np.argmax``)."""
+        owner = self._owner(self._chosen) if self._chosen is not None else (-1, None)
+        q, qr = self._update if self._update is not None else (None, None)
+        calls = [
+            actor.step(owner[1] if a == owner[0] else None, q, qr, float(tol))
+            for a, actor in enumerate(self.actors)
+        ]
+        self._chosen = self._update = None
+        best, best_gain = -1, -np.inf
+        for a, call in enumerate(calls):
+            j, gain = call.result()
+            if j >= 0 and gain > best_gain:
+                best, best_gain = self.offsets[a] + j, gain
+        return (best, float(best_gain)) if best >= 0 else (-1, 0.0)
+
+    def column(self, j: int) -> np.ndarray:
+        return self.kernel.block(self.X, self.X_cand[j : j + 1])[:, 0]
