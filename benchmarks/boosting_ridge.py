@@ -59,6 +59,7 @@ import scipy.linalg
 import scipy.linalg.blas
 from distributed import Client, LocalCluster
 from make_parquet import make_parquet
+from peak_rss import measured
 from threadpoolctl import threadpool_limits
 
 from elmscale import ELMClassifier, GBRELMClassifier, GGBRELMClassifier, open_parquet
@@ -75,34 +76,6 @@ COEF_TOL = 1e-6
 FLOOR_OUTPUT_TOL = 1e-3
 FLOOR_ACCURACY_TOL = 0.002
 TEST_ROWS = 20_000
-
-
-# -- memory ---------------------------------------------------------------------------
-def reset_peak_rss() -> None:
-    """Start a new peak-RSS (VmHWM) measurement for this process (Linux)."""
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def measured(fn, client=None):
-    """``(result, seconds, coordinator peak MB, [worker peak MB])`` of ``fn()``."""
-    gc.collect()
-    reset_peak_rss()
-    if client is not None:
-        client.run(reset_peak_rss)
-    start = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - start
-    workers = list(client.run(peak_rss_mb).values()) if client is not None else []
-    return result, seconds, peak_rss_mb(), workers
 
 
 def timed(fn):
