@@ -151,6 +151,16 @@ def test_every_m_of_one_run_equals_its_own_fit():
     np.testing.assert_array_equal(models[2].support_[:8], models[1].support_)
 
 
+def test_a_regressors_path_models_are_fitted_regressors():
+    X = _data(n=70, seed=10)
+    Y = np.column_stack([np.sin(X[:, 0]), X[:, 1] ** 2])
+    models = FLSASVMRegressor(sigma=1.5).fit_path(X, Y, [4, 12])
+    for model, m in zip(models, [4, 12]):
+        alone = FLSASVMRegressor(sigma=1.5, n_support=m).fit(X, Y)
+        assert model.n_outputs_ == 2 and model.n_features_in_ == 3
+        np.testing.assert_allclose(model.predict(X), alone.predict(X), rtol=1e-10)
+
+
 def test_the_reduced_variant_draws_its_candidates_from_a_seeded_pool():
     X = _data(n=200, seed=6)
     y = (X[:, 0] > 0).astype(int)

@@ -14,6 +14,8 @@ the local run's selection.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from elmscale.core.threads import thread_budget
@@ -69,15 +71,13 @@ class DaskCandidates:
         ]
         self.actors = [f.result() for f in futures]
         self._futures = futures  # keep the actors alive
-        self._sizes = [len(share) for share in shares]
         self._chosen: int | None = None
         self._update: tuple | None = None
 
     def _owner(self, j: int) -> tuple[int, int]:
-        for a in range(len(self.offsets) - 1, -1, -1):
-            if j >= self.offsets[a]:
-                return a, j - self.offsets[a]
-        raise IndexError(j)
+        """``(actor, local index)`` of candidate j."""
+        a = bisect.bisect_right(self.offsets, j) - 1
+        return a, j - self.offsets[a]
 
     def choose(self, j: int) -> None:
         self._chosen = int(j)

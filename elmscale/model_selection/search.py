@@ -65,6 +65,11 @@ class PathSearchResult:
     cv_results_: dict = field(default=None, repr=False)
 
 
+def _path_value(path_param: str):
+    """How a path's values are compared and passed: C as floats, others as given."""
+    return float if path_param == "C" else (lambda v: v)
+
+
 def path_grid_search(
     estimator,
     X,
@@ -89,7 +94,7 @@ def path_grid_search(
     ``sklearn.metrics.get_scorer_names()`` or a callable); None uses ``estimator.score``.
     """
     p = path_param
-    value = float if p == "C" else (lambda v: v)
+    value = _path_value(p)
     Cs = tuple(value(c) for c in Cs)
     scorer = check_scoring(estimator, scoring=scoring)
     grid = list(ParameterGrid(param_grid or {}))
@@ -245,7 +250,7 @@ class GridSearchCV(BaseEstimator):
         """GridSearchCV's candidate list, each split into (setting without the path
         parameter, its value): the path's values sorted (C as floats)."""
         p = path_param
-        value = float if p == "C" else (lambda v: v)
+        value = _path_value(p)
         grids = self.param_grid if isinstance(self.param_grid, list) else [self.param_grid]
         default = self.estimator.get_params()[p]
         grids = [g if p in g else {**g, p: [default]} for g in grids]

@@ -44,6 +44,33 @@ _KERNEL_BLOCK_BYTES = 32 * 2**20
 _PRECISION_SAMPLE_ROWS = 4096
 
 
+def check_two_classes(estimator) -> None:
+    """A ValueError naming ``estimator`` unless its ``classes_`` holds at least 2 classes."""
+    classes = estimator.classes_
+    if classes.size < 2:
+        raise ValueError(
+            f"{type(estimator).__name__} needs at least 2 classes in y; got "
+            f"{classes.size} class ({', '.join(map(repr, classes.tolist()))})"
+        )
+
+
+def encode_class_labels(estimator, y, coding: str) -> np.ndarray:
+    """``T`` of the class labels ``y`` (one per row) in ``coding``
+    (``elmscale.linalg.targets``); sets ``estimator.classes_``.  Shared by the
+    classifiers that fit coded targets (the unified ELM's, FLSA-SVM's)."""
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    check_classification_targets(y)
+    if type_of_target(y) not in ("binary", "multiclass"):
+        raise ValueError(
+            f"y must hold one class label per row; got target type {type_of_target(y)!r}"
+        )
+    encoder = TargetEncoder(coding).fit(y)
+    estimator.classes_ = encoder.classes
+    check_two_classes(estimator)
+    return encoder.transform(y)
+
+
 class _BaseELM(BaseEstimator):
     """Shared parameters, fitting and scoring of the unified ELM estimators.
 
@@ -458,24 +485,10 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
     target_coding = "plus_minus"
 
     def _encode_targets(self, y):
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        check_classification_targets(y)
-        if type_of_target(y) not in ("binary", "multiclass"):
-            raise ValueError(
-                f"y must hold one class label per row; got target type {type_of_target(y)!r}"
-            )
-        encoder = TargetEncoder(self.target_coding).fit(y)
-        self.classes_ = encoder.classes
-        self._check_classes()
-        return encoder.transform(y)
+        return encode_class_labels(self, y, self.target_coding)
 
     def _check_classes(self):
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes in y; got "
-                f"{self.classes_.size} class ({', '.join(map(repr, self.classes_.tolist()))})"
-            )
+        check_two_classes(self)
 
     def _set_gram_targets(self, gram):
         self.classes_ = gram.classes

@@ -24,17 +24,18 @@ pair, each its own l x M products, and count support vectors once per pair).
 
 from __future__ import annotations
 
+import copy
 import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import thread_budget
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
+from elmscale.models.elm import encode_class_labels
 from elmscale.solvers.forward_selection import CandidateColumns, coefficients, forward_select
 
 __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
@@ -42,8 +43,6 @@ __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
 
 class _BaseFLSASVM(BaseEstimator):
     """Shared parameters, fitting and scoring of the FLSA-SVM estimators."""
-
-    target_coding = "values"
 
     _parameter_constraints: dict = {
         "kernel": [StrOptions(set(KERNELS))],
@@ -168,10 +167,8 @@ class _BaseFLSASVM(BaseEstimator):
         X, pool, path = self._run(X, y, max(ms), client)
         models = []
         for m in ms:
-            model = self.__class__(**{**self.get_params(), "n_support": m})
-            for attr in ("n_features_in_", "feature_names_in_", "classes_", "_single_output"):
-                if hasattr(self, attr):
-                    setattr(model, attr, getattr(self, attr))
+            # a copy carries what _run set (n_features_in_, classes_ or n_outputs_, ...)
+            model = copy.copy(self).set_params(n_support=m)
             model._set_model(X, pool, path, m)
             models.append(model)
         self._set_model(X, pool, path, min(int(self.n_support), max(ms)))
@@ -259,19 +256,7 @@ class FLSASVMClassifier(ClassifierMixin, _BaseFLSASVM):
     target_coding = "plus_minus"
 
     def _encode_targets(self, y):
-        check_classification_targets(y)
-        if type_of_target(y) not in ("binary", "multiclass"):
-            raise ValueError(
-                f"y must hold one class label per row; got target type {type_of_target(y)!r}"
-            )
-        encoder = TargetEncoder(self.target_coding).fit(y)
-        self.classes_ = encoder.classes
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs at least 2 classes in y; got "
-                f"{self.classes_.size} class ({', '.join(map(repr, self.classes_.tolist()))})"
-            )
-        return encoder.transform(y)
+        return encode_class_labels(self, y, self.target_coding)
 
     def _shape_weights(self, w):
         return w[:, 0] if w.shape[1] == 1 else w

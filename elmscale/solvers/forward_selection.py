@@ -141,10 +141,11 @@ def forward_select(
     selected: list[int] = []
     k = 0
 
-    def add(v: np.ndarray, Rcol: np.ndarray) -> bool:
+    def add(v: np.ndarray) -> bool:
         """Orthogonalise v against the basis (twice: classical Gram-Schmidt loses
         orthogonality on near-dependent kernel columns), append it; False if dependent."""
         nonlocal k
+        Rcol = np.zeros(k + 1)
         norm0 = float(v @ v)
         for _ in range(2):
             proj = Q[:, :k].T @ v
@@ -156,7 +157,7 @@ def forward_select(
         q = v / norm
         Rcol[k] = norm
         Q[:, k] = q
-        R[: k + 1, k] = Rcol[: k + 1]
+        R[: k + 1, k] = Rcol
         qr = q @ r
         z[k] = qr
         np.subtract(r, np.outer(q, qr), out=r)  # in place: r belongs to forward_select
@@ -165,14 +166,14 @@ def forward_select(
         return True
 
     if intercept:
-        add(np.ones(n_rows), np.zeros(k_max))
+        add(np.ones(n_rows))
     residuals.append(float(np.sqrt(np.einsum("ij,ij->", r, r))))
     while len(selected) < n_select:
         j, _ = candidates.best(tol)
         if j < 0:
             break
         candidates.choose(j)
-        if add(candidates.column(j), np.zeros(k_max)):
+        if add(candidates.column(j)):
             selected.append(j)
             residuals.append(float(np.sqrt(np.einsum("ij,ij->", r, r))))
     return ForwardPath(
