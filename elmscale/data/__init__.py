@@ -30,6 +30,8 @@ _NAMES = {
     "scaling": ("Scaler",),
     "synthetic": (
         "generate_classification",
+        "generate_two_gaussians",
+        "generate_two_moons",
         "generate_two_spirals",
         "iter_classification_blocks",
         "write_generated_parquet",

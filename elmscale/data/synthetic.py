@@ -238,3 +238,87 @@ def generate_two_spirals(
             f"random_state={random_state})"
         ),
     )
+
+
+def _check_count(name: str, value, low: int) -> None:
+    if not _is_int(value) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+
+
+def generate_two_moons(
+    n_samples: int = 601,
+    radius: float = 1.25,
+    width: float = 0.75,
+    distance: float = -0.5,
+    random_state: int = 0,
+) -> Dataset:
+    """The two-moon problem of the FELM / FKELM paper (Axioms 2022, Tables 1-2): two
+    half-rings of radius ``radius`` and width ``width``, label 0 the upper and 1 the lower.
+
+    As the paper's Table 2 writes it: a point's distance from its ring's centre is
+    ``U(radius - width / 2, radius + width / 2)``, its angle ``U(0, pi)`` on the upper ring
+    (centre (0, 0)) and ``U(-pi, 0)`` on the lower one (centre (radius, -distance); a
+    negative ``distance`` lifts it so the moons interlock, Haykin's construction).  The
+    paper gives neither radius nor width; the defaults put x1 in (0, 4.5), the range its
+    Table 2 prints (x1 is shifted by radius + width / 2), and keep the classes apart by a
+    gap (the paper: "completely divided").  ``n_samples // 2`` points on the upper ring,
+    the rest on the lower; rows shuffled; seeded.  The paper's sizes: 501 training and
+    100 test rows (601 in all, the default)."""
+    _check_count("n_samples", n_samples, 2)
+    if not 0 < width < 2 * radius:
+        raise ValueError(f"expected 0 < width < 2 * radius; got radius={radius}, width={width}")
+    rng = np.random.default_rng(random_state)
+    n_upper = n_samples // 2
+    n_lower = n_samples - n_upper
+    rho = rng.uniform(radius - width / 2, radius + width / 2, size=n_samples)
+    theta = np.concatenate(
+        [rng.uniform(0.0, math.pi, size=n_upper), rng.uniform(-math.pi, 0.0, size=n_lower)]
+    )
+    centre_x = np.repeat([0.0, radius], [n_upper, n_lower])
+    centre_y = np.repeat([0.0, -distance], [n_upper, n_lower])
+    X = np.column_stack(
+        [centre_x + rho * np.cos(theta) + radius + width / 2, centre_y + rho * np.sin(theta)]
+    )
+    y = np.repeat(np.arange(2), [n_upper, n_lower])
+    order = rng.permutation(n_samples)
+    return Dataset(
+        X=X[order],
+        y=y[order],
+        feature_names=["x1", "x2"],
+        source=(
+            f"generate_two_moons(n_samples={n_samples}, radius={radius}, width={width}, "
+            f"distance={distance}, random_state={random_state})"
+        ),
+    )
+
+
+def generate_two_gaussians(
+    n_samples: int = 400,
+    mean: tuple[float, float] = (0.8, 0.8),
+    random_state: int = 0,
+) -> Dataset:
+    """The FELM / FKELM paper's "self-defining function" set (Axioms 2022, Tables 1-2):
+    two 2-D gaussians with identity covariance, label 0 centred at (0, 0) and label 1 at
+    ``mean`` ((0.8, 0.8), the paper's), ``n_samples // 2`` rows of class 0 and the rest of
+    class 1, shuffled; seeded.  The classes overlap (the Bayes error at the paper's means
+    is about 29 %).  The paper's sizes: 350 training and 50 test rows (400 in all, the
+    default).  Its Table 2 prints x in (0, 2), which such gaussians do not keep to: the
+    points are not clipped."""
+    _check_count("n_samples", n_samples, 2)
+    centre = np.asarray(mean, dtype=np.float64)
+    if centre.shape != (2,):
+        raise ValueError(f"mean must be two numbers; got {mean!r}")
+    rng = np.random.default_rng(random_state)
+    n_zero = n_samples // 2
+    y = np.repeat(np.arange(2), [n_zero, n_samples - n_zero])
+    X = rng.normal(size=(n_samples, 2)) + np.where(y[:, None] == 1, centre, 0.0)
+    order = rng.permutation(n_samples)
+    return Dataset(
+        X=X[order],
+        y=y[order],
+        feature_names=["x1", "x2"],
+        source=(
+            f"generate_two_gaussians(n_samples={n_samples}, mean={tuple(float(m) for m in mean)}, "
+            f"random_state={random_state})"
+        ),
+    )

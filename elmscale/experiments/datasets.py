@@ -10,12 +10,13 @@ fold of a repeated k-fold partition; [-1, 1] or standardised inputs).
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.model_selection import KFold, StratifiedKFold, StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
 from elmscale.data import Scaler, load
@@ -71,23 +72,62 @@ def missing_files(spec: DataSet, data_dir: Path | None) -> list[Path]:
     return [p for p in (_resolve(f, data_dir) for f in spec.files) if not p.is_file()]
 
 
-def load_dataset(spec: DataSet, data_dir: Path | None) -> LoadedSet:
-    """Read every file of ``spec`` (float64 features, labels as read, then relabelled)."""
+def _from_source(spec: DataSet):
+    """A source's rows as ``(X, y)``: an elmscale Dataset, a scikit-learn Bunch or a pair."""
+    module, _, name = str(spec.source).partition(":")
+    try:
+        function = getattr(importlib.import_module(module), name)
+        made = function(**dict(spec.source_kw))
+    except Exception as exc:
+        raise DataError(f"data set {spec.name!r}: source {spec.source} failed: {exc}") from exc
+    if hasattr(made, "X") and hasattr(made, "y"):
+        return made.X, made.y
+    if hasattr(made, "data") and hasattr(made, "target"):
+        return made.data, made.target
+    if isinstance(made, tuple) and len(made) == 2:
+        return made
+    raise DataError(
+        f"data set {spec.name!r}: source {spec.source} gave a {type(made).__name__}; "
+        "expected a Dataset, a Bunch with data and target, or an (X, y) pair"
+    )
+
+
+def _read(spec: DataSet, data_dir: Path | None):
+    """``(origin, X, y)`` per file of ``spec`` (or once, from its source)."""
+    if spec.source:
+        X, y = _from_source(spec)
+        yield f"source {spec.source}", X, y
+        return
     kw = dict(spec.load_kw)
-    parts = []
     n_features = None
     for i, file in enumerate(spec.files):
         extra = dict(kw)
         if i > 0 and n_features is not None and "n_features" not in extra:
             # a LIBSVM test file may not name the last feature
             extra = _with_width(_resolve(file, data_dir), extra, n_features)
-        ds = load(_resolve(file, data_dir), **extra)
-        X = np.asarray(ds.X, dtype=np.float64)
+        path = _resolve(file, data_dir)
+        ds = load(path, **extra)
         if i == 0:
-            n_features = X.shape[1]
+            n_features = ds.X.shape[1]
+        yield str(path), ds.X, ds.y
+
+
+def load_dataset(spec: DataSet, data_dir: Path | None) -> LoadedSet:
+    """Read every file of ``spec`` (or its source): float64 features, labels as read, then
+    relabelled.  A file (or source) that does not give ``spec.n_features`` columns once
+    the ``drop_columns`` are dropped is a :class:`DataError` naming it."""
+    parts = []
+    for i, (origin, X, y) in enumerate(_read(spec, data_dir)):
+        X = np.asarray(X.toarray() if hasattr(X, "toarray") else X, dtype=np.float64)
         if spec.drop_columns:
             X = np.delete(X, list(spec.drop_columns), axis=1)
-        y = np.asarray(ds.y).copy()
+        if spec.n_features is not None and X.shape[1] != spec.n_features:
+            dropped = f" once columns {list(spec.drop_columns)} are dropped"
+            raise DataError(
+                f"data set {spec.name!r}: {origin} gives {X.shape[1]} feature columns"
+                f"{dropped if spec.drop_columns else ''}; expected {spec.n_features}"
+            )
+        y = np.asarray(y).copy()
         if spec.task == "regression":
             y = y.astype(np.float64)
         for file_index, old, new in spec.relabel:
@@ -136,8 +176,18 @@ def trial_split(data: LoadedSet, seed: int, *, scaled: bool = True):
                 f"data set {spec.name!r}: n_train={n_train} + n_test={n_test} rows requested; "
                 f"the files hold {len(y)}"
             )
-        order = rng.permutation(len(y))
-        train, test = order[:n_train], order[n_train : n_train + n_test]
+        if spec.stratify:
+            # the class shares of the whole set in both parts (70 / 30 per trial, say)
+            splitter = StratifiedShuffleSplit(
+                n_splits=1,
+                train_size=n_train,
+                test_size=n_test,
+                random_state=int(rng.integers(2**31 - 1)),
+            )
+            train, test = next(splitter.split(np.zeros((len(y), 1)), y))
+        else:
+            order = rng.permutation(len(y))
+            train, test = order[:n_train], order[n_train : n_train + n_test]
         X_tr, y_tr, X_te, y_te = X[train], y[train], X[test], y[test]
     if not scaled:
         return X_tr, y_tr, X_te, y_te

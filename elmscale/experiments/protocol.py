@@ -32,7 +32,13 @@ class DataSet:
     two files and ``pool=False`` the second is the test part and each trial only reorders
     both (the paper: "random permutation within training and testing set separately");
     otherwise the rows of all files are pooled and each trial draws a random
-    ``n_train`` / ``n_test`` split (``None``: half each).
+    ``n_train`` / ``n_test`` split (``None``: half each), stratified by class when
+    ``stratify``.
+
+    A set that needs no file (generated, or shipped with a library) has no ``files`` and
+    a ``source`` instead: ``"module:function"`` called with ``source_kw``, giving an
+    :class:`elmscale.data.Dataset`, a scikit-learn ``Bunch`` (``data``, ``target``) or an
+    ``(X, y)`` pair, e.g. ``"sklearn.datasets:load_breast_cancer"``.
     """
 
     name: str
@@ -52,6 +58,25 @@ class DataSet:
     task: Literal["classification", "regression"] = "classification"
     #: regression: targets scaled to [0, 1] by the whole set's range when loaded
     scale_target: bool = False
+    #: rows from a function instead of files ("module:function"), called with source_kw
+    source: str | None = None
+    source_kw: tuple[tuple[str, object], ...] = ()
+    #: a pooled set's trial split keeps the class shares (scikit-learn's stratified split)
+    stratify: bool = False
+    #: the feature columns the set must have once loaded (checked, naming the file)
+    n_features: int | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.files) == bool(self.source):
+            raise ValueError(
+                f"data set {self.name!r}: give its files or a source, not "
+                f"{'both' if self.files else 'neither'}"
+            )
+
+    @property
+    def origin(self) -> str:
+        """Where its rows come from (its files, or its source), for messages."""
+        return ", ".join(self.files) if self.files else f"source {self.source}"
 
 
 @dataclass(frozen=True)
