@@ -371,7 +371,7 @@ def hidden_block_scores(X, W, b, kind, coef, out):
 # vectorises.  Distances and dot products are accumulated in float64.
 # ---------------------------------------------------------------------------
 
-KERNEL_CODES = {"gaussian": 0, "laplacian": 1, "polynomial": 2}
+KERNEL_CODES = {"gaussian": 0, "laplacian": 1, "polynomial": 2, "mg": 3}
 _MATVEC_COLUMNS = 1024  # kernel_block_matvec's columns at a time: 8 KB of float64 scratch
 
 
@@ -419,7 +419,7 @@ def _squared_distances(x, unit, Bt, start, stop, out):
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, acc, kbuf):
+def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, acc, kbuf):
     """``acc[j] = K(a_row, B[start + j])`` in float64 for the columns ``start <= j < stop``
     of ``Bt`` (a range, not a slice of ``Bt``: a 2-D slice's rows are not contiguous
     and its loops do not vectorise)."""
@@ -441,6 +441,15 @@ def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, acc, kbuf):
             acc[j] = v
         return
     _squared_distances(a_row, 1.0, Bt, start, stop, acc)
+    if kind == 3:
+        # memorization-generalization: two gaussians of one distance (scalar exps: the
+        # vector exp works in place and this needs both)
+        scale = 1.0 / (2.0 * sigma * sigma)
+        scale_star = 1.0 / (2.0 * sigma_star * sigma_star)
+        for j in range(m):
+            d2 = acc[j]
+            acc[j] = (1.0 - tau) * np.exp(-d2 * scale) + tau * np.exp(-d2 * scale_star)
+        return
     if kind == 0:
         scale = 1.0 / (2.0 * sigma * sigma)
         for j in range(m):
@@ -453,25 +462,27 @@ def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, acc, kbuf):
 
 
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_block(A, Bt, kind, sigma, degree, out):
+def kernel_block(A, Bt, kind, sigma, degree, sigma_star, tau, out):
     """``out[i, j] = K(A[i], B[j])`` for the kernel ``kind`` (see ``KERNEL_CODES``).
 
     gaussian: exp(-|u-v|^2 / (2 sigma^2)) (eq. 29); laplacian: exp(-|u-v| / sigma)
-    (eq. 30); polynomial: (1 + u.v)^degree (eq. 31).  ``out`` may be float32 or
-    float64; values are computed in float64.
+    (eq. 30); polynomial: (1 + u.v)^degree (eq. 31); mg (memorization-generalization,
+    the FELM paper's eq. 8 in this library's widths): (1 - tau) exp(-|u-v|^2 / (2 sigma^2))
+    + tau exp(-|u-v|^2 / (2 sigma_star^2)).  ``out`` may be float32 or float64; values
+    are computed in float64.
     """
     n = A.shape[0]
     m = Bt.shape[1]
     for i in prange(n):
         acc = np.empty(m, np.float64)
         kbuf = np.empty(m, np.int64)
-        _kernel_row(A[i], Bt, 0, m, kind, sigma, degree, acc, kbuf)
+        _kernel_row(A[i], Bt, 0, m, kind, sigma, degree, sigma_star, tau, acc, kbuf)
         for j in range(m):
             out[i, j] = acc[j]
 
 
 @njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_block_matvec(A, Bt, kind, sigma, degree, coef, out):
+def kernel_block_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef, out):
     """``out[i, :] = sum_j K(A[i], B[j]) * coef[j, :]`` without storing the block.
 
     The fused scoring kernel: memory O(m) per thread, cost O(n m d).  Each row goes
@@ -494,7 +505,7 @@ def kernel_block_matvec(A, Bt, kind, sigma, degree, coef, out):
             for s in range(0, m, width):
                 e = min(s + width, m)
                 a = acc[: e - s]
-                _kernel_row(A[i], Bt, s, e, kind, sigma, degree, a, kbuf[: e - s])
+                _kernel_row(A[i], Bt, s, e, kind, sigma, degree, sigma_star, tau, a, kbuf[: e - s])
                 for o in range(n_out):
                     out[i, o] += dot(a, coef_t[o, s:e])
 
@@ -503,7 +514,24 @@ SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc64, kbuf64, out):
+def q_segment(
+    Xt,
+    t,
+    i,
+    start,
+    end,
+    kind,
+    sigma,
+    degree,
+    sigma_star,
+    tau,
+    xi,
+    acc32,
+    kbuf32,
+    acc64,
+    kbuf64,
+    out,
+):
     """``out[j] = t_i t_j K(x_i, x_j)`` (float32) for the columns j in ``[start, end)`` of ``Xt``.
 
     The solver's kernel-column kernel.  ``Xt`` is (d, n) float32, columns in the
@@ -511,8 +539,9 @@ def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc6
     columns are computed in float32 (differences of float32 inputs, an exp
     accurate to 1.2e-7): the stored values are within 5e-8 of the float64 ones,
     the size of float32 rounding itself, at 2.5x the speed of float64
-    distances; polynomial columns, whose dot products can be large, in float64
-    (``_kernel_row``, the kernel every other block uses).
+    distances; polynomial columns, whose dot products can be large, and
+    memorization-generalization ones in float64 (``_kernel_row``, the kernel every
+    other block uses).
     Works in blocks of ``SEGMENT_BLOCK`` through 1-D slices, which keeps every
     loop vectorised (scratch: ``xi`` d floats, the rest ``SEGMENT_BLOCK``).
     """
@@ -525,9 +554,9 @@ def q_segment(Xt, t, i, start, end, kind, sigma, degree, xi, acc32, kbuf32, acc6
         m = e - s
         o = out[s:e]
         ts = t[s:e]
-        if kind == 2:
+        if kind >= 2:
             a = acc64[:m]
-            _kernel_row(xi, Xt, s, e, kind, sigma, degree, a, kbuf64[:m])
+            _kernel_row(xi, Xt, s, e, kind, sigma, degree, sigma_star, tau, a, kbuf64[:m])
             for j in range(m):
                 o[j] = ti * ts[j] * a[j]
             continue

@@ -201,13 +201,34 @@ SOURCE_ROWS = 0  # K computed from the rows: ``Xt`` (d x n, float32), kind / sig
 SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X's order)
 QMatrix = namedtuple(
     "QMatrix",
-    ["source", "Xt", "t32", "perm", "gram", "kind", "sigma", "degree", "diag", "dinv", "unit_diag"],
+    [
+        "source",
+        "Xt",
+        "t32",
+        "perm",
+        "gram",
+        "kind",
+        "sigma",
+        "degree",
+        "sigma_star",
+        "tau",
+        "diag",
+        "dinv",
+        "unit_diag",
+    ],
 )
 # The LRU cache of Q's columns (float32 or float64 by ``column_dtype``): ``cols`` (slots x
 # n, in the solver's order) with ``col_len[s]`` entries of slot s valid; ``slot_of[p]``
 # position p's slot (-1: none) and ``owner[s]`` slot s's position; ``prev`` / ``nxt`` a
 # circular doubly linked list of the slots, the head the most recently used.
 ColumnCache = namedtuple("ColumnCache", ["cols", "col_len", "slot_of", "owner", "prev", "nxt"])
+
+
+def kernel_key(n_rows: int, kernel: Kernel) -> tuple:
+    """What a ``KernelSolverState`` was made for: the row count and every kernel parameter."""
+    return (n_rows, kernel.kind, float(kernel.sigma), int(kernel.degree)) + (
+        (float(kernel.sigma_star), float(kernel.tau)) if kernel.kind == "mg" else ()
+    )
 
 
 class KernelSolverState:
@@ -226,7 +247,7 @@ class KernelSolverState:
     def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         n = X32.shape[0]
-        self.key = (n, kernel.kind, float(kernel.sigma), int(kernel.degree))
+        self.key = kernel_key(n, kernel)
         self.perm = np.arange(n)  # perm[p]: the row at the solver's position p
         self.Xt = np.ascontiguousarray(X32.T)
         self.tp = np.ascontiguousarray(t, dtype=np.float32)  # +-1, exact in float32
@@ -581,6 +602,8 @@ def _column_segment(q, i, start, end, scratch, out):
             q.kind,
             q.sigma,
             q.degree,
+            q.sigma_star,
+            q.tau,
             scratch.xi,
             scratch.acc32,
             scratch.kbuf32,
@@ -1174,7 +1197,7 @@ def solve_kernel_dual(
     kept = state is not None
     if not kept:
         state = KernelSolverState(X32, t64, kernel, cache_size, tol)
-    elif state.key != (n, kernel.kind, sigma, degree):
+    elif state.key != kernel_key(n, kernel):
         raise ValueError("state was made for other rows or another kernel")
     perm, Xt, tp, diag, dinv = state.perm, state.Xt, state.tp, state.diag, state.dinv
     alpha_rows = (
@@ -1235,6 +1258,8 @@ def solve_kernel_dual(
         kind_code,
         sigma,
         degree,
+        float(kernel.sigma_star),
+        float(kernel.tau),
         diag,
         dinv,
         state.unit_diag,

@@ -1,0 +1,389 @@
+"""FELM and FKELM (Axioms 2022): feature selection inside the sparse ELM.
+
+Both are classifiers and feature selectors (scikit-learn's ``SelectorMixin``):
+``get_support()`` is the kept input columns and ``transform`` keeps them, so one fitted
+model is a selector in a ``Pipeline`` and a classifier of its own.  The selection is
+``elmscale.solvers.feature_flips.select_features`` (the paper's Algorithms 1-2, with the
+re-solves warm-started, screened by a dual bound and evaluated in speculative blocks side
+by side); each mask's output weights are the sparse ELM's (``SparseELMClassifier``'s
+dual without bias) on the masked inputs.
+
+Multiclass data are split one-vs-one, as the sparse ELM does: each pair selects its own
+features (``pair_masks_``) and scores with them; ``get_support()`` is their union.  On
+binary data (the paper's case) there is one pair, and the per-pair attributes are 1-D.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.feature_selection import SelectorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
+
+from elmscale.core.threads import resolve_n_threads, thread_budget
+from elmscale.distributed.executors import make_executor
+from elmscale.features.kernels import Kernel
+from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
+from elmscale.models.sparse_elm import decision_to_class_index, ovo_decision
+from elmscale.models.sparse_elm_pairs import pair_problem
+from elmscale.solvers.feature_flips import (
+    ExplicitMaskProblem,
+    KernelMaskProblem,
+    evaluate_block,
+    select_features,
+)
+
+__all__ = ["FELMClassifier", "FKELMClassifier"]
+
+#: candidate flips per block a thread (or a Ray task) evaluates in one go
+BLOCK_SIZE = {"threads": 4, "ray": 64}
+
+
+def _blocks_on(executor):
+    def map_blocks(blocks, **kwargs):
+        return executor.map(evaluate_block, blocks, label="feature flips", **kwargs)
+
+    return map_blocks
+
+
+class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
+    """What FELM and FKELM share: the pairs, the selection loop, scoring, attributes."""
+
+    _common_constraints: dict = {
+        "C": [Interval(numbers.Real, 0, None, closed="neither")],
+        "psi": [Interval(numbers.Real, 0, None, closed="left")],
+        "tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "kkt_tol": [Interval(numbers.Real, 0, None, closed="neither")],
+        "max_sweeps": [Interval(numbers.Integral, 0, None, closed="left")],
+        "resolve_start": [StrOptions({"warm", "cold"})],
+        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "random_state": ["random_state"],
+    }
+
+    def save(self, path) -> None:
+        """Save the fitted model (see ``elmscale.io.model_files`` for the format)."""
+        from elmscale.io.model_files import save
+
+        save(self, path)
+
+    # -- fitting ------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, *, ray_address=None):
+        """Select features and fit the output weights on ``X``, ``y``.
+
+        ``ray_address``: None evaluates the candidate flips on this process's threads
+        (``n_threads``); otherwise each block of candidates is a Ray task on the Ray
+        already initialised or the cluster at this address.  The model is the same.
+        """
+        if self.n_threads == 0:
+            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        self.classes_, y_idx = np.unique(y, return_inverse=True)
+        if self.classes_.size < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 classes in y; got 1 class "
+                f"({self.classes_[0]!r})"
+            )
+        X = np.asarray(X, dtype=np.float64)
+        seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
+        self._prepare_mapping(X.shape[1], seed)
+        n_classes = self.classes_.size
+        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+        every_row = np.arange(y_idx.size)
+        if ray_address is None:
+            n_workers = resolve_n_threads(self.n_threads)
+            executor = make_executor(n_threads=n_workers)
+            block_size = BLOCK_SIZE["threads"]
+        else:
+            executor = make_executor(ray_address=ray_address)
+            n_workers, block_size = 2, BLOCK_SIZE["ray"]
+        results, rows_of = [], []
+        with thread_budget(self.n_threads):
+            for a, b in pairs:
+                rows, t = pair_problem(every_row, y_idx, a, b)
+                problem = self._problem(X[rows], t, seed)
+                results.append(
+                    select_features(
+                        problem,
+                        tol=float(self.tol),
+                        max_sweeps=int(self.max_sweeps),
+                        block_size=block_size,
+                        n_blocks=n_workers,
+                        map_blocks=_blocks_on(executor) if n_workers > 1 else None,
+                        warm=self.resolve_start == "warm",
+                    )
+                )
+                rows_of.append((rows, t, problem))
+        self._assemble(X, pairs, results, rows_of)
+        if not np.all(self.converged_):
+            warnings.warn(
+                f"{type(self).__name__} stopped after max_sweeps={self.max_sweeps} sweeps "
+                "through the features with flips still lowering the objective; increase "
+                "max_sweeps",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def _assemble(self, X, pairs, results, rows_of):
+        binary = len(pairs) == 1
+        self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        self.pair_masks_ = np.array([r.point.mask for r in results])
+        self.support_mask_ = self.pair_masks_.any(axis=0)
+        self.n_features_selected_ = int(self.support_mask_.sum())
+        scores = np.array([r.scores for r in results])
+        self.feature_scores_ = scores[0] if binary else scores
+        longest = max(r.objective_path.size for r in results)
+        paths = np.full((len(pairs), longest), np.nan)
+        for p, r in enumerate(results):
+            paths[p, : r.objective_path.size] = r.objective_path
+        self.objective_path_ = paths[0] if binary else paths
+        self.objective_ = np.array([r.point.objective for r in results])
+        self.n_iter_ = np.array([r.n_sweeps for r in results])
+        self.converged_ = np.array([r.converged for r in results])
+        for name in ("candidates", "screened", "solves", "kept"):
+            setattr(self, f"n_flip_{name}_", np.array([r.stats[name] for r in results]))
+        self.resolve_seconds_ = np.array([r.stats["solve_seconds"] for r in results])
+        self.selection_seconds_ = np.array([r.stats["total_seconds"] for r in results])
+        self._store_weights(X, results, rows_of)
+
+    # -- scoring ------------------------------------------------------------------
+    def _get_support_mask(self):
+        check_is_fitted(self)
+        return self.support_mask_
+
+    def decision_function(self, X) -> np.ndarray:
+        """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes), the
+        one-vs-rest view of the pairs' votes (as ``SparseELMClassifier``)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        with thread_budget(self.n_threads):
+            scores = self._pair_scores(np.asarray(X, dtype=np.float64))
+        return ovo_decision(scores, self.classes_.size)
+
+    def predict(self, X) -> np.ndarray:
+        index = decision_to_class_index(self.decision_function(X))  # checks fitted first
+        return self.classes_[index]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "classifier"
+        tags.target_tags.required = True
+        return tags
+
+
+class FELMClassifier(_FeatureSelectingELM):
+    """FELM: random hidden nodes on masked inputs, the sparse ELM's output weights, and a
+    cost ``psi`` per kept feature (eq. 9-10).
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Upper bound of the dual variables (the hinge loss's weight; > 0).
+    psi : float, default=0.0
+        Objective cost of each kept feature (>= 0); larger keeps fewer.
+    n_hidden : int, default=300
+        Random hidden nodes (the paper's P).
+    hidden : {"sigmoid", "sinusoid", "multiquadric", "gaussian"}, default="sigmoid"
+    weight_scale : float, default=1.0
+        Input-weight scale of additive nodes (``HiddenLayer``).
+    tol : float, default=1e-6
+        A flip is kept only when it lowers the objective by more than this.
+    kkt_tol : float, default=1e-3
+        The sparse-ELM solver's KKT tolerance for each mask's output weights.
+    max_sweeps : int, default=20
+        Cycles through the features at most (the paper's k); a ``ConvergenceWarning``
+        when the last still kept a flip.
+    resolve_start : {"warm", "cold"}, default="warm"
+        Each candidate's re-solve starts from the current dual, or from zero (the same
+        masks up to the solver tolerance; "cold" is for measuring what warm saves).
+    n_threads : int or None
+        Threads for the candidate flips (None / -1: every core).
+    random_state : int, RandomState or None
+        Draws the hidden layer.
+
+    Attributes
+    ----------
+    classes_, n_features_in_, feature_names_in_
+    support_mask_ : (n_features_in_,) bool, the kept features (``get_support()``)
+    n_features_selected_ : int
+    pair_masks_ : (n_pairs, n_features_in_) each one-vs-one pair's mask
+    feature_scores_ : eq. 27's scores at E = I ((n_pairs, d) for multiclass)
+    objective_path_ : f(E) after the initial selection and after each kept flip (rows
+        per pair, NaN-padded, for multiclass)
+    objective_ : final f(E) per pair
+    n_iter_ : sweeps through the features per pair; converged_ per pair
+    n_flip_candidates_, n_flip_screened_, n_flip_solves_, n_flip_kept_ : per pair
+    resolve_seconds_, selection_seconds_ : time in re-solves and in the whole selection
+    hidden_layer_ : the random layer; coef_ : (n_hidden, n_pairs) output weights
+    """
+
+    _parameter_constraints: dict = {
+        **_FeatureSelectingELM._common_constraints,
+        "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "hidden": [StrOptions(set(HIDDEN_KINDS))],
+        "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
+    }
+
+    def __init__(
+        self,
+        *,
+        C=1.0,
+        psi=0.0,
+        n_hidden=300,
+        hidden="sigmoid",
+        weight_scale=1.0,
+        tol=1e-6,
+        kkt_tol=1e-3,
+        max_sweeps=20,
+        resolve_start="warm",
+        n_threads=None,
+        random_state=None,
+    ):
+        self.C = C
+        self.psi = psi
+        self.n_hidden = n_hidden
+        self.hidden = hidden
+        self.weight_scale = weight_scale
+        self.tol = tol
+        self.kkt_tol = kkt_tol
+        self.max_sweeps = max_sweeps
+        self.resolve_start = resolve_start
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    def _prepare_mapping(self, n_features, seed):
+        self.hidden_layer_ = HiddenLayer(
+            self.hidden, n_features, int(self.n_hidden), seed, float(self.weight_scale)
+        )
+
+    def _problem(self, X, t, seed):
+        layer = self.hidden_layer_
+        return ExplicitMaskProblem(
+            X,
+            t,
+            layer.weights,
+            layer.biases,
+            layer.kind,
+            C=float(self.C),
+            psi=float(self.psi),
+            kkt_tol=float(self.kkt_tol),
+            seed=seed,
+        )
+
+    def _store_weights(self, X, results, rows_of):
+        self.coef_ = np.column_stack(
+            [problem.weights_of(r.point) for r, (_, _, problem) in zip(results, rows_of)]
+        )
+
+    def _pair_scores(self, X):
+        out = np.empty((X.shape[0], len(self.pairs_)))
+        for p, mask in enumerate(self.pair_masks_):
+            out[:, p] = self.hidden_layer_.scores(X * mask, self.coef_[:, p])
+        return out
+
+
+class FKELMClassifier(_FeatureSelectingELM):
+    """FKELM: the memorization-generalization kernel on masked inputs (eq. 8, 11-12).
+
+    The kernel is ``Kernel("mg", sigma, sigma_star=sigma_star_ratio * sigma, tau)``:
+    ``(1 - tau) exp(-|u-v|^2 / (2 sigma^2)) + tau exp(-|u-v|^2 / (2 sigma_star^2))`` in this
+    library's widths (see :class:`elmscale.features.kernels.Kernel`).  The default ratio
+    ``2^10`` is the paper's choice (its ``s* = 2^-10 s`` with ``s`` an inverse width):
+    the second term is then nearly constant; its text's intent, a memorizing narrow
+    kernel, is ``sigma_star_ratio < 1``.  With ``tau = 0`` it is the gaussian kernel.
+
+    Parameters: ``C``, ``psi``, ``tol``, ``kkt_tol``, ``max_sweeps``, ``resolve_start``,
+    ``n_threads``, ``random_state`` (unused by the selection: kept for the interface) as
+    in :class:`FELMClassifier`; ``sigma`` (> 0), ``sigma_star_ratio`` (> 0), ``tau`` in
+    [0, 1].
+
+    Attributes: as :class:`FELMClassifier`'s, with the kernel model in place of the
+    layer: ``support_vectors_`` (the training rows with a nonzero dual variable in some
+    pair) and ``dual_coef_`` (n_pairs, n_SV) ``a_i t_i`` over them; ``kernel_`` the
+    kernel's description.
+    """
+
+    _parameter_constraints: dict = {
+        **_FeatureSelectingELM._common_constraints,
+        "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "sigma_star_ratio": [Interval(numbers.Real, 0, None, closed="neither")],
+        "tau": [Interval(numbers.Real, 0, 1, closed="both")],
+    }
+
+    def __init__(
+        self,
+        *,
+        C=1.0,
+        psi=0.0,
+        sigma=1.0,
+        sigma_star_ratio=1024.0,
+        tau=0.5,
+        tol=1e-6,
+        kkt_tol=1e-3,
+        max_sweeps=20,
+        resolve_start="warm",
+        n_threads=None,
+        random_state=None,
+    ):
+        self.C = C
+        self.psi = psi
+        self.sigma = sigma
+        self.sigma_star_ratio = sigma_star_ratio
+        self.tau = tau
+        self.tol = tol
+        self.kkt_tol = kkt_tol
+        self.max_sweeps = max_sweeps
+        self.resolve_start = resolve_start
+        self.n_threads = n_threads
+        self.random_state = random_state
+
+    def _kernel(self) -> Kernel:
+        return Kernel(
+            "mg",
+            sigma=float(self.sigma),
+            sigma_star=float(self.sigma_star_ratio) * float(self.sigma),
+            tau=float(self.tau),
+        )
+
+    def _prepare_mapping(self, n_features, seed):
+        del n_features, seed
+        self._kernel()  # bad values fail here, naming the parameter
+
+    def _problem(self, X, t, seed):
+        del seed
+        return KernelMaskProblem(
+            X,
+            t,
+            self._kernel(),
+            C=float(self.C),
+            psi=float(self.psi),
+            kkt_tol=float(self.kkt_tol),
+        )
+
+    def _store_weights(self, X, results, rows_of):
+        n = X.shape[0]
+        coef = np.zeros((len(results), n))
+        for p, (r, (rows, t, _)) in enumerate(zip(results, rows_of)):
+            coef[p, rows] = r.point.alpha * t
+        self.support_ = np.flatnonzero(np.any(coef != 0.0, axis=0))
+        self.support_vectors_ = X[self.support_]
+        self.dual_coef_ = coef[:, self.support_]
+
+    def _pair_scores(self, X):
+        out = np.zeros((X.shape[0], len(self.pairs_)))
+        if self.support_.size == 0:
+            return out
+        kernel = self._kernel()
+        for p, mask in enumerate(self.pair_masks_):
+            out[:, p] = kernel.block_matvec(
+                X[:, mask], self.support_vectors_[:, mask], self.dual_coef_[p]
+            )
+        return out

@@ -1,0 +1,392 @@
+"""FELM / FKELM feature selection (Axioms 2022, Algorithms 1-2) as pure numerics.
+
+A 0/1 mask ``E`` on the input columns sits inside the sparse ELM: for a fixed mask the
+output weights solve the sparse ELM's dual (no bias, ``0 <= a_i <= C``) on the masked
+inputs, and the mask's objective is that problem's primal value plus ``psi`` per kept
+feature,
+
+    f(E) = 1/2 |beta|^2 + C sum_i max(0, 1 - t_i g_E(x_i)) + psi |E|,
+
+with ``g_E(x) = h(x E) beta`` for random nodes (FELM; ``|beta|^2`` the plain norm) and
+``g_E(x) = sum_i a_i t_i K(x E, x_i E)`` for a kernel (FKELM, the memorization-generalization
+kernel; ``|beta|^2 = u'Ku``, ``u = a t``, the norm the sparse ELM's kernel dual minimises;
+the paper's ``|K beta|^2`` and its ``(K'K)^-1 K a`` output weights are read as this, the
+problem its Lagrangian, eq. 14, comes from).
+
+:func:`select_features` runs the paper's scheme: solve at ``E = I``; score each feature
+(eq. 25-28, read as the objective with that feature suppressed and the output weights
+fixed: the eq. 26 literal, the kernel on the feature alone, would drop the features
+that classify best); drop those scoring under 1/n; then flip single entries of ``E`` in
+cyclic order, each candidate's output weights re-solved by the sparse ELM solver
+warm-started from the current dual (most dual variables stay when one feature moves),
+keeping a flip only when ``f`` drops by more than ``tol``, until a whole cycle keeps
+none.  The masked pre-activations move by a rank-1 term per flip (``X E W = X W -
+x_j w_j'``; squared distances by ``(x_ij - x_kj)^2``), never recomputed.
+
+Two things make the flips cheap without changing what they return:
+
+* **A dual screen.**  The current dual ``a`` is feasible for every candidate (the box
+  does not depend on E), so by weak duality the candidate's optimum is at least
+  ``1'a - 1/2 |beta_E'(a)|^2 + psi |E'|``.  When that bound is already above
+  ``f(E) - tol`` the flip cannot be kept and is rejected without a solve.
+* **Speculative blocks.**  Candidates are evaluated in blocks against the current mask,
+  side by side (threads, or Ray pieces: ``map_blocks``); the first kept one in cyclic
+  order wins and the rest of its block is dropped, so the result is the sequential
+  algorithm's whatever the block size.
+
+A flip that would suppress the last kept feature is never taken.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from elmscale.features.kernels import Kernel
+from elmscale.solvers.sparse_dual import solve_explicit_dual, solve_kernel_dual
+
+__all__ = [
+    "ExplicitMaskProblem",
+    "FlipResult",
+    "KernelMaskProblem",
+    "MaskPoint",
+    "evaluate_block",
+    "select_features",
+]
+
+
+class MaskPoint(NamedTuple):
+    """A mask with its solved output weights: ``pre`` the masked pre-activations
+    (random nodes) or squared distances (kernel), ``alpha`` the dual, ``objective``
+    ``f(E)`` (psi term included), ``n_solver_iter`` the solve's steps or passes."""
+
+    mask: np.ndarray
+    pre: np.ndarray
+    alpha: np.ndarray
+    objective: float
+    n_solver_iter: int = 0
+
+
+class Candidate(NamedTuple):
+    """One evaluated flip: ``kept`` whether it lowers f by more than tol; ``point`` its
+    solved mask (None when screened out); ``screened`` rejected by the dual bound."""
+
+    feature: int
+    kept: bool
+    screened: bool
+    point: MaskPoint | None
+    solve_seconds: float
+
+
+def _hinge_sum(t: np.ndarray, decision: np.ndarray) -> float:
+    return float(np.maximum(0.0, 1.0 - t * decision).sum())
+
+
+@dataclass(eq=False)
+class ExplicitMaskProblem:
+    """FELM: random hidden nodes on the masked inputs.
+
+    ``X`` (n, d) and ``t`` (+-1) the training rows; ``weights`` (d, L) and ``biases`` (L,)
+    the layer's (``HiddenLayer.weights`` / ``.biases``), ``node`` its kind.  Additive
+    nodes keep ``X E W + b``; RBF nodes keep ``|x E - a|^2`` (a suppressed input is 0,
+    as ``h(x E)`` reads it).
+    """
+
+    X: np.ndarray
+    t: np.ndarray
+    weights: np.ndarray
+    biases: np.ndarray
+    node: str
+    C: float
+    psi: float
+    kkt_tol: float = 1e-3
+    seed: int = 0
+    max_iter: int = -1
+    additive: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.X = np.ascontiguousarray(self.X, dtype=np.float64)
+        self.t = np.ascontiguousarray(self.t, dtype=np.float64)
+        self.weights = np.ascontiguousarray(self.weights, dtype=np.float64)
+        self.biases = np.asarray(self.biases, dtype=np.float64)
+        self.additive = self.node in ("sigmoid", "sinusoid")
+
+    def pre(self, mask: np.ndarray) -> np.ndarray:
+        Xm, Wm = self.X[:, mask], self.weights[mask]
+        if self.additive:
+            return Xm @ Wm + self.biases
+        # |x E - a|^2: kept inputs against their centres, suppressed ones (0) against a
+        off = ~mask
+        d2 = (Xm**2).sum(1)[:, None] - 2.0 * Xm @ Wm + (Wm**2).sum(0)[None, :]
+        return d2 + (self.weights[off] ** 2).sum(0)[None, :]
+
+    def moved(self, pre: np.ndarray, j: int, on: bool) -> np.ndarray:
+        x, w = self.X[:, j], self.weights[j]
+        if self.additive:
+            delta = np.multiply.outer(x, w)
+        else:  # (x - a)^2 - a^2 = x^2 - 2 x a
+            delta = (x * x)[:, None] - 2.0 * np.multiply.outer(x, w)
+        return pre + delta if on else pre - delta
+
+    def features(self, pre: np.ndarray) -> np.ndarray:
+        if self.node == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-pre))
+        if self.node == "sinusoid":
+            return np.sin(pre)
+        if self.node == "multiquadric":
+            return np.sqrt(np.maximum(pre, 0.0) + self.biases**2)
+        return np.exp(-np.maximum(pre, 0.0) / self.biases)
+
+    def solve(self, mask, pre, alpha0) -> MaskPoint:
+        H = self.features(pre)
+        alpha, _, n_iter, _ = solve_explicit_dual(
+            H,
+            self.t,
+            C=self.C,
+            tol=self.kkt_tol,
+            max_iter=self.max_iter,
+            alpha0=alpha0,
+            random_state=self.seed,
+        )
+        return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask), int(n_iter))
+
+    def beta(self, H: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        return H.T @ (alpha * self.t)
+
+    def _objective(self, H, alpha, mask) -> float:
+        beta = self.beta(H, alpha)
+        primal = 0.5 * float(beta @ beta) + self.C * _hinge_sum(self.t, H @ beta)
+        return primal + self.psi * int(mask.sum())
+
+    def dual_bound(self, mask, pre, alpha) -> float:
+        beta = self.beta(self.features(pre), alpha)
+        return float(alpha.sum()) - 0.5 * float(beta @ beta) + self.psi * int(mask.sum())
+
+    def fixed_weights_value(self, pre, alpha, beta) -> float:
+        """Eq. 25: ``1/2 |beta|^2 + C e'(e - t h beta)_+`` with ``beta`` fixed."""
+        del alpha
+        H = self.features(pre)
+        return 0.5 * float(beta @ beta) + self.C * _hinge_sum(self.t, H @ beta)
+
+    def weights_of(self, point: MaskPoint) -> np.ndarray:
+        return self.beta(self.features(point.pre), point.alpha)
+
+
+@dataclass(eq=False)
+class KernelMaskProblem:
+    """FKELM: a kernel (any :class:`Kernel` of squared distances: gaussian or ``"mg"``)
+    on the masked inputs; the kept quantity is the squared-distance matrix of the rows."""
+
+    X: np.ndarray
+    t: np.ndarray
+    kernel: Kernel
+    C: float
+    psi: float
+    kkt_tol: float = 1e-3
+    max_iter: int = -1
+
+    def __post_init__(self) -> None:
+        if self.kernel.kind not in ("gaussian", "mg"):
+            raise ValueError(
+                f"feature flips need a kernel of squared distances (gaussian or mg); "
+                f"got {self.kernel.kind!r}"
+            )
+        self.X = np.ascontiguousarray(self.X, dtype=np.float64)
+        self.t = np.ascontiguousarray(self.t, dtype=np.float64)
+
+    def pre(self, mask: np.ndarray) -> np.ndarray:
+        Xm = self.X[:, mask]
+        sq = (Xm**2).sum(1)
+        return np.maximum(sq[:, None] + sq[None, :] - 2.0 * Xm @ Xm.T, 0.0)
+
+    def moved(self, pre: np.ndarray, j: int, on: bool) -> np.ndarray:
+        x = self.X[:, j]
+        delta = np.subtract.outer(x, x) ** 2
+        return pre + delta if on else np.maximum(pre - delta, 0.0)
+
+    def gram(self, pre: np.ndarray) -> np.ndarray:
+        k = self.kernel
+        K = np.exp(pre * (-1.0 / (2.0 * k.sigma**2)))
+        if k.kind == "mg" and k.tau > 0.0:
+            K *= 1.0 - k.tau
+            K += k.tau * np.exp(pre * (-1.0 / (2.0 * k.sigma_star**2)))
+        return K
+
+    def solve(self, mask, pre, alpha0) -> MaskPoint:
+        K = self.gram(pre)
+        alpha, n_iter, _, _ = solve_kernel_dual(
+            self.X[:, mask],
+            self.t,
+            kernel=self.kernel,
+            C=self.C,
+            tol=self.kkt_tol,
+            max_iter=self.max_iter,
+            alpha0=alpha0,
+            gram=K,
+        )
+        return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask), int(n_iter))
+
+    def _objective(self, K, alpha, mask) -> float:
+        u = alpha * self.t
+        decision = K @ u
+        primal = 0.5 * float(u @ decision) + self.C * _hinge_sum(self.t, decision)
+        return primal + self.psi * int(mask.sum())
+
+    def dual_bound(self, mask, pre, alpha) -> float:
+        u = alpha * self.t
+        return (
+            float(alpha.sum()) - 0.5 * float(u @ (self.gram(pre) @ u)) + self.psi * int(mask.sum())
+        )
+
+    def fixed_weights_value(self, pre, alpha, beta) -> float:
+        """Eq. 26 (read as for FELM): the objective with the dual coefficients fixed."""
+        del beta
+        K = self.gram(pre)
+        u = alpha * self.t
+        decision = K @ u
+        return 0.5 * float(u @ decision) + self.C * _hinge_sum(self.t, decision)
+
+    def weights_of(self, point: MaskPoint) -> np.ndarray:
+        return point.alpha * self.t
+
+
+Problem = ExplicitMaskProblem | KernelMaskProblem
+
+
+def evaluate_block(
+    features, *, problem: Problem, current: MaskPoint, tol: float, warm: bool = True
+) -> list[Candidate]:
+    """Evaluate the flips of ``features`` (in order) against ``current``; stops after the
+    first kept one.  A pure function of its arguments: a thread or a Ray task runs it."""
+    out = []
+    threshold = current.objective - tol
+    for j in features:
+        j = int(j)
+        on = not current.mask[j]
+        if not on and current.mask.sum() == 1:
+            out.append(Candidate(j, False, True, None, 0.0))
+            continue
+        mask = current.mask.copy()
+        mask[j] = on
+        pre = problem.moved(current.pre, j, on)
+        if problem.dual_bound(mask, pre, current.alpha) >= threshold:
+            out.append(Candidate(j, False, True, None, 0.0))
+            continue
+        start = time.perf_counter()
+        point = problem.solve(mask, pre, current.alpha if warm else None)
+        seconds = time.perf_counter() - start
+        kept = point.objective < threshold
+        out.append(Candidate(j, kept, False, point if kept else None, seconds))
+        if kept:
+            break
+    return out
+
+
+class FlipResult(NamedTuple):
+    """What :func:`select_features` returns: the final ``point``; ``scores`` (eq. 27-28)
+    at ``E = I``; ``objective_path`` f after the initial selection and after each kept
+    flip; ``n_sweeps`` cycles started through the features; ``converged`` whether the
+    last cycle kept no flip; ``stats`` counts and seconds (candidates, screened, solves,
+    kept, solve_seconds, total_seconds)."""
+
+    point: MaskPoint
+    scores: np.ndarray
+    objective_path: np.ndarray
+    n_sweeps: int
+    converged: bool
+    stats: dict
+
+
+def _serial_blocks(blocks, **kwargs):
+    return [evaluate_block(block, **kwargs) for block in blocks]
+
+
+def select_features(
+    problem: Problem,
+    *,
+    tol: float = 1e-6,
+    max_sweeps: int = 20,
+    block_size: int = 8,
+    n_blocks: int = 1,
+    map_blocks: Callable | None = None,
+    warm: bool = True,
+    initial_selection: bool = True,
+) -> FlipResult:
+    """The paper's Algorithms 1-2 on ``problem`` (see the module's docstring).
+
+    ``map_blocks(blocks, problem=, current=, tol=, warm=)`` evaluates ``n_blocks`` blocks of
+    ``block_size`` candidate features side by side and returns their
+    :func:`evaluate_block` lists in order (default: one after another here).  ``warm``:
+    start each re-solve from the current dual (False: from zero, to measure what the
+    warm start saves).  ``initial_selection=False`` skips the score-based drop.
+    """
+    started = time.perf_counter()
+    n = problem.X.shape[1]
+    map_blocks = map_blocks or _serial_blocks
+    stats = {"candidates": 0, "screened": 0, "solves": 0, "kept": 0, "solve_seconds": 0.0}
+    mask = np.ones(n, dtype=bool)
+    t0 = time.perf_counter()
+    current = problem.solve(mask, problem.pre(mask), None)
+    stats["solve_seconds"] += time.perf_counter() - t0
+    stats["solves"] += 1
+    # eq. 25-28: each feature suppressed, the output weights fixed
+    beta = problem.weights_of(current)
+    values = np.array(
+        [
+            problem.fixed_weights_value(problem.moved(current.pre, j, False), current.alpha, beta)
+            for j in range(n)
+        ]
+    )
+    total = values.sum()
+    scores = values / total if total > 0 else np.full(n, 1.0 / n)
+    if initial_selection:
+        keep = scores >= 1.0 / n
+        if not keep.all() and keep.any():
+            t0 = time.perf_counter()
+            current = problem.solve(keep, problem.pre(keep), current.alpha if warm else None)
+            stats["solve_seconds"] += time.perf_counter() - t0
+            stats["solves"] += 1
+    path = [current.objective]
+    position, since_kept, processed = 0, 0, 0
+    budget = max_sweeps * n
+    converged = False
+    while processed < budget:
+        width = min(block_size * n_blocks, budget - processed, n - since_kept)
+        order = [(position + k) % n for k in range(width)]
+        size = max(1, -(-width // n_blocks))
+        blocks = [order[k : k + size] for k in range(0, width, size)]
+        results = map_blocks(blocks, problem=problem, current=current, tol=tol, warm=warm)
+        accepted = None
+        for block in results:
+            for candidate in block:
+                stats["candidates"] += 1
+                stats["screened"] += candidate.screened
+                stats["solves"] += not candidate.screened
+                stats["solve_seconds"] += candidate.solve_seconds
+                if candidate.kept:
+                    accepted = candidate
+                    break
+                since_kept += 1
+            if accepted is not None:
+                break
+        if accepted is None:
+            processed += width
+            position = (position + width) % n
+        else:
+            done = (accepted.feature - position) % n + 1
+            processed += done
+            position = (accepted.feature + 1) % n
+            since_kept = 0
+            current = accepted.point
+            path.append(current.objective)
+            stats["kept"] += 1
+        if since_kept >= n:
+            converged = True
+            break
+    stats["total_seconds"] = time.perf_counter() - started
+    n_sweeps = max(1, -(-processed // n))
+    return FlipResult(current, scores, np.array(path), n_sweeps, converged, stats)
