@@ -235,3 +235,14 @@ for _task in ("Classifier", "Regressor"):
             Capabilities(task=_task.lower(), c_path=True, path_param="n_support"),
         )
     )
+
+# FELM / FKELM (elmscale.models.felm): feature selection inside the sparse ELM; the
+# candidate flips fan out as Ray tasks with fit(..., ray_address=...).
+for _family in ("FELM", "FKELM"):
+    register(
+        EstimatorEntry(
+            f"{_family}Classifier",
+            f"elmscale.models.felm:{_family}Classifier",
+            Capabilities(task="classifier", ray_fit=True),
+        )
+    )

@@ -61,6 +61,7 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         "tol": [Interval(numbers.Real, 0, None, closed="left")],
         "kkt_tol": [Interval(numbers.Real, 0, None, closed="neither")],
         "max_sweeps": [Interval(numbers.Integral, 0, None, closed="left")],
+        "initial_selection": ["boolean"],
         "resolve_start": [StrOptions({"warm", "cold"})],
         "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
         "random_state": ["random_state"],
@@ -118,11 +119,12 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
                         n_blocks=n_workers,
                         map_blocks=_blocks_on(executor) if n_workers > 1 else None,
                         warm=self.resolve_start == "warm",
+                        initial_selection=bool(self.initial_selection),
                     )
                 )
                 rows_of.append((rows, t, problem))
         self._assemble(X, pairs, results, rows_of)
-        if not np.all(self.converged_):
+        if self.max_sweeps > 0 and not np.all(self.converged_):
             warnings.warn(
                 f"{type(self).__name__} stopped after max_sweeps={self.max_sweeps} sweeps "
                 "through the features with flips still lowering the objective; increase "
@@ -201,6 +203,10 @@ class FELMClassifier(_FeatureSelectingELM):
     max_sweeps : int, default=20
         Cycles through the features at most (the paper's k); a ``ConvergenceWarning``
         when the last still kept a flip.
+    initial_selection : bool, default=True
+        First drop the features whose eq. 27 score is under 1/n (Algorithm 1, step 2);
+        False starts the flips from every feature (with ``max_sweeps=0`` and ``psi=0``
+        the model is then the sparse ELM on the same layer).
     resolve_start : {"warm", "cold"}, default="warm"
         Each candidate's re-solve starts from the current dual, or from zero (the same
         masks up to the solver tolerance; "cold" is for measuring what warm saves).
@@ -243,6 +249,7 @@ class FELMClassifier(_FeatureSelectingELM):
         tol=1e-6,
         kkt_tol=1e-3,
         max_sweeps=20,
+        initial_selection=True,
         resolve_start="warm",
         n_threads=None,
         random_state=None,
@@ -255,6 +262,7 @@ class FELMClassifier(_FeatureSelectingELM):
         self.tol = tol
         self.kkt_tol = kkt_tol
         self.max_sweeps = max_sweeps
+        self.initial_selection = initial_selection
         self.resolve_start = resolve_start
         self.n_threads = n_threads
         self.random_state = random_state
@@ -300,7 +308,8 @@ class FKELMClassifier(_FeatureSelectingELM):
     the second term is then nearly constant; its text's intent, a memorizing narrow
     kernel, is ``sigma_star_ratio < 1``.  With ``tau = 0`` it is the gaussian kernel.
 
-    Parameters: ``C``, ``psi``, ``tol``, ``kkt_tol``, ``max_sweeps``, ``resolve_start``,
+    Parameters: ``C``, ``psi``, ``tol``, ``kkt_tol``, ``max_sweeps``,
+    ``initial_selection``, ``resolve_start``,
     ``n_threads``, ``random_state`` (unused by the selection: kept for the interface) as
     in :class:`FELMClassifier`; ``sigma`` (> 0), ``sigma_star_ratio`` (> 0), ``tau`` in
     [0, 1].
@@ -329,6 +338,7 @@ class FKELMClassifier(_FeatureSelectingELM):
         tol=1e-6,
         kkt_tol=1e-3,
         max_sweeps=20,
+        initial_selection=True,
         resolve_start="warm",
         n_threads=None,
         random_state=None,
@@ -341,6 +351,7 @@ class FKELMClassifier(_FeatureSelectingELM):
         self.tol = tol
         self.kkt_tol = kkt_tol
         self.max_sweeps = max_sweeps
+        self.initial_selection = initial_selection
         self.resolve_start = resolve_start
         self.n_threads = n_threads
         self.random_state = random_state

@@ -1,0 +1,285 @@
+"""FELM / FKELM (feature selection inside the sparse ELM) and the memorization-generalization
+kernel: the equalities the design rests on (FELM without selection is the sparse ELM, a
+tau = 0 kernel is the gaussian, warm re-solves equal cold ones, the dual screen rejects
+only flips a solve would reject, block sizes and threads do not change the result), the
+objective path, and the estimator's interface (selector, model files, bad input)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.pipeline import Pipeline
+from sklearn.svm import SVC
+
+from elmscale.features.kernels import Kernel
+from elmscale.features.layers import HiddenLayer
+from elmscale.io import model_files
+from elmscale.models.felm import FELMClassifier, FKELMClassifier
+from elmscale.models.sparse_elm import SparseELMClassifier
+from elmscale.models.sparse_elm_pairs import fit_binary
+from elmscale.solvers.feature_flips import (
+    ExplicitMaskProblem,
+    KernelMaskProblem,
+    evaluate_block,
+    select_features,
+)
+from elmscale.solvers.sparse_dual import kkt_violation, solve_kernel_dual
+
+
+def relevant_two(n=160, d=12, seed=0):
+    """Labels from features 0 and 1 only; the other columns are noise in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(n, d))
+    t = np.where(X[:, 0] + X[:, 1] ** 2 - 0.3 > 0, 1.0, -1.0)
+    return X, t
+
+
+def felm_problem(X, t, psi=0.0, C=1.0, n_hidden=100, seed=3):
+    layer = HiddenLayer("sigmoid", X.shape[1], n_hidden, seed=seed)
+    return ExplicitMaskProblem(X, t, layer.weights, layer.biases, "sigmoid", C=C, psi=psi)
+
+
+def fkelm_problem(X, t, psi=0.0, C=4.0, tau=0.5):
+    return KernelMaskProblem(X, t, Kernel("mg", sigma=3.0, sigma_star=12.0, tau=tau), C=C, psi=psi)
+
+
+# -- the kernel ---------------------------------------------------------------------------
+
+
+def test_mg_kernel_with_tau_zero_is_the_gaussian_kernel():
+    rng = np.random.default_rng(1)
+    A, B = rng.normal(size=(30, 5)), rng.normal(size=(25, 5))
+    gaussian = Kernel("gaussian", sigma=1.3).block(A, B)
+    mg = Kernel("mg", sigma=1.3, sigma_star=40.0, tau=0.0).block(A, B)
+    np.testing.assert_allclose(mg, gaussian, rtol=0, atol=1e-15)
+
+
+def test_mg_kernel_is_the_weighted_sum_of_two_gaussians():
+    rng = np.random.default_rng(2)
+    A, B = rng.normal(size=(20, 4)), rng.normal(size=(15, 4))
+    A32, B32 = A.astype(np.float32).astype(float), B.astype(np.float32).astype(float)
+    d2 = ((A32[:, None, :] - B32[None, :, :]) ** 2).sum(-1)
+    expected = 0.7 * np.exp(-d2 / (2 * 1.1**2)) + 0.3 * np.exp(-d2 / (2 * 0.2**2))
+    kernel = Kernel("mg", sigma=1.1, sigma_star=0.2, tau=0.3)
+    np.testing.assert_allclose(kernel.block(A, B), expected, rtol=1e-12, atol=1e-14)
+    coef = rng.normal(size=15)
+    np.testing.assert_allclose(kernel.block_matvec(A, B, coef), expected @ coef, atol=1e-12)
+    assert Kernel.from_dict(kernel.to_dict()) == kernel
+
+
+def test_sparse_elm_solver_takes_the_mg_kernel_from_rows_and_from_a_gram():
+    X, t = relevant_two(n=120, d=4)
+    kernel = Kernel("mg", sigma=0.7, sigma_star=3.0, tau=0.4)
+    from_rows, *_ = solve_kernel_dual(X, t, kernel=kernel, C=2.0, tol=1e-6)
+    from_gram, *_ = solve_kernel_dual(X, t, kernel=kernel, C=2.0, tol=1e-6, gram=kernel.block(X, X))
+    np.testing.assert_allclose(from_rows, from_gram, atol=1e-4)
+    # and tau = 0 is the gaussian problem's solution
+    g0, *_ = solve_kernel_dual(X, t, kernel=Kernel("gaussian", sigma=0.7), C=2.0, tol=1e-6)
+    m0, *_ = solve_kernel_dual(
+        X, t, kernel=Kernel("mg", sigma=0.7, sigma_star=3.0, tau=0.0), C=2.0, tol=1e-6
+    )
+    np.testing.assert_allclose(m0, g0, atol=1e-4)  # float32 gaussian columns, float64 mg
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [({"tau": 1.5}, "tau"), ({"sigma_star": 0.0}, "sigma_star"), ({"sigma": -1.0}, "sigma")],
+)
+def test_mg_kernel_rejects_bad_parameters(bad, message):
+    params = {"sigma": 1.0, "sigma_star": 2.0, "tau": 0.5, **bad}
+    with pytest.raises(ValueError, match=message):
+        Kernel("mg", **params)
+
+
+# -- the selection's equalities -------------------------------------------------------------
+
+
+def test_felm_without_selection_is_the_sparse_elm_on_the_same_layer():
+    X, t = relevant_two()
+    y = np.where(t > 0, "a", "b")  # t = +1 is the first class, as the sparse ELM pairs it
+    felm = FELMClassifier(
+        C=1.0, psi=0.0, n_hidden=100, initial_selection=False, max_sweeps=0, random_state=5
+    ).fit(X, y)
+    sparse = SparseELMClassifier(hidden="sigmoid", n_hidden=100, C=1.0, random_state=5).fit(X, y)
+    assert felm.n_features_selected_ == X.shape[1]
+    assert felm.hidden_layer_ == sparse.hidden_layer_
+    # the same dual: the sparse ELM's solution is optimal for FELM's problem to tol
+    layer = felm.hidden_layer_
+    H = layer.transform(X).astype(np.float64)
+    problem = felm_problem(X, t, n_hidden=100)
+    problem.weights, problem.biases = layer.weights.astype(float), layer.biases.astype(float)
+    point = select_features(problem, max_sweeps=0, initial_selection=False).point
+    reference = fit_binary(
+        X, t, feature_map=layer, C=1.0, tol=1e-3, cache_size=10, shrinking=True, max_iter=-1
+    )
+    Q_alpha = lambda a: H @ (H.T @ (a * t)) * t  # noqa: E731
+    assert kkt_violation(point.alpha, Q_alpha(point.alpha) - 1.0, 1.0) <= 2e-3
+    assert kkt_violation(reference.alpha, Q_alpha(reference.alpha) - 1.0, 1.0) <= 2e-3
+    # primal (FELM) = -dual (sparse ELM) at the optimum, to the solvers' tolerance
+    assert felm.objective_[0] == pytest.approx(-sparse.objective_[0], rel=2e-3)
+    np.testing.assert_allclose(felm.coef_[:, 0], sparse.coef_[:, 0], atol=0.05)
+    assert np.mean(felm.predict(X) == sparse.predict(X)) >= 0.99
+
+
+@pytest.mark.parametrize("make", [felm_problem, fkelm_problem])
+def test_warm_started_re_solve_equals_a_cold_one(make):
+    X, t = relevant_two()
+    problem = make(X, t)
+    problem.kkt_tol = 1e-6
+    full = np.ones(X.shape[1], bool)
+    current = problem.solve(full, problem.pre(full), None)
+    for j in (0, 5, 11):
+        mask = full.copy()
+        mask[j] = False
+        pre = problem.moved(current.pre, j, False)
+        np.testing.assert_allclose(pre, problem.pre(mask), atol=1e-10)  # the rank-1 move
+        warm = problem.solve(mask, pre, current.alpha)
+        cold = problem.solve(mask, pre, None)
+        assert warm.objective == pytest.approx(cold.objective, rel=1e-5)
+        np.testing.assert_allclose(warm.alpha, cold.alpha, atol=1e-3)
+
+
+@pytest.mark.parametrize("make", [felm_problem, fkelm_problem])
+@pytest.mark.parametrize("psi", [0.3, 1.0])
+def test_objective_path_strictly_decreases_and_ends_at_the_model(make, psi):
+    X, t = relevant_two()
+    # from every feature (no score-based drop), so that flips must remove the noise
+    result = select_features(make(X, t, psi=psi), tol=1e-6, max_sweeps=10, initial_selection=False)
+    path = result.objective_path
+    assert path.size >= 2, "this problem should keep at least one flip"
+    assert np.all(np.diff(path) < -1e-6)
+    assert path[-1] == result.point.objective
+    assert result.converged
+    assert result.stats["kept"] == path.size - 1
+
+
+@pytest.mark.parametrize("make", [felm_problem, fkelm_problem])
+def test_dual_screen_rejects_only_flips_a_solve_rejects(make):
+    X, t = relevant_two()
+    problem = make(X, t, psi=0.3)
+    full = np.ones(X.shape[1], bool)
+    current = problem.solve(full, problem.pre(full), None)
+    screened = 0
+    for j in range(X.shape[1]):
+        (candidate,) = evaluate_block([j], problem=problem, current=current, tol=1e-6)[:1]
+        if candidate.screened:
+            screened += 1
+            mask = full.copy()
+            mask[j] = False
+            solved = problem.solve(mask, problem.moved(current.pre, j, False), current.alpha)
+            assert solved.objective >= current.objective - 1e-6
+    assert screened >= 1
+
+
+@pytest.mark.parametrize("make", [felm_problem, fkelm_problem])
+def test_block_sizes_do_not_change_the_selection(make):
+    X, t = relevant_two()
+    one = select_features(make(X, t, psi=0.2), block_size=1, n_blocks=1)
+    many = select_features(make(X, t, psi=0.2), block_size=3, n_blocks=3)
+    np.testing.assert_array_equal(one.point.mask, many.point.mask)
+    np.testing.assert_array_equal(one.objective_path, many.objective_path)
+
+
+def test_fkelm_finds_the_two_relevant_features():
+    X, t = relevant_two(n=200)
+    model = FKELMClassifier(C=4.0, psi=0.5, sigma=0.8, tau=0.5).fit(X, t)
+    assert model.get_support(indices=True).tolist() == [0, 1]
+    assert model.score(X, t) > 0.9
+
+
+# -- the estimators --------------------------------------------------------------------------
+
+
+def test_threads_and_one_thread_give_the_same_model():
+    X, t = relevant_two()
+    a = FELMClassifier(n_hidden=60, psi=0.2, random_state=1, n_threads=1).fit(X, t)
+    b = FELMClassifier(n_hidden=60, psi=0.2, random_state=1, n_threads=2).fit(X, t)
+    np.testing.assert_array_equal(a.support_mask_, b.support_mask_)
+    np.testing.assert_array_equal(a.objective_path_, b.objective_path_)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+def test_ray_pieces_give_the_local_model(ray_session):
+    X, t = relevant_two(n=100)
+    local = FKELMClassifier(C=4.0, psi=0.3, sigma=0.8).fit(X, t)
+    remote = FKELMClassifier(C=4.0, psi=0.3, sigma=0.8).fit(X, t, ray_address=ray_session)
+    np.testing.assert_array_equal(local.support_mask_, remote.support_mask_)
+    np.testing.assert_array_equal(local.objective_path_, remote.objective_path_)
+    np.testing.assert_array_equal(local.dual_coef_, remote.dual_coef_)
+
+
+def test_selector_in_a_pipeline_and_transform_keeps_the_columns():
+    X, t = relevant_two()
+    pipe = Pipeline([("select", FKELMClassifier(C=4.0, psi=0.5, sigma=0.8)), ("svc", SVC())]).fit(
+        X, t
+    )
+    selector = pipe.named_steps["select"]
+    kept = selector.get_support(indices=True)
+    np.testing.assert_array_equal(selector.transform(X), X[:, kept])
+    assert pipe.score(X, t) > 0.8
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: FELMClassifier(n_hidden=40, psi=0.2, random_state=0),
+        lambda: FKELMClassifier(C=2.0, psi=0.2, sigma=0.8, tau=0.3),
+    ],
+)
+def test_multiclass_pairs_select_their_own_features(make, tmp_path):
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-1, 1, size=(150, 6))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 2], [-0.4, 0.4])  # three classes
+    model = make().fit(X, y)
+    assert model.pair_masks_.shape == (3, 6)
+    np.testing.assert_array_equal(model.support_mask_, model.pair_masks_.any(axis=0))
+    assert model.objective_path_.shape[0] == 3
+    assert model.score(X, y) > 0.7
+    # the model file keeps the masks: the loaded model predicts the same
+    path = tmp_path / "model.elm"
+    model.save(path)
+    loaded = model_files.load(path)
+    np.testing.assert_array_equal(loaded.pair_masks_, model.pair_masks_)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+
+
+@pytest.mark.parametrize(
+    "est, message",
+    [
+        (FELMClassifier(psi=-1.0), "psi"),
+        (FELMClassifier(C=0.0), "'C'"),
+        (FKELMClassifier(tau=2.0), "tau"),
+        (FKELMClassifier(sigma_star_ratio=0.0), "sigma_star_ratio"),
+        (FELMClassifier(resolve_start="lukewarm"), "resolve_start"),
+    ],
+)
+def test_bad_parameters_name_themselves(est, message):
+    X, t = relevant_two(n=40)
+    with pytest.raises(ValueError, match=message):
+        est.fit(X, t)
+
+
+def test_one_class_is_an_error():
+    X, _ = relevant_two(n=30)
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        FELMClassifier().fit(X, np.zeros(30))
+
+
+def test_max_sweeps_reached_warns_and_reports():
+    X, t = relevant_two()
+    with pytest.warns(Warning, match="max_sweeps"):
+        model = FELMClassifier(n_hidden=60, psi=0.3, max_sweeps=1, random_state=0).fit(X, t)
+    assert not model.converged_[0]
+    assert model.n_iter_[0] == 1
+
+
+@pytest.mark.parametrize(
+    "est",
+    [FELMClassifier(n_hidden=20, max_sweeps=2), FKELMClassifier(max_sweeps=2)],
+    ids=["FELM", "FKELM"],
+)
+def test_scikit_learn_estimator_checks(est):
+    from sklearn.utils.estimator_checks import check_estimator
+
+    check_estimator(est)
