@@ -13,20 +13,30 @@ from __future__ import annotations
 import importlib
 import json
 import time
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 from sklearn import metrics
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.feature_selection import SelectFromModel
 from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
-from sklearn.svm import SVC
+from sklearn.svm import SVC, LinearSVC
 
 from elmscale.core.threads import thread_budget
 from elmscale.experiments.datasets import LoadedSet, piece_split, trial_split
 from elmscale.experiments.protocol import Method, Piece
 from elmscale.model_selection import path_grid_search
 
-__all__ = ["PaperSVC", "PieceResult", "run_piece", "support_vector_count"]
+__all__ = [
+    "L1SelectSVC",
+    "PaperSVC",
+    "PieceResult",
+    "run_piece",
+    "selected_feature_count",
+    "support_vector_count",
+]
 
 
 class PieceResult(NamedTuple):
@@ -76,6 +86,62 @@ class PaperSVC(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         return self.svc_.predict(X)
+
+
+class L1SelectSVC(ClassifierMixin, BaseEstimator):
+    """The feature-selecting SVM a scikit-learn user would build: ``SelectFromModel(
+    LinearSVC(penalty="l1", dual=False, C=select_C))`` keeps the features of nonzero
+    weight (scikit-learn's threshold for an l1 model, 1e-5), then :class:`PaperSVC`'s
+    gaussian SVC (``C``, ``sigma``: exp(-||u-v||^2 / (2 sigma^2))) is fitted on them.
+
+    Where the l1 model keeps no feature (a small ``select_C``), the one of largest weight
+    is kept, so that the SVC has an input.  ``get_support()`` is the kept features."""
+
+    def __init__(self, select_C=1.0, C=1.0, sigma=1.0, max_iter=10_000, cache_size=200):
+        self.select_C = select_C
+        self.C = C
+        self.sigma = sigma
+        self.max_iter = max_iter
+        self.cache_size = cache_size
+
+    def fit(self, X, y):
+        X = np.asarray(X, dtype=np.float64)
+        linear = LinearSVC(
+            penalty="l1", dual=False, C=self.select_C, max_iter=self.max_iter, random_state=0
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            linear.fit(X, y)
+        #: False where liblinear stopped at max_iter (its warning is kept out of the logs)
+        self.select_converged_ = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        mask = SelectFromModel(linear, prefit=True).get_support()
+        if not mask.any():
+            mask[int(np.argmax(np.abs(linear.coef_).max(axis=0)))] = True
+        self.selector_ = linear
+        self.support_mask_ = mask
+        self.n_features_in_ = X.shape[1]
+        self.n_features_selected_ = int(mask.sum())
+        self.svc_ = PaperSVC("gaussian", C=self.C, sigma=self.sigma, cache_size=self.cache_size)
+        self.svc_.fit(X[:, mask], y)
+        self.classes_ = self.svc_.classes_
+        self.n_support_ = self.svc_.n_support_
+        return self
+
+    def get_support(self, indices: bool = False):
+        """The kept features: a boolean mask over the inputs, or their indices."""
+        return np.flatnonzero(self.support_mask_) if indices else self.support_mask_.copy()
+
+    def predict(self, X):
+        return self.svc_.predict(np.asarray(X, dtype=np.float64)[:, self.support_mask_])
+
+
+def selected_feature_count(est, n_features: int) -> int:
+    """The input features a fitted model uses: its ``get_support()`` count where it selects
+    features (scikit-learn's selectors, FELM / FKELM, :class:`L1SelectSVC`), else every
+    one."""
+    if hasattr(est, "get_support"):
+        return int(np.count_nonzero(est.get_support()))
+    return int(n_features)
 
 
 def _estimator(method: Method, data: LoadedSet, seed: int):
@@ -184,6 +250,8 @@ def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
         "seed": piece.seed,
         "n_train": len(y_tr),
         "n_test": len(y_te),
+        "n_features": int(X_tr.shape[1]),
+        "n_features_selected": selected_feature_count(model, X_tr.shape[1]),
         "params": _plain(best),
     }
     if regression:

@@ -149,7 +149,9 @@ class Table:
 
     ``primary``: the summary column the statistics rank (``test_acc``, or ``test_<metric>``
     for a metric of ``evaluation``), higher better unless ``lower_is_better``; ``control``:
-    the method Holm's test compares the others with.
+    the method Holm's test compares the others with.  ``feature_counts``: the report
+    shows each method's kept input features (``n_features_selected``, recorded for every
+    trial) beside its accuracy.
     """
 
     name: str
@@ -165,6 +167,7 @@ class Table:
     control: str = "sparse_elm"
     #: the task of its data sets (a protocol's other sets do not run in it)
     task: Literal["classification", "regression"] = "classification"
+    feature_counts: bool = False
 
 
 @dataclass(frozen=True)
@@ -246,12 +249,18 @@ class Protocol:
         raise KeyError(name)
 
     def with_datasets(self, datasets: tuple[DataSet, ...]) -> Protocol:
-        """The same experiments on ``datasets`` (a user's own sets replace the paper's:
-        every table of their task and every figure runs on them)."""
+        """The same experiments on ``datasets`` (chosen sets replace the paper's: a set
+        that some table lists runs in the tables that list it; any other, a user's own
+        set among them, in every table of its task; every figure runs on them)."""
         names = tuple(ds.name for ds in datasets)
         keep = set(names)
+        listed = {name for t in self.tables for name in t.datasets}
+
+        def runs_in(t: Table, d: DataSet) -> bool:
+            return d.task == t.task and (d.name in t.datasets or d.name not in listed)
+
         tables = tuple(
-            replace(t, datasets=tuple(d.name for d in datasets if d.task == t.task))
+            replace(t, datasets=tuple(d.name for d in datasets if runs_in(t, d)))
             for t in self.tables
         )
         curves = tuple(

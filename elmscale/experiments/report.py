@@ -31,7 +31,8 @@ BELOW_PAPER = 2.0
 
 def summarise(tables: RunTables) -> pd.DataFrame:
     """Mean and standard deviation over trials per (table, data set, mapping, method): of
-    the accuracies, of every ``test_<metric>`` column, the times and support vectors."""
+    the accuracies, of every ``test_<metric>`` column; the mean times, support vectors
+    and kept features (``n_features_selected``) and the input width."""
     results = tables.results
     if results.empty:
         return pd.DataFrame()
@@ -50,10 +51,12 @@ def summarise(tables: RunTables) -> pd.DataFrame:
         if column in joined:
             columns[name] = (column, "mean")
             columns[f"{name}_std"] = (column, "std")
-    for name in ("train_time_s", "test_time_s", "cv_time_s", "n_support"):
+    for name in ("train_time_s", "test_time_s", "cv_time_s", "n_support", "n_features_selected"):
         if name in joined:
             columns[name] = (name, "mean")
     columns["n_train"] = ("n_train", "first")
+    if "n_features" in joined:
+        columns["n_features"] = ("n_features", "first")
     summary = group.agg(**columns).reset_index()
     for std in [c for c in summary.columns if c.endswith("_std")]:
         # one trial has no spread (0); a metric the row does not have stays empty
@@ -278,9 +281,11 @@ _METRIC_LABELS = {
 }
 
 
-def accuracy_table(comparison: pd.DataFrame, table: str) -> pd.DataFrame:
+def accuracy_table(comparison: pd.DataFrame, table: str, features: bool = False) -> pd.DataFrame:
     """One table's rows: accuracies (and the paper's), the evaluation's metrics with their
-    standard deviations, times; columns empty for every row of the table are left out."""
+    standard deviations, times; with ``features`` the input features and the mean count
+    each method kept (:attr:`~elmscale.experiments.protocol.Table.feature_counts`).
+    Columns empty for every row of the table are left out."""
     part = comparison[comparison["table"] == table]
     columns = {
         "dataset": "data set",
@@ -293,6 +298,8 @@ def accuracy_table(comparison: pd.DataFrame, table: str) -> pd.DataFrame:
     for metric, label in _METRIC_LABELS.items():
         columns[f"test_{metric}"] = label
         columns[f"test_{metric}_std"] = f"{label} std"
+    if features:
+        columns.update({"n_features": "features", "n_features_selected": "kept (mean)"})
     columns.update(
         {
             "paper_test_acc": "paper test %",
@@ -470,7 +477,7 @@ def _render(protocol, report, command, wall_time_s, skipped, out_dir):
     for table in protocol.tables:
         if comparison.empty or table.name not in set(comparison["table"]):
             continue
-        shown = accuracy_table(comparison, table.name)
+        shown = accuracy_table(comparison, table.name, features=table.feature_counts)
         heading = f"Table {table.name}: {table.mapping}"
         if table.paper_table:
             heading += f" (ours and the paper's {table.paper_table})"

@@ -10,5 +10,5 @@ PAPERS: dict[str, str | None] = {
     "sparse-elm": "elmscale.experiments.papers.sparse_elm:protocol",
     "boosting-ridge": "elmscale.experiments.papers.boosting_ridge:protocol",
     "flsa-svm": "elmscale.experiments.papers.flsa_svm:protocol",
-    "felm": None,
+    "felm": "elmscale.experiments.papers.felm:protocol",
 }
