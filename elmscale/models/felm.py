@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
@@ -43,6 +45,11 @@ __all__ = ["FELMClassifier", "FKELMClassifier"]
 
 #: candidate flips per block a thread (or a Ray task) evaluates in one go
 BLOCK_SIZE = {"threads": 4, "ray": 64}
+#: threads evaluate candidates side by side only when a candidate's kept matrix (rows x
+#: nodes, or rows x rows) has this many entries: below it a candidate is a few numpy
+#: calls on small arrays, which hold the GIL (colon, 44 x 300: two threads were 4x
+#: slower than one)
+THREADS_MIN_ENTRIES = 50_000
 
 
 def _blocks_on(executor):
@@ -50,6 +57,17 @@ def _blocks_on(executor):
         return executor.map(evaluate_block, blocks, label="feature flips", **kwargs)
 
     return map_blocks
+
+
+def _blocks_on_pool(pool):
+    def map_blocks(blocks, **kwargs):
+        return list(pool.map(lambda block: evaluate_block(block, **kwargs), blocks))
+
+    return map_blocks
+
+
+def _one_numba_thread():
+    numba.set_num_threads(1)  # numba's thread count is per calling thread
 
 
 class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
@@ -98,26 +116,33 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         n_classes = self.classes_.size
         pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
         every_row = np.arange(y_idx.size)
-        if ray_address is None:
-            n_workers = resolve_n_threads(self.n_threads)
-            executor = make_executor(n_threads=n_workers)
-            block_size = BLOCK_SIZE["threads"]
-        else:
-            executor = make_executor(ray_address=ray_address)
-            n_workers, block_size = 2, BLOCK_SIZE["ray"]
+        n_threads = resolve_n_threads(self.n_threads)
         results, rows_of = [], []
-        with thread_budget(self.n_threads):
+        with (
+            thread_budget(self.n_threads),
+            ThreadPoolExecutor(n_threads, initializer=_one_numba_thread) as pool,
+        ):
             for a, b in pairs:
                 rows, t = pair_problem(every_row, y_idx, a, b)
                 problem = self._problem(X[rows], t, seed)
+                if ray_address is not None:
+                    map_blocks = _blocks_on(make_executor(ray_address=ray_address))
+                    n_blocks, block_size = 2, BLOCK_SIZE["ray"]
+                elif n_threads > 1 and rows.size * self._kept_width(rows.size) >= (
+                    THREADS_MIN_ENTRIES
+                ):
+                    map_blocks = _blocks_on_pool(pool)
+                    n_blocks, block_size = n_threads, BLOCK_SIZE["threads"]
+                else:
+                    map_blocks, n_blocks, block_size = None, 1, BLOCK_SIZE["threads"]
                 results.append(
                     select_features(
                         problem,
                         tol=float(self.tol),
                         max_sweeps=int(self.max_sweeps),
                         block_size=block_size,
-                        n_blocks=n_workers,
-                        map_blocks=_blocks_on(executor) if n_workers > 1 else None,
+                        n_blocks=n_blocks,
+                        map_blocks=map_blocks,
                         warm=self.resolve_start == "warm",
                         initial_selection=bool(self.initial_selection),
                     )
@@ -286,6 +311,10 @@ class FELMClassifier(_FeatureSelectingELM):
             seed=seed,
         )
 
+    def _kept_width(self, n_rows):
+        del n_rows
+        return int(self.n_hidden)
+
     def _store_weights(self, X, results, rows_of):
         self.coef_ = np.column_stack(
             [problem.weights_of(r.point) for r, (_, _, problem) in zip(results, rows_of)]
@@ -378,6 +407,9 @@ class FKELMClassifier(_FeatureSelectingELM):
             psi=float(self.psi),
             kkt_tol=float(self.kkt_tol),
         )
+
+    def _kept_width(self, n_rows):
+        return int(n_rows)
 
     def _store_weights(self, X, results, rows_of):
         n = X.shape[0]

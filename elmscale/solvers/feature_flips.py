@@ -47,7 +47,24 @@ from typing import NamedTuple
 import numpy as np
 
 from elmscale.features.kernels import Kernel
-from elmscale.solvers.sparse_dual import solve_explicit_dual, solve_kernel_dual
+from elmscale.solvers.sparse_dual import box_qp, solve_explicit_dual, solve_kernel_dual
+
+#: up to this many rows a mask's dual is solved exactly as one dense box QP on the rows'
+#: Gram matrix (``box_qp``, warm-started from the current dual): on COD-RNA-free sizes
+#: like the paper's (colon, 62 rows x 300 nodes) 0.12-0.22 ms a solve against 1.0-1.7 ms
+#: for dual coordinate descent, and exact, which the objective's 1e-6 tolerance wants
+DENSE_MAX_ROWS = 600
+#: the dense solve's KKT tolerance (its steps are exact; this only decides when to stop)
+DENSE_TOL = 1e-9
+
+
+def _dense_dual(K, t, C, alpha0):
+    """The sparse ELM's dual on the Gram ``K`` exactly (``box_qp``), or None if it does not
+    finish (the caller falls back to the iterative solver)."""
+    Q = K * np.multiply.outer(t, t)
+    start = np.zeros(t.size) if alpha0 is None else alpha0
+    return box_qp(Q, -np.ones(t.size), C, start, DENSE_TOL)
+
 
 __all__ = [
     "ExplicitMaskProblem",
@@ -143,6 +160,11 @@ class ExplicitMaskProblem:
 
     def solve(self, mask, pre, alpha0) -> MaskPoint:
         H = self.features(pre)
+        alpha = (
+            _dense_dual(H @ H.T, self.t, self.C, alpha0) if H.shape[0] <= DENSE_MAX_ROWS else None
+        )
+        if alpha is not None:
+            return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask), 0)
         alpha, _, n_iter, _ = solve_explicit_dual(
             H,
             self.t,
@@ -218,6 +240,9 @@ class KernelMaskProblem:
 
     def solve(self, mask, pre, alpha0) -> MaskPoint:
         K = self.gram(pre)
+        alpha = _dense_dual(K, self.t, self.C, alpha0) if K.shape[0] <= DENSE_MAX_ROWS else None
+        if alpha is not None:
+            return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask), 0)
         alpha, n_iter, _, _ = solve_kernel_dual(
             self.X[:, mask],
             self.t,
@@ -355,11 +380,20 @@ def select_features(
     budget = max_sweeps * n
     converged = False
     while processed < budget:
-        width = min(block_size * n_blocks, budget - processed, n - since_kept)
+        # speculate (blocks side by side) only once a run of rejections as long as the
+        # blocks has been seen: right after a kept flip, the next is often near, and the
+        # blocks evaluated past it would be thrown away
+        side_by_side = n_blocks > 1 and since_kept >= block_size * n_blocks
+        blocks_now = n_blocks if side_by_side else 1
+        width = min(block_size * blocks_now, budget - processed, n - since_kept)
         order = [(position + k) % n for k in range(width)]
-        size = max(1, -(-width // n_blocks))
-        blocks = [order[k : k + size] for k in range(0, width, size)]
-        results = map_blocks(blocks, problem=problem, current=current, tol=tol, warm=warm)
+        kwargs = {"problem": problem, "current": current, "tol": tol, "warm": warm}
+        if side_by_side:
+            size = max(1, -(-width // blocks_now))
+            blocks = [order[k : k + size] for k in range(0, width, size)]
+            results = map_blocks(blocks, **kwargs)
+        else:
+            results = [evaluate_block(order, **kwargs)]
         accepted = None
         for block in results:
             for candidate in block:
