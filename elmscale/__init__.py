@@ -35,6 +35,8 @@ _LAZY = {
     "SparseELMClassifier": "elmscale.models.sparse_elm",
     "FLSASVMClassifier": "elmscale.models.flsa_svm",
     "FLSASVMRegressor": "elmscale.models.flsa_svm",
+    "FELMClassifier": "elmscale.models.felm",
+    "FKELMClassifier": "elmscale.models.felm",
     **{
         f"{ensemble}{task}": "elmscale.models.boosting_ridge"
         for ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM")
