@@ -283,3 +283,66 @@ def test_scikit_learn_estimator_checks(est):
     from sklearn.utils.estimator_checks import check_estimator
 
     check_estimator(est)
+
+
+# -- command line and pipelines ----------------------------------------------------------------
+
+
+@pytest.fixture()
+def named_csv(tmp_path):
+    """A CSV with a row-number column first (as colon.csv has), named gene columns and a
+    label: the labels depend on gene_0 and gene_1 only."""
+    X, t = relevant_two(n=120, d=6)
+    header = "row," + ",".join(f"gene_{j}" for j in range(6)) + ",label"
+    lines = [header] + [
+        f"{i}," + ",".join(f"{v:.6f}" for v in x) + f",{int(c > 0)}"
+        for i, (x, c) in enumerate(zip(X, t))
+    ]
+    path = tmp_path / "genes.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_train_prints_the_kept_features_by_name(named_csv, tmp_path, capsys):
+    from elmscale.app.cli import main
+
+    metrics = tmp_path / "metrics.json"
+    args = ["train", str(named_csv), str(tmp_path / "m.elm"), "--label", "label"]
+    args += ["--estimator", "FKELMClassifier", "-p", "C=4", "-p", "psi=0.5", "-p", "sigma=0.8"]
+    assert main([*args, "--metrics", str(metrics)]) == 0
+    out = capsys.readouterr().out
+    import json
+
+    kept = json.loads(metrics.read_text())["kept_features"]
+    assert f"kept {len(kept)} of 7 features: {', '.join(kept)}" in out
+    assert {"gene_0", "gene_1"} <= set(kept)
+
+
+def test_pipeline_features_pattern_on_a_csv_and_kept_features_in_metrics(named_csv, tmp_path):
+    from elmscale.app.pipeline import load_pipeline
+    from elmscale.app.runner import run_pipeline
+
+    path = tmp_path / "felm.toml"
+    path.write_text(
+        f"""
+[run]
+name = "felm-test"
+task = "train"
+[data]
+train = "{named_csv}"
+label = "label"
+features = "gene_*"
+test_size = 0.25
+[model]
+estimator = "FKELMClassifier"
+params = {{ C = 4.0, psi = 0.5, sigma = 0.8 }}
+[output]
+dir = "{tmp_path / "runs"}"
+"""
+    )
+    lines = []
+    metrics, run_dir = run_pipeline(load_pipeline(path), echo=lines.append, progress=False)
+    assert set(metrics["kept_features"]) <= {f"gene_{j}" for j in range(6)}  # no "row"
+    assert {"gene_0", "gene_1"} <= set(metrics["kept_features"])
+    assert any(line.startswith("kept ") for line in lines)
+    assert model_files.load(run_dir / "model.elm").n_features_in_ == 6

@@ -156,6 +156,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from elmscale.app.selection import describe_kept, kept_features
     from elmscale.io.model_files import save
 
     params = _parse_params(args.param)
@@ -172,6 +173,10 @@ def cmd_train(args) -> int:
         f"trained {args.estimator} on {train.n_samples} rows x {train.n_features} features "
         f"in {seconds:.2f} s; training {_fmt_metrics(report['train'])}"
     )
+    kept = kept_features(model, train.feature_names)
+    if kept is not None:
+        report["kept_features"] = kept
+        print(describe_kept(kept, train.n_features))
     if args.test:
         test = _load(
             args.test,

@@ -179,7 +179,35 @@ def _load_arrays(path: str, data: dict, n_features=None):
         kw["label"] = data["label"]
     loaded = load(path, **kw)
     X = loaded.X.toarray() if hasattr(loaded.X, "toarray") else loaded.X
-    return X, loaded.y, None if fmt == "libsvm" else list(loaded.feature_names)
+    if fmt == "libsvm":
+        return X, loaded.y, None
+    names = list(loaded.feature_names)
+    if data["features"] is not None:
+        # the Parquet rule (a list of names, or a pattern) on a CSV / ARFF file's columns
+        keep = _chosen_columns(names, data["features"], path)
+        X, names = X[:, keep], [names[i] for i in keep]
+    return X, loaded.y, names
+
+
+def _chosen_columns(names: list[str], features, path: str) -> list[int]:
+    """Positions of ``features`` (a list of names, or an ``fnmatch`` pattern) in ``names``;
+    errors name the file and the column."""
+    import fnmatch
+
+    from elmscale.core.errors import DataError
+
+    if isinstance(features, str):
+        keep = [i for i, n in enumerate(names) if fnmatch.fnmatchcase(n, features)]
+        if not keep:
+            raise DataError(
+                f"{path}: data.features={features!r} matches no feature column; expected a "
+                f"pattern matching some of {names[:10]}{' ...' if len(names) > 10 else ''}"
+            )
+        return keep
+    missing = [n for n in features if n not in names]
+    if missing:
+        raise DataError(f"{path}: feature column(s) {missing} not found among {names[:10]} ...")
+    return [names.index(n) for n in features]
 
 
 def _capabilities(estimator):
@@ -424,6 +452,7 @@ def run_pipeline(
     ``progress``: a progress bar on stderr for every long step (pieces of the data plane's
     passes, grid pieces, one-vs-one pairs, rows scored).
     """
+    from elmscale.app.selection import describe_kept, kept_features
     from elmscale.distributed.executors import progress_bars
     from elmscale.io.model_files import load, save
 
@@ -470,6 +499,10 @@ def run_pipeline(
                 features = saved_features(model_path) or pipeline["data"]["features"]
             else:
                 model, features = _fit(pipeline, compute, run_dir, metrics)
+                kept = kept_features(model, features)
+                if kept is not None:
+                    metrics["kept_features"] = kept
+                    echo(describe_kept(kept, len(features)))
                 _evaluate(pipeline, model, features, compute, metrics)
                 save(
                     model, run_dir / "model.elm", features=features, label=pipeline["data"]["label"]
