@@ -29,7 +29,9 @@ def test_the_quick_protocol_expands_into_one_trial_per_method_and_set():
     assert {p.method.name for p in pieces} == METHODS
     assert {(p.trial, p.folds, p.table) for p in pieces} == {(0, 3, "5")}
     fkelm = next(p.method for p in pieces if p.method.name == "FKELM")
-    assert fkelm.grid_dict()["sigma"] == [felm.library_sigma(2.0**-2)]
+    assert dict(fkelm.first_stage)["sigma"] == (felm.library_sigma(2.0**-2),)
+    assert list(fkelm.grid_dict()) == ["psi"]  # the second stage, with the selection
+    assert dict(fkelm.first_stage_params) == dict(felm.WITHOUT_SELECTION)
     assert dict(fkelm.params)["sigma_star_ratio"] == 2.0**10
     full = load_protocol("felm")
     assert [(t.name, len(t.datasets), t.trials, t.folds) for t in full.tables] == [
@@ -43,10 +45,11 @@ def test_the_quick_protocol_expands_into_one_trial_per_method_and_set():
 def test_the_notes_state_the_grid_reduction():
     notes = load_protocol("felm").notes
     reduction = notes[0]
-    assert reduction.startswith("Grid reduced")
+    assert reduction.startswith("Grid reduced and staged")
     assert "C in {2^-10, 2^-9, ..., 2^10}" in reduction  # the paper's
-    assert "C in {2^-6, 2^-3, 2^0, 2^3, 2^6}" in reduction  # this run's
-    assert "psi in {0, 2^0, 2^2, 2^4}" in reduction and "tau in {0.3, 0.5}" in reduction
+    assert "C in {2^-6, 2^-4, ..., 2^6}" in reduction  # this run's
+    assert "psi in {0, 2^0, 2^2, 2^4}" in reduction and "tau in {0.3, 0.4, 0.5, 0.6}" in reduction
+    assert "two CV stages" in reduction
     assert "--quick" in load_protocol("felm", quick=True).notes[0]
     assert len(felm.PAPER_C) == len(felm.PAPER_SIGMA_P) == 21 and len(felm.PAPER_TAU) == 11
 
@@ -144,3 +147,20 @@ def test_the_quick_run_records_kept_features_beside_the_papers_accuracy(tmp_path
     (entry,) = run.report.statistics
     assert entry["table"] == "5" and entry["n_datasets"] == 2 and "nemenyi_cd" in entry
     assert (tmp_path / entry["cd_diagram"]).is_file()
+
+
+def test_a_staged_search_keeps_the_first_stages_choice():
+    from dataclasses import replace
+
+    from elmscale.experiments.pieces import _search
+    from elmscale.models.felm import FELMClassifier
+
+    piece = next(p for p in load_protocol("felm", quick=True).pieces() if p.method.name == "FELM")
+    method = replace(piece.method, first_stage=(("C", (0.01, 100.0)),), grid=(("psi", (0.0, 2.0)),))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(90, 5))
+    y = (X[:, 0] > 0).astype(int)
+    est = FELMClassifier(n_hidden=30, max_sweeps=2, random_state=0)
+    best, score = _search(replace(piece, method=method), est, X, y, regression=False)
+    assert set(best) == {"C", "psi"} and best["C"] in (0.01, 100.0) and best["psi"] in (0.0, 2.0)
+    assert 0.5 < score <= 1.0

@@ -198,6 +198,16 @@ def _search(piece: Piece, est, X, y, regression: bool):
             scoring=scoring,
             path_param=method.path_param,
         )
+    elif method.first_stage:
+        cheap = clone(est).set_params(**dict(method.first_stage_params))
+        first = GridSearchCV(
+            cheap, dict(method.first_stage), cv=cv, n_jobs=1, refit=False, scoring=scoring
+        ).fit(X, y)
+        chosen = dict(first.best_params_)
+        search = GridSearchCV(
+            clone(est).set_params(**chosen), grid, cv=cv, n_jobs=1, refit=False, scoring=scoring
+        ).fit(X, y)
+        return {**chosen, **search.best_params_}, float(search.best_score_)
     else:
         search = GridSearchCV(est, grid, cv=cv, n_jobs=1, refit=False, scoring=scoring)
         search.fit(X, y)

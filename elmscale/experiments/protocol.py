@@ -101,6 +101,11 @@ class Method:
     multiclass_params: tuple[tuple[str, object], ...] = ()
     #: the parameter that takes each trial's seed (random hidden nodes)
     seed_param: str | None = None
+    #: a first CV stage (a grid) run with ``first_stage_params`` set (a cheap variant of
+    #: the estimator: FELM / FKELM without feature selection); ``grid`` is then searched at
+    #: its chosen values, which the final model keeps
+    first_stage: tuple[tuple[str, tuple], ...] = ()
+    first_stage_params: tuple[tuple[str, object], ...] = ()
 
     @property
     def label(self) -> str:
