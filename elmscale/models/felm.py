@@ -246,7 +246,8 @@ class FELMClassifier(_FeatureSelectingELM):
     support_mask_ : (n_features_in_,) bool, the kept features (``get_support()``)
     n_features_selected_ : int
     pair_masks_ : (n_pairs, n_features_in_) each one-vs-one pair's mask
-    feature_scores_ : eq. 27's scores at E = I ((n_pairs, d) for multiclass)
+    feature_scores_ : eq. 27's scores at E = I ((n_pairs, d) for multiclass; NaN when
+        ``initial_selection=False``)
     objective_path_ : f(E) after the initial selection and after each kept flip (rows
         per pair, NaN-padded, for multiclass)
     objective_ : final f(E) per pair

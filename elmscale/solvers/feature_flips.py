@@ -313,7 +313,7 @@ def evaluate_block(
 
 class FlipResult(NamedTuple):
     """What :func:`select_features` returns: the final ``point``; ``scores`` (eq. 27-28)
-    at ``E = I``; ``objective_path`` f after the initial selection and after each kept
+    at ``E = I`` (NaN without the initial selection, which alone uses them); ``objective_path`` f after the initial selection and after each kept
     flip; ``n_sweeps`` cycles started through the features; ``converged`` whether the
     last cycle kept no flip; ``stats`` counts and seconds (candidates, screened, solves,
     kept, solve_seconds, total_seconds)."""
@@ -358,17 +358,21 @@ def select_features(
     current = problem.solve(mask, problem.pre(mask), None)
     stats["solve_seconds"] += time.perf_counter() - t0
     stats["solves"] += 1
-    # eq. 25-28: each feature suppressed, the output weights fixed
-    beta = problem.weights_of(current)
-    values = np.array(
-        [
-            problem.fixed_weights_value(problem.moved(current.pre, j, False), current.alpha, beta)
-            for j in range(n)
-        ]
-    )
-    total = values.sum()
-    scores = values / total if total > 0 else np.full(n, 1.0 / n)
+    scores = np.full(n, np.nan)
     if initial_selection:
+        # eq. 25-28: each feature suppressed, the output weights fixed (n objective
+        # evaluations: only when the drop uses them)
+        beta = problem.weights_of(current)
+        values = np.array(
+            [
+                problem.fixed_weights_value(
+                    problem.moved(current.pre, j, False), current.alpha, beta
+                )
+                for j in range(n)
+            ]
+        )
+        total = values.sum()
+        scores = values / total if total > 0 else np.full(n, 1.0 / n)
         keep = scores >= 1.0 / n
         if not keep.all() and keep.any():
             t0 = time.perf_counter()
