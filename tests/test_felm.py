@@ -14,6 +14,7 @@ from sklearn.svm import SVC
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
 from elmscale.io import model_files
+from elmscale.models.elm import ELMClassifier
 from elmscale.models.felm import FELMClassifier, FKELMClassifier
 from elmscale.models.sparse_elm import SparseELMClassifier
 from elmscale.models.sparse_elm_pairs import fit_binary
@@ -346,3 +347,18 @@ dir = "{tmp_path / "runs"}"
     assert {"gene_0", "gene_1"} <= set(metrics["kept_features"])
     assert any(line.startswith("kept ") for line in lines)
     assert model_files.load(run_dir / "model.elm").n_features_in_ == 6
+
+
+def test_the_sparse_elm_and_the_unified_elm_take_the_mg_kernel(tmp_path):
+    X, t = relevant_two(n=120, d=4)
+    for cls in (SparseELMClassifier, ELMClassifier):
+        mg = cls(kernel="mg", sigma=0.9, sigma_star_ratio=3.0, tau=0.0, C=2.0).fit(X, t)
+        gaussian = cls(kernel="gaussian", sigma=0.9, C=2.0).fit(X, t)
+        np.testing.assert_allclose(
+            mg.decision_function(X), gaussian.decision_function(X), atol=1e-3
+        )
+        model = cls(kernel="mg", sigma=0.9, sigma_star_ratio=3.0, tau=0.4, C=2.0).fit(X, t)
+        assert model.score(X, t) > 0.85
+        model.save(tmp_path / "mg.elm")
+        loaded = model_files.load(tmp_path / "mg.elm")
+        np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))

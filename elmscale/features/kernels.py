@@ -112,6 +112,15 @@ class Kernel:
         )
 
 
+def mg_params(kind: str, sigma: float, sigma_star_ratio: float, tau: float) -> dict:
+    """An estimator's ``Kernel`` keywords for the memorization-generalization kernel
+    (``sigma_star = sigma_star_ratio * sigma``, ``tau``); none for the other kinds, whose
+    kernels then equal those rebuilt from a model file."""
+    if kind != "mg":
+        return {}
+    return {"sigma_star": float(sigma_star_ratio) * float(sigma), "tau": float(tau)}
+
+
 @register_feature_map("kernel")
 @dataclass(frozen=True, eq=False)
 class KernelFeatures:

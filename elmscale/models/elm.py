@@ -32,7 +32,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 
 from elmscale.core.threads import thread_budget
 from elmscale.features.base import FeatureMap, iter_row_blocks
-from elmscale.features.kernels import KERNELS, Kernel, KernelFeatures
+from elmscale.features.kernels import KERNEL_KINDS, Kernel, KernelFeatures, mg_params
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.ridge import PRECISIONS, choose_precision, ridge_path, solve_ridge
@@ -87,10 +87,12 @@ class _BaseELM(BaseEstimator):
         "hidden": [StrOptions(set(HIDDEN_KINDS))],
         "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
-        "kernel": [StrOptions(set(KERNELS)), None],
+        "kernel": [StrOptions(set(KERNEL_KINDS)), None],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
         "degree": [Interval(numbers.Integral, 1, None, closed="left")],
+        "sigma_star_ratio": [Interval(numbers.Real, 0, None, closed="neither")],
+        "tau": [Interval(numbers.Real, 0, 1, closed="both")],
         "precision": [StrOptions({"auto", *PRECISIONS})],
         "block_rows": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
@@ -107,6 +109,8 @@ class _BaseELM(BaseEstimator):
         C=1.0,
         sigma=1.0,
         degree=3,
+        sigma_star_ratio=1024.0,
+        tau=0.5,
         precision="auto",
         block_rows=16384,
         n_threads=None,
@@ -119,6 +123,8 @@ class _BaseELM(BaseEstimator):
         self.C = C
         self.sigma = sigma
         self.degree = degree
+        self.sigma_star_ratio = sigma_star_ratio
+        self.tau = tau
         self.precision = precision
         self.block_rows = block_rows
         self.n_threads = n_threads
@@ -164,7 +170,12 @@ class _BaseELM(BaseEstimator):
         )
 
     def _kernel_obj(self) -> Kernel:
-        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
+        return Kernel(
+            self.kernel,
+            sigma=float(self.sigma),
+            degree=int(self.degree),
+            **mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau),
+        )
 
     @property
     def feature_map_(self) -> FeatureMap:
@@ -446,14 +457,18 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
     weight_scale : float, default=1.0
         Input weights of sigmoid / sinusoid nodes are drawn from
         U(-weight_scale, weight_scale) (1: the original ELM); larger is less linear.
-    kernel : {"gaussian", "laplacian", "polynomial"} or None, default=None
-        Use this kernel (eqs. 29-31, dual solution) instead of random nodes.
+    kernel : {"gaussian", "laplacian", "polynomial", "mg"} or None, default=None
+        Use this kernel (eqs. 29-31, dual solution) instead of random nodes; "mg" is the
+        memorization-generalization kernel (``elmscale.features.kernels.Kernel``).
     C : float, default=1.0
         Regularisation as in the paper: larger C, less regularisation (> 0).
     sigma : float, default=1.0
         Width of the gaussian and laplacian kernels (> 0).
     degree : int, default=3
         Degree m of the polynomial kernel.
+    sigma_star_ratio, tau : float, default=1024.0, 0.5
+        The "mg" kernel's second width as a multiple of ``sigma`` and its weight in [0, 1]
+        (ignored by the other kernels).
     precision : {"auto", "double", "single"}, default="auto"
         Precision of the products forming H'H (nodes are float32 either way).
         "double" is exact at any C; "single" is about 2x faster to fit but only

@@ -21,7 +21,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from elmscale.core.threads import thread_budget
 from elmscale.distributed.executors import make_executor
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
-from elmscale.features.kernels import KERNELS, Kernel
+from elmscale.features.kernels import KERNEL_KINDS, Kernel, mg_params
 from elmscale.features.layers import HIDDEN_KINDS
 from elmscale.models.grid_plan import GridPlan
 
@@ -56,7 +56,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernel : {"gaussian", "laplacian", "polynomial"}, default="gaussian"
+    kernel : {"gaussian", "laplacian", "polynomial", "mg"}, default="gaussian"
         Kernel (eqs. 29-31); ignored when ``hidden`` is set.
     hidden : {"sigmoid", "sinusoid", "multiquadric", "gaussian"} or None, default=None
         Random hidden nodes instead of a kernel (Omega = HH', eq. 24); solved by
@@ -65,6 +65,9 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     C : float, default=1.0
         Upper bound of the dual variables (> 0).
     sigma, degree : kernel parameters.
+    sigma_star_ratio, tau : the memorization-generalization kernel's ("mg") second width
+        as a multiple of ``sigma`` and its weight in [0, 1] (see
+        ``elmscale.features.kernels.Kernel``); ignored by the other kernels.
     tol : float, default=1e-3
         KKT tolerance, checked on exit with an exact float64 gradient.
     cache_size : float, default=200
@@ -94,13 +97,15 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "kernel": [StrOptions(set(KERNELS))],
+        "kernel": [StrOptions(set(KERNEL_KINDS))],
         "hidden": [StrOptions(set(HIDDEN_KINDS)), None],
         "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
         "degree": [Interval(numbers.Integral, 1, None, closed="left")],
+        "sigma_star_ratio": [Interval(numbers.Real, 0, None, closed="neither")],
+        "tau": [Interval(numbers.Real, 0, 1, closed="both")],
         "tol": [Interval(numbers.Real, 0, None, closed="neither")],
         "cache_size": [Interval(numbers.Real, 0, None, closed="neither")],
         "shrinking": ["boolean"],
@@ -119,6 +124,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         C=1.0,
         sigma=1.0,
         degree=3,
+        sigma_star_ratio=1024.0,
+        tau=0.5,
         tol=1e-3,
         cache_size=200.0,
         shrinking=True,
@@ -133,6 +140,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.C = C
         self.sigma = sigma
         self.degree = degree
+        self.sigma_star_ratio = sigma_star_ratio
+        self.tau = tau
         self.tol = tol
         self.cache_size = cache_size
         self.shrinking = shrinking
@@ -141,7 +150,12 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def _kernel_obj(self) -> Kernel:
-        return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
+        return Kernel(
+            self.kernel,
+            sigma=float(self.sigma),
+            degree=int(self.degree),
+            **mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau),
+        )
 
     def save(self, path) -> None:
         """Save the fitted model (see ``elmscale.io.model_files`` for the format)."""
@@ -163,7 +177,12 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
                 "seed": seed,
                 "weight_scale": self.weight_scale,
             }, seed
-        return {"kind": self.kernel, "sigma": self.sigma, "degree": self.degree}, seed
+        return {
+            "kind": self.kernel,
+            "sigma": self.sigma,
+            "degree": self.degree,
+            **mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau),
+        }, seed
 
     def _prepare(self, X, y):
         if self.n_threads == 0:

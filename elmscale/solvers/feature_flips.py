@@ -313,8 +313,9 @@ def evaluate_block(
 
 class FlipResult(NamedTuple):
     """What :func:`select_features` returns: the final ``point``; ``scores`` (eq. 27-28)
-    at ``E = I`` (NaN without the initial selection, which alone uses them); ``objective_path`` f after the initial selection and after each kept
-    flip; ``n_sweeps`` cycles started through the features; ``converged`` whether the
+    at ``E = I`` (NaN without the initial selection, which alone uses them);
+    ``objective_path`` f after the initial selection and after each kept flip;
+    ``n_sweeps`` cycles started through the features; ``converged`` whether the
     last cycle kept no flip; ``stats`` counts and seconds (candidates, screened, solves,
     kept, solve_seconds, total_seconds)."""
 
