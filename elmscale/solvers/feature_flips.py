@@ -50,20 +50,22 @@ from elmscale.features.kernels import Kernel
 from elmscale.solvers.sparse_dual import box_qp, solve_explicit_dual, solve_kernel_dual
 
 #: up to this many rows a mask's dual is solved exactly as one dense box QP on the rows'
-#: Gram matrix (``box_qp``, warm-started from the current dual): on COD-RNA-free sizes
-#: like the paper's (colon, 62 rows x 300 nodes) 0.12-0.22 ms a solve against 1.0-1.7 ms
-#: for dual coordinate descent, and exact, which the objective's 1e-6 tolerance wants
+#: Gram matrix (``box_qp``): on sizes like the paper's (colon, 62 rows x 300 nodes)
+#: 0.12-0.22 ms a solve against 1.0-1.7 ms for dual coordinate descent, and exact, which
+#: the objective's 1e-6 tolerance wants; larger masks go to the iterative solvers,
+#: warm-started from the current dual
 DENSE_MAX_ROWS = 600
 #: the dense solve's KKT tolerance (its steps are exact; this only decides when to stop)
 DENSE_TOL = 1e-9
 
 
-def _dense_dual(K, t, C, alpha0):
+def _dense_dual(K, t, C):
     """The sparse ELM's dual on the Gram ``K`` exactly (``box_qp``), or None if it does not
-    finish (the caller falls back to the iterative solver)."""
+    finish (the caller falls back to the iterative solver).  It starts from zero, never
+    from the current dual: started there, ``box_qp`` took 1.3-1.5x longer (colon and
+    leukaemia, 5 splits each, ``benchmarks/felm.py``), its active set rebuilt either way."""
     Q = K * np.multiply.outer(t, t)
-    start = np.zeros(t.size) if alpha0 is None else alpha0
-    return box_qp(Q, -np.ones(t.size), C, start, DENSE_TOL)
+    return box_qp(Q, -np.ones(t.size), C, np.zeros(t.size), DENSE_TOL)
 
 
 __all__ = [
@@ -160,9 +162,7 @@ class ExplicitMaskProblem:
 
     def solve(self, mask, pre, alpha0) -> MaskPoint:
         H = self.features(pre)
-        alpha = (
-            _dense_dual(H @ H.T, self.t, self.C, alpha0) if H.shape[0] <= DENSE_MAX_ROWS else None
-        )
+        alpha = _dense_dual(H @ H.T, self.t, self.C) if H.shape[0] <= DENSE_MAX_ROWS else None
         if alpha is not None:
             return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask), 0)
         alpha, _, n_iter, _ = solve_explicit_dual(
@@ -240,7 +240,7 @@ class KernelMaskProblem:
 
     def solve(self, mask, pre, alpha0) -> MaskPoint:
         K = self.gram(pre)
-        alpha = _dense_dual(K, self.t, self.C, alpha0) if K.shape[0] <= DENSE_MAX_ROWS else None
+        alpha = _dense_dual(K, self.t, self.C) if K.shape[0] <= DENSE_MAX_ROWS else None
         if alpha is not None:
             return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask), 0)
         alpha, n_iter, _, _ = solve_kernel_dual(
