@@ -387,8 +387,9 @@ def paper_values(reference_dir: Path) -> pd.DataFrame:
 
 
 def claims(summary: pd.DataFrame, results, timings, reference_dir: Path | None = None, **_):
-    """Per set and method (FELM, FKELM): this run's mean test accuracy within
-    :data:`ACCURACY_MARGIN` points of the paper's (Tables 3 and 5), with the features kept."""
+    """Per set and method (FELM, FKELM): this run's mean test accuracy at most
+    :data:`ACCURACY_MARGIN` points below the paper's (Tables 3 and 5; above it holds too),
+    with the features kept."""
     empty = pd.DataFrame(columns=["claim", "holds"])
     if reference_dir is None or not (Path(reference_dir) / "felm_paper_results.csv").is_file():
         return empty
@@ -401,14 +402,14 @@ def claims(summary: pd.DataFrame, results, timings, reference_dir: Path | None =
         gap = float(row.test_acc) - theirs
         out.append(
             {
-                "claim": f"{row.dataset}: {row.method}'s test accuracy within "
-                f"{ACCURACY_MARGIN:g} points of the paper's",
+                "claim": f"{row.dataset}: {row.method}'s test accuracy at most "
+                f"{ACCURACY_MARGIN:g} points below the paper's",
                 "ours test %": float(row.test_acc),
                 "paper test %": theirs,
                 "difference": gap,
                 "kept features": float(getattr(row, "n_features_selected", np.nan)),
                 "of": getattr(row, "n_features", None),
-                "holds": bool(abs(gap) <= ACCURACY_MARGIN),
+                "holds": bool(gap >= -ACCURACY_MARGIN),
             }
         )
     return pd.DataFrame(out) if out else empty
