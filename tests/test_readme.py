@@ -72,6 +72,7 @@ STAND_INS = {
         fixtures=("ray_session",),
     ),
     "registry": StandIn(needle="from elmscale.registry import"),
+    "felm": StandIn(needle="from elmscale import FKELMClassifier"),
 }
 
 
