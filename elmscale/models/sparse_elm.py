@@ -154,7 +154,11 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             self.kernel,
             sigma=float(self.sigma),
             degree=int(self.degree),
-            **mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau),
+            **(
+                mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau)
+                if self.kernel == "mg"
+                else {}
+            ),
         )
 
     def save(self, path) -> None:
@@ -181,7 +185,11 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             "kind": self.kernel,
             "sigma": self.sigma,
             "degree": self.degree,
-            **mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau),
+            **(
+                mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau)
+                if self.kernel == "mg"
+                else {}
+            ),
         }, seed
 
     def _prepare(self, X, y):
