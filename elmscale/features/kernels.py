@@ -112,13 +112,18 @@ class Kernel:
         )
 
 
-def mg_params(kind: str, sigma: float, sigma_star_ratio: float, tau: float) -> dict:
+def mg_params(estimator) -> dict:
     """An estimator's ``Kernel`` keywords for the memorization-generalization kernel
     (``sigma_star = sigma_star_ratio * sigma``, ``tau``); none for the other kinds, whose
-    kernels then equal those rebuilt from a model file."""
-    if kind != "mg":
+    kernels then equal those rebuilt from a model file.  Reads ``sigma_star_ratio`` and
+    ``tau`` only for ``kernel="mg"``: estimators sharing the ELM base without them (KBRELM)
+    never take that kernel."""
+    if estimator.kernel != "mg":
         return {}
-    return {"sigma_star": float(sigma_star_ratio) * float(sigma), "tau": float(tau)}
+    return {
+        "sigma_star": float(estimator.sigma_star_ratio) * float(estimator.sigma),
+        "tau": float(estimator.tau),
+    }
 
 
 @register_feature_map("kernel")

@@ -174,11 +174,7 @@ class _BaseELM(BaseEstimator):
             self.kernel,
             sigma=float(self.sigma),
             degree=int(self.degree),
-            **(
-                mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau)
-                if self.kernel == "mg"
-                else {}
-            ),
+            **mg_params(self),
         )
 
     @property

@@ -154,11 +154,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             self.kernel,
             sigma=float(self.sigma),
             degree=int(self.degree),
-            **(
-                mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau)
-                if self.kernel == "mg"
-                else {}
-            ),
+            **mg_params(self),
         )
 
     def save(self, path) -> None:
@@ -185,11 +181,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             "kind": self.kernel,
             "sigma": self.sigma,
             "degree": self.degree,
-            **(
-                mg_params(self.kernel, self.sigma, self.sigma_star_ratio, self.tau)
-                if self.kernel == "mg"
-                else {}
-            ),
+            **mg_params(self),
         }, seed
 
     def _prepare(self, X, y):
