@@ -573,3 +573,116 @@ def q_segment(
         _vexp32(b, kbuf32[:m])
         for j in range(m):
             o[j] = ti * ts[j] * b[j]
+
+
+# ---------------------------------------------------------------------------
+# Sigmoid scores in one vectorised loop (``HiddenLayer.scores`` for sigmoid nodes).
+# The same float32 node values as ``_hidden_row`` to the bit (the same fused
+# multiply-adds in the same order, the same exp, an exact division), so that
+# ``scores`` still equals ``transform(X) @ coef``; what changes is the loop shape:
+# the exp is written for one value (its exponent added through a bit cast, not a
+# second pass over an int32 scratch array) so that the activation and the
+# division run in one SIMD loop, and four inputs are added per pass over the row.
+# Measured on 1M rows x 8 features x 1,000 units, one thread: 0.86 s against
+# 1.31 s for ``hidden_block_scores`` (CPU seconds, shared machine).
+# ---------------------------------------------------------------------------
+
+
+@intrinsic
+def _f32_as_i32(typingctx, x):
+    """The bits of a float32 as an int32 (an LLVM bit cast: vectorises)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _i32_as_f32(typingctx, x):
+    """The float32 whose bits are the low 32 bits of an integer."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if x.bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        elif x.bitwidth < 32:
+            value = builder.sext(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+
+    return types.float32(x), codegen
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _exp32_one(x):
+    """``exp(x)`` for one float32: ``_vexp32``'s arithmetic, to the bit."""
+    x = min(max(x, np.float32(-87.0)), np.float32(88.0))
+    k = np.floor(x * np.float32(_LOG2E) + np.float32(0.5))
+    r = x - k * _LN2_HI_32 - k * _LN2_LO_32
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    return _i32_as_f32(_f32_as_i32(p) + (np.int32(k) << 23))
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def _affine_row(x, W, b, z):
+    """``z = b + x @ W`` in float32, one fused multiply-add per input in input order
+    (``_hidden_row``'s rounding), four inputs per pass over ``z``."""
+    m = z.shape[0]
+    d = x.shape[0]
+    for j in range(m):
+        z[j] = b[j]
+    k = 0
+    while k + 4 <= d:
+        x0, x1, x2, x3 = x[k], x[k + 1], x[k + 2], x[k + 3]
+        w0, w1, w2, w3 = W[k], W[k + 1], W[k + 2], W[k + 3]
+        for j in range(m):
+            t = z[j] + x0 * w0[j]
+            t = t + x1 * w1[j]
+            t = t + x2 * w2[j]
+            z[j] = t + x3 * w3[j]
+        k += 4
+    while k < d:
+        xk = x[k]
+        wk = W[k]
+        for j in range(m):
+            z[j] += xk * wk[j]
+        k += 1
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def _sigmoid_inplace(z):
+    """``z = 1 / (1 + exp(-z))`` (float32) in one loop."""
+    for j in range(z.shape[0]):
+        z[j] = np.float32(1.0) / (np.float32(1.0) + _exp32_one(-z[j]))
+
+
+@njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def sigmoid_block_scores(X, W, b, coef, out):
+    """``out = sigmoid(X @ W + b) @ coef`` (float64 sums) without storing the layer.
+
+    X (n, d) float32, W (d, m) float32, b (m,) float32, coef (m, k) float64; the
+    node values are ``hidden_block``'s (kind 0) to the bit.
+    """
+    n = X.shape[0]
+    m = W.shape[1]
+    n_out = coef.shape[1]
+    coef_t = np.ascontiguousarray(coef.T)
+    n_chunks = min(n, _PARALLEL_CHUNKS)
+    for c in prange(n_chunks):
+        z = np.empty(m, np.float32)
+        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+            _affine_row(X[i], W, b, z)
+            _sigmoid_inplace(z)
+            for o in range(n_out):
+                out[i, o] = dot(z, coef_t[o])

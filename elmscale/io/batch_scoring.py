@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import queue
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +174,57 @@ def _batches(job: ScoreJob):
     yield from pq.ParquetFile(file).iter_batches(batch_size=job.batch_rows, columns=columns)
 
 
+_DONE = object()
+
+
+def _prefetched(batches, depth: int = 2):
+    """The items of ``batches``, read ahead on a helper thread while the caller scores the
+    ones before (pyarrow reads and decompresses without the GIL: reading overlaps scoring).
+
+    An exception raised while reading is raised here, at the item it replaced; when the
+    caller stops early the helper stops after the item it is reading.
+    """
+    ahead: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read():
+        try:
+            for batch in batches:
+                if not put((batch, None)):
+                    return
+        except BaseException as exc:  # handed to the caller, raised there
+            put((None, exc))
+            return
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        put((_DONE, None))
+
+    reader = threading.Thread(target=read, name="elmscale-score-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            batch, exc = ahead.get()
+            if exc is not None:
+                raise exc
+            if batch is _DONE:
+                return
+            yield batch
+    finally:
+        stop.set()
+        reader.join()
+
+
 def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
     X = np.empty((batch.num_rows, len(job.features)), dtype=np.float32)
     for j, name in enumerate(job.features):
@@ -204,13 +257,20 @@ def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=No
         writer = None
         try:
             with thread_budget(n_threads):
-                for batch in _batches(job):
+                for batch in _prefetched(_batches(job)):
                     table = _score_batch(model, job, batch)
                     if writer is None:
                         writer = (
                             pacsv.CSVWriter(tmp, table.schema)
                             if out.suffix == ".csv"
-                            else pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                            else pq.ParquetWriter(
+                                tmp,
+                                table.schema,
+                                compression="zstd",
+                                # predictions repeat (a few classes); ids and
+                                # decision values rarely do
+                                use_dictionary=["prediction"],
+                            )
                         )
                     writer.write_table(table)
                     rows += table.num_rows
