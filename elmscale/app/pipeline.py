@@ -175,7 +175,7 @@ def _check_values(p: Pipeline) -> None:
         )
     if test_size is not None and data["test"]:
         problems.append("data.test_size and data.test are both set; expected one of them")
-    task = run["task"]
+    task = run["task"] if isinstance(run["task"], str) else None  # a list or table: refused above
     needed = {"train": ("train",), "cv": ("train",), "score": ("score",)}.get(task, ())
     for key in needed:
         if not data[key]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -27,3 +28,29 @@ def atomic_write(path, write: Callable[[Path], object], *, make_dirs: bool = Tru
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def folder_lock(folder, what: str):
+    """Hold an exclusive lock on ``folder`` (created if missing) for the ``with`` block;
+    a second holder in any process gets a :class:`DataError` at once, naming the folder
+    and ``what`` holds it, instead of writing into it alongside (``flock`` on the folder
+    itself: nothing is left in it, and the lock goes with the process that held it)."""
+    import fcntl
+
+    from elmscale.core.errors import DataError
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataError(
+                f"{folder}: {what} is writing into this folder now; wait for it to finish "
+                "(a rerun then skips the files it wrote) or choose another output"
+            ) from None
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock

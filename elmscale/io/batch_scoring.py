@@ -32,7 +32,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from elmscale.core.errors import DataError
-from elmscale.core.files import atomic_write
+from elmscale.core.files import atomic_write, folder_lock
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.threads import thread_budget
 from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type
@@ -78,10 +78,13 @@ def _schema(file: Path) -> tuple[pa.Schema, int | None]:
     try:
         if file.suffix == ".csv":
             with pacsv.open_csv(file) as reader:
-                return reader.schema, None
-        metadata = pq.ParquetFile(file).metadata
-        return metadata.schema.to_arrow_schema(), metadata.num_rows
-    except (pa.ArrowException, OSError) as exc:
+                schema, n_rows = reader.schema, None
+        else:
+            metadata = pq.ParquetFile(file).metadata
+            schema, n_rows = metadata.schema.to_arrow_schema(), metadata.num_rows
+        schema.names  # noqa: B018 - column names that are not UTF-8 fail here, named
+        return schema, n_rows
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{file}: cannot be read ({exc}); expected a Parquet or CSV file") from exc
 
 
@@ -160,6 +163,15 @@ def plan_jobs(
 
 
 def _batches(job: ScoreJob):
+    try:
+        yield from _read_batches(job)
+    except (pa.ArrowException, UnicodeDecodeError) as exc:  # damage met past the footer
+        raise DataError(
+            f"{job.input}: cannot be read ({exc}); expected a Parquet or CSV file"
+        ) from exc
+
+
+def _read_batches(job: ScoreJob):
     columns = list(dict.fromkeys(job.id_columns + job.features))
     file = Path(job.input)
     if file.suffix == ".csv":
@@ -304,7 +316,19 @@ def score_jobs(
     model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None, progress: bool = False
 ) -> dict:
     """Run the jobs whose outputs do not exist yet, one per file: here (``client`` and
-    ``ray_address`` None), as Dask tasks or as Ray tasks; returns a summary."""
+    ``ray_address`` None), as Dask tasks or as Ray tasks; returns a summary.  The output
+    folders are locked while it runs: a second run into one of them is a ``DataError``
+    naming it (rather than two runs writing the same files and removing each other's
+    temporary files)."""
+    from contextlib import ExitStack
+
+    with ExitStack() as locks:
+        for folder in sorted({Path(job.output).parent for job in jobs}):
+            locks.enter_context(folder_lock(folder, "another elmscale score"))
+        return _score_jobs(model, jobs, client=client, ray_address=ray_address, progress=progress)
+
+
+def _score_jobs(model, jobs, *, client, ray_address, progress):
     import time
 
     from elmscale.distributed.executors import make_executor, progress_bars, report_progress

@@ -51,6 +51,7 @@ import hashlib
 import io
 import json
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -236,13 +237,41 @@ def save(model, path, *, features=None, label=None) -> Path:
 # -- reading -------------------------------------------------------------------
 
 
+def _inside_archive(name: str) -> bool:
+    """Whether a member name stays inside the archive: relative, no ``..``, no drive."""
+    parts = name.replace("\\", "/").split("/")
+    return (
+        bool(name)
+        and not name.startswith(("/", "\\"))
+        and ":" not in parts[0]
+        and (".." not in parts)
+    )
+
+
 def _read_members(path: Path) -> dict[str, bytes]:
     try:
         with zipfile.ZipFile(path) as zf:
-            return {info.filename: zf.read(info) for info in zf.infolist()}
-    except FileNotFoundError:
+            infos = zf.infolist()
+            for info in infos:
+                # members are read into memory, never extracted; a name that points out of
+                # the archive is refused all the same (nothing a file says names a path here)
+                if not _inside_archive(info.filename):
+                    raise ModelFileError(
+                        f"{path}: member {info.filename!r} names a path outside the archive "
+                        "(refused: a model file holds only its own members)"
+                    )
+            return {info.filename: zf.read(info) for info in infos}
+    except (FileNotFoundError, ModelFileError):
         raise
-    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile) as exc:
+    except (
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        zipfile.LargeZipFile,
+        zlib.error,  # a damaged deflate stream
+        NotImplementedError,  # a damaged header naming an unknown compression method
+        ValueError,
+    ) as exc:
         raise ModelFileError(
             f"{path}: not a complete elmscale model file (truncated, damaged or not a "
             f"model at all): {exc}"
@@ -273,7 +302,7 @@ def _verify(path: Path, members: dict[str, bytes]) -> dict:
         raise ModelFileError(f"{path}: members missing: {sorted(missing)}")
     try:
         metadata = json.loads(members["metadata.json"])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ModelFileError(f"{path}: metadata.json is not valid JSON: {exc}") from exc
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
         raise ModelFileError(
@@ -289,15 +318,43 @@ def _verify(path: Path, members: dict[str, bytes]) -> dict:
             f"{metadata.get('library_version', '?')}); this elmscale ({_library_version()}) "
             f"reads versions up to {FORMAT_VERSION}: upgrade elmscale to load it"
         )
+    given = metadata.get("input")
+    if given is not None and not (
+        isinstance(given, dict)
+        and isinstance(given.get("features"), list)
+        and all(isinstance(f, str) for f in given["features"])
+        and isinstance(given.get("label"), (str, type(None)))
+    ):
+        raise ModelFileError(
+            f"{path}: metadata.json's input is malformed: expected "
+            '{"features": [names], "label": name or null}'
+        )
     return metadata
 
 
 def _load_array(path: Path, members: dict[str, bytes], member: str) -> np.ndarray:
-    if member not in members:
+    if not isinstance(member, str) or member not in members:
         raise ModelFileError(f"{path}: array member {member!r} is missing")
+    data = io.BytesIO(members[member])
     try:
-        return np.load(io.BytesIO(members[member]), allow_pickle=False)
-    except ValueError as exc:
+        # the header's shape is checked against the bytes that follow before anything is
+        # allocated: a header may declare 10^12 elements in a member of a few bytes
+        major, _ = np.lib.format.read_magic(data)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if major == 1
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read_header(data)
+        declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if dtype.hasobject or declared != len(members[member]) - data.tell():
+            raise ValueError(
+                f"its header declares shape {shape} of {dtype} ({declared:,} bytes) but "
+                f"{len(members[member]) - data.tell():,} bytes follow"
+            )
+        data.seek(0)
+        return np.load(data, allow_pickle=False)
+    except (ValueError, TypeError, OverflowError, EOFError) as exc:
         raise ModelFileError(f"{path}: {member} is not a plain array: {exc}") from exc
 
 
@@ -310,15 +367,20 @@ def _decode(node: dict, path: Path, members: dict[str, bytes]):
     params = node.get("params", {})
     try:
         est = cls(**params)
-    except TypeError as exc:
+        if name not in CONTAINERS and hasattr(est, "_parameter_constraints"):
+            est._validate_params()  # the values a fit would accept, nothing else
+    except (TypeError, ValueError) as exc:
         raise ModelFileError(
             f"{path}: parameters of {name} do not match this elmscale: {exc}"
         ) from exc
     for attr, value in node.get("attributes", {}).items():
+        _check_attribute(cls, attr, path)
         setattr(est, attr, value)
     for attr, member in node.get("arrays", {}).items():
+        _check_attribute(cls, attr, path)
         setattr(est, attr, _load_array(path, members, member))
     for attr, spec in node.get("layers", {}).items():
+        _check_attribute(cls, attr, path)
         if isinstance(spec, dict) and spec.get("type") == "concatenated_layers":
             layers = spec.get("layers")
             if not isinstance(layers, list) or not layers:
@@ -330,6 +392,17 @@ def _decode(node: dict, path: Path, members: dict[str, bytes]):
             value = _decode_layer(spec, attr, path, members)
         setattr(est, attr, value)
     return est
+
+
+def _check_attribute(cls: type, attr, path: Path) -> None:
+    """A fitted attribute a file may set: a plain name, not one of the class's own (its
+    methods and properties stay the class's)."""
+    if not isinstance(attr, str) or not attr.isidentifier() or attr.startswith("__"):
+        raise ModelFileError(f"{path}: attribute name {attr!r} is not a fitted attribute")
+    if hasattr(cls, attr):
+        raise ModelFileError(
+            f"{path}: attribute {attr!r} would replace {cls.__name__}.{attr} (refused)"
+        )
 
 
 def _decode_layer(spec, where: str, path: Path, members: dict[str, bytes]) -> HiddenLayer:
@@ -353,11 +426,38 @@ def load(path):
     members = _read_members(path)
     metadata = _verify(path, members)
     try:
-        return _decode(metadata["model"], path, members)
+        model = _decode(metadata["model"], path, members)
     except ModelFileError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as exc:
         raise ModelFileError(f"{path}: model description is malformed: {exc!r}") from exc
+    _check_usable(model, path)
+    return model
+
+
+def _check_usable(model, path: Path) -> None:
+    """The loaded model predicts one row of zeros: parts that do not fit together (a
+    crafted file, its checksums made anew) are a ModelFileError here, not an error in the
+    middle of scoring."""
+    import warnings
+
+    from elmscale.core.pipelines import final_estimator
+
+    first = model.steps[0][1] if hasattr(model, "steps") else model
+    n_features = getattr(first, "n_features_in_", None)
+    if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
+        raise ModelFileError(f"{path}: n_features_in_ = {n_features!r} is not a feature count")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prediction = np.asarray(model.predict(np.zeros((1, n_features))))
+    except Exception as exc:  # noqa: BLE001 - whatever a crafted file breaks, it is the file's
+        raise ModelFileError(
+            f"{path}: the model's parts do not fit together ({type(exc).__name__}: {exc})"
+        ) from exc
+    classes = getattr(final_estimator(model), "classes_", None)
+    if prediction.shape[:1] != (1,) or (classes is not None and prediction[0] not in classes):
+        raise ModelFileError(f"{path}: the model predicts {prediction!r} for one row")
 
 
 def read_metadata(path) -> dict:

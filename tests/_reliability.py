@@ -1,0 +1,527 @@
+"""Cases of the reliability matrix shared by ``tests/test_reliability.py`` (a few examples
+each, in the test suite) and ``benchmarks/stress.py`` (many, in the full matrix).
+
+Bad input: a case builds one damaged input (a model file, a pipeline file, a Parquet or CSV
+file) and runs the ``elmscale`` command on it in this process (``main(argv)``); the
+documented outcome is exit code 1 (bad data, a bad model file) or 2 (a bad pipeline or
+command line) with one ``elmscale: error:`` line naming the file, and nothing written.  An
+exception escaping ``main`` is the traceback a user would see: the case fails with it.
+Inputs that are in fact valid (a bit flip in a ZIP header's timestamp) must give exit code
+0 and the undamaged input's results.
+
+Security: :func:`probe_local_clusters` starts the Dask cluster and the Ray that ``elmscale
+run`` starts by itself (``elmscale.app.runner.Compute``) in a fresh process and reports the
+addresses every process of theirs listens on and Ray's authentication mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+FEATURES = ["f1", "f2", "f3", "f4"]
+
+
+# -- running the command -------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(argv: list[str]) -> Outcome:
+    """``elmscale ARGV`` in this process: its exit code and what it printed."""
+    from elmscale.app.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return Outcome(code, out.getvalue(), err.getvalue())
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in Path(folder).rglob("*")} if Path(folder).exists() else set()
+
+
+def assert_documented_error(outcome: Outcome, codes: tuple[int, ...], names: str) -> None:
+    """Exit code in ``codes``, one ``elmscale: error:`` message that names ``names``."""
+    assert outcome.code in codes, (outcome.code, outcome.err)
+    assert outcome.err.startswith("elmscale: error:"), outcome.err
+    assert "Traceback" not in outcome.err, outcome.err
+    assert names in outcome.err, (names, outcome.err)
+
+
+# -- a small model and its inputs ------------------------------------------------------------
+
+
+@dataclass
+class ModelCase:
+    folder: Path
+    model: Path
+    raw: bytes = field(repr=False)
+    data: Path  # a CSV file of FEATURES to predict
+    expected: np.ndarray = field(repr=False)  # the model's predictions for it
+
+
+def make_model_case(folder: Path) -> ModelCase:
+    """A fitted 8-node ELM on 4 features saved with its column names, and a CSV to score."""
+    from elmscale import ELMClassifier
+    from elmscale.data import generate_classification
+    from elmscale.io.model_files import save
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    train = generate_classification(300, n_features=4, random_state=0)
+    model = ELMClassifier(n_hidden=8, random_state=0).fit(train.X, train.y)
+    path = save(model, folder / "model.elm", features=FEATURES, label="label")
+    rows = generate_classification(50, n_features=4, random_state=1).X
+    data = folder / "rows.csv"
+    pacsv.write_csv(pa.table({f: rows[:, j] for j, f in enumerate(FEATURES)}), data)
+    return ModelCase(folder, path, path.read_bytes(), data, model.predict(rows))
+
+
+def zip_members(raw: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+        return {info.filename: zf.read(info) for info in zf.infolist()}
+
+
+def zip_of(members: dict[str, bytes], *, sums: bool = True) -> bytes:
+    """A ZIP of ``members`` with SHA256SUMS made anew: a file crafted to pass the checksums."""
+    members = {k: v for k, v in members.items() if k != "SHA256SUMS"}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        if sums:
+            zf.writestr(
+                "SHA256SUMS",
+                "".join(f"{hashlib.sha256(v).hexdigest()}  {k}\n" for k, v in members.items()),
+            )
+    return buffer.getvalue()
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def truncated(raw: bytes, keep: int) -> bytes:
+    return raw[: keep % len(raw)]
+
+
+def bit_flipped(raw: bytes, flips: list[tuple[int, int]]) -> bytes:
+    out = bytearray(raw)
+    for position, bit in flips:
+        out[position % len(out)] ^= 1 << (bit % 8)
+    return bytes(out)
+
+
+def with_outside_member(raw: bytes, name: str, listed: bool) -> bytes:
+    """An extra member named ``name`` (a path out of the archive), listed in SHA256SUMS or
+    not."""
+    members = zip_members(raw)
+    members[name] = b"written outside the archive"
+    if listed:
+        return zip_of(members)
+    buffer = io.BytesIO(raw)
+    with zipfile.ZipFile(buffer, "a") as zf:
+        zf.writestr(name, members[name])
+    return buffer.getvalue()
+
+
+def with_huge_array(raw: bytes, shape: tuple[int, ...], dtype: str = "<f8") -> bytes:
+    """Every array member's header replaced by one declaring ``shape`` over a few bytes."""
+    members = zip_members(raw)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": dtype, "fortran_order": False, "shape": tuple(shape)}
+    )
+    for name in members:
+        if name.endswith(".npy"):
+            members[name] = header.getvalue() + b"\0" * 64
+    return zip_of(members)
+
+
+def with_metadata(raw: bytes, change) -> bytes:
+    """``change(metadata)`` applied to metadata.json, checksums made anew."""
+    members = zip_members(raw)
+    metadata = json.loads(members["metadata.json"])
+    metadata = change(metadata)
+    members["metadata.json"] = json.dumps(metadata).encode()
+    return zip_of(members)
+
+
+def newer_version(raw: bytes, version: int) -> bytes:
+    def change(metadata):
+        metadata["format_version"] = version
+        return metadata
+
+    return with_metadata(raw, change)
+
+
+def metadata_paths(value, prefix=()) -> list[tuple]:
+    """Every key path in a JSON value (dict keys and list positions)."""
+    paths = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            paths += metadata_paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            paths += metadata_paths(v, (*prefix, i))
+    return paths
+
+
+def replaced_at(value, path: tuple, new):
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    value[head] = replaced_at(value[head], rest, new)
+    return value
+
+
+def check_model_file(case: ModelCase, damaged: bytes, tag: str) -> str:
+    """``elmscale predict`` with a damaged model file: exit 1 naming it and nothing written,
+    or (the damage left the content intact) exit 0 with the undamaged predictions.
+    Returns "refused" or "loaded"."""
+    path = case.folder / f"damaged-{tag}.elm"
+    path.write_bytes(damaged)
+    out = case.folder / f"out-{tag}.csv"
+    before = files_under(case.folder)
+    try:
+        outcome = run_cli(["predict", path, case.data, out])
+        if outcome.code == 0:
+            predicted = pacsv.read_csv(out).column("prediction").to_numpy()
+            np.testing.assert_array_equal(predicted, case.expected)
+            return "loaded"
+        assert_documented_error(outcome, (1,), str(path))
+        assert files_under(case.folder) == before, "a failed predict wrote a file"
+        return "refused"
+    finally:
+        path.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
+
+
+# -- pipeline files --------------------------------------------------------------------------
+
+#: A valid pipeline (the mutations start from it); ``{train}`` is a CSV file.
+BASE_PIPELINE = {
+    "run": {"name": "fuzz", "task": "train", "seed": 0},
+    "data": {"train": "{train}", "label": "label"},
+    "model": {"estimator": "ELMClassifier", "params": {"n_hidden": 10}},
+    "search": {"folds": 3},
+    "compute": {"workers": 1},
+    "output": {"dir": "{out}"},
+}
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not np.isfinite(value):
+            return "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string is a JSON string
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(value)
+
+
+def toml_text(config: dict) -> str:
+    lines = []
+    for section, values in config.items():
+        if not isinstance(values, dict):
+            lines.append(f"{json.dumps(section)} = {toml_value(values)}")
+            continue
+    for section, values in config.items():
+        if isinstance(values, dict):
+            lines.append(f"[{json.dumps(section)}]")
+            lines += [f"{json.dumps(k)} = {toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def check_pipeline_file(folder: Path, text: str, tag: str) -> str:
+    """``elmscale validate`` and ``run --dry-run`` of a pipeline file: exit 0 (valid) or 2
+    naming the file, never a traceback; nothing written either way.  Returns "valid" or
+    "refused"."""
+    path = folder / f"pipeline-{tag}.toml"
+    path.write_text(text)
+    before = files_under(folder)
+    try:
+        validate = run_cli(["validate", path])
+        dry = run_cli(["run", path, "--dry-run"])
+        assert files_under(folder) == before, "validate / --dry-run wrote a file"
+        if validate.code == 0:
+            assert dry.code == 0, dry.err
+            return "valid"
+        assert_documented_error(validate, (2,), str(path))
+        assert_documented_error(dry, (2,), str(path))
+        return "refused"
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# -- data files ------------------------------------------------------------------------------
+
+COLUMN_KINDS = ("float64", "float32", "int64", "bool", "string", "nulls", "all_null", "absent")
+CORRUPTIONS = ("none", "truncated", "footer_flip", "empty", "garbage")
+
+
+def data_table(kinds: list[str], n_rows: int, seed: int) -> pa.Table:
+    """A table with FEATURES of the given kinds (and an id column)."""
+    rng = np.random.default_rng(seed)
+    columns = {"id": pa.array(np.arange(n_rows), pa.int64())}
+    for name, kind in zip(FEATURES, kinds):
+        values = rng.uniform(-1, 1, n_rows)
+        if kind == "absent":
+            continue
+        if kind in ("float64", "float32"):
+            columns[name] = pa.array(values.astype(kind))
+        elif kind == "int64":
+            columns[name] = pa.array((values * 10).astype(np.int64))
+        elif kind == "bool":
+            columns[name] = pa.array(values > 0)
+        elif kind == "string":
+            columns[name] = pa.array([f"x{v:.3f}" for v in values], pa.string())
+        elif kind == "nulls":
+            mask = np.arange(n_rows) % 3 == 0
+            columns[name] = pa.array(values, mask=mask)
+        elif kind == "all_null":
+            columns[name] = pa.nulls(n_rows, pa.float64())
+    return pa.table(columns)
+
+
+def write_data_file(
+    path: Path, table: pa.Table, corruption: str, where: int, seed: int
+) -> pa.Table | None:
+    """Write ``table`` (Parquet or CSV by suffix), then damage it; returns the table a reader
+    should see when the damage leaves the file intact, else None."""
+    if path.suffix == ".csv":
+        pacsv.write_csv(table, path)
+    else:
+        pq.write_table(table, path, row_group_size=max(1, table.num_rows // 3 or 1))
+    raw = path.read_bytes()
+    if corruption == "none":
+        return table
+    if corruption == "truncated":
+        path.write_bytes(raw[: where % max(1, len(raw))])
+    elif corruption == "footer_flip":
+        data = bytearray(raw)
+        data[len(data) - 1 - where % min(len(data), 64)] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif corruption == "empty":
+        path.write_bytes(b"")
+    elif corruption == "garbage":
+        path.write_bytes(np.random.default_rng(seed).bytes(1 + where % 400))
+    return None
+
+
+def data_verdict(kinds: list[str], n_rows: int, corruption: str, csv: bool) -> str:
+    """What scoring must do: "ok", "error", or "either" (a damaged CSV may still parse)."""
+    if corruption in ("truncated", "footer_flip"):
+        # a CSV cut at a row's end still parses; a flip in a Parquet footer's key-value
+        # metadata or a CSV value may leave a readable file
+        return "either" if csv or corruption == "footer_flip" else "error"
+    if corruption != "none":
+        return "error"
+    if n_rows == 0:
+        return "error"
+    bad = {"string", "nulls", "all_null", "absent"}
+    return "error" if bad & set(kinds) else "ok"
+
+
+def check_scoring_input(
+    case: ModelCase,
+    kinds: list[str],
+    n_rows: int,
+    corruption: str,
+    where: int,
+    csv: bool,
+    tag: str,
+) -> str:
+    """``elmscale score`` of one generated (maybe damaged) input: exit 0 with as many rows
+    out as in, or exit 1 naming the input with nothing written.  Returns "scored" or
+    "refused"."""
+    table = data_table(kinds, n_rows, seed=where)
+    source = case.folder / f"input-{tag}.{'csv' if csv else 'parquet'}"
+    intact = write_data_file(source, table, corruption, where, seed=where)
+    out_dir = case.folder / f"scored-{tag}"
+    verdict = data_verdict(kinds, n_rows, corruption, csv)
+    try:
+        outcome = run_cli(["score", case.model, source, out_dir, "--id", "id", "--quiet"])
+        if outcome.code == 0:
+            assert verdict in ("ok", "either"), (verdict, kinds, n_rows, corruption)
+            written = list(out_dir.glob("*"))
+            assert [p.name for p in written] == [f"{source.stem}.parquet"], written
+            scored = pq.read_table(written[0])
+            # rows in = rows out, counted by reading the input as it is now
+            rows_in = (pacsv.read_csv if csv else pq.read_table)(source).num_rows
+            assert scored.num_rows == rows_in
+            if intact is not None or not csv:  # a Parquet file is read whole or refused
+                assert scored.column("id").to_pylist() == table.column("id").to_pylist()
+            return "scored"
+        assert verdict in ("error", "either"), (verdict, kinds, n_rows, corruption, outcome)
+        assert_documented_error(outcome, (1,), str(source))
+        assert not files_under(out_dir), f"a failed score wrote {files_under(out_dir)}"
+        return "refused"
+    finally:
+        source.unlink(missing_ok=True)
+        for p in sorted(files_under(out_dir), reverse=True):
+            p.unlink() if p.is_file() else p.rmdir()
+        if out_dir.exists():
+            out_dir.rmdir()
+
+
+# -- security --------------------------------------------------------------------------------
+
+_PROBE = r"""
+import json, os, sys, psutil
+
+def listening(procs):
+    found = []
+    for proc in procs:
+        try:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.append([proc.pid, proc.name(), conn.laddr.ip, conn.laddr.port])
+        except psutil.Error:
+            pass
+    return found
+
+def main():
+    from elmscale.app.runner import Compute, resolve_compute
+    me = psutil.Process()
+    compute = Compute(resolve_compute(None), workers=2, threads_per_worker=1)
+    report = {}
+    try:
+        compute.dask()
+        report["dask"] = listening([me] + me.children(recursive=True))
+        if sys.argv[1] == "ray":
+            before = {tuple(x[2:]) for x in report["dask"]}
+            compute.ray()
+            from ray._private.authentication.authentication_utils import is_token_auth_enabled
+            import ray
+            report["ray"] = [x for x in listening([me] + me.children(recursive=True))
+                             if tuple(x[2:]) not in before]
+            report["ray_token_auth"] = bool(is_token_auth_enabled())
+            report["gcs_address"] = ray.get_runtime_context().gcs_address
+            if len(sys.argv) > 2:  # a client without the token must be refused
+                import subprocess
+                code = f"import ray; ray.init(address={report['gcs_address']!r})"
+                env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 32,
+                           RAY_AUTH_TOKEN_PATH="/nonexistent")
+                r = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
+                                   capture_output=True, text=True)
+                report["unauthenticated_client_refused"] = r.returncode != 0
+                report["unauthenticated_client_error"] = (r.stderr.strip().splitlines() or [""])[-1]
+    finally:
+        compute.close()
+    print("PROBE " + json.dumps(report))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def probe_local_clusters(ray: bool, try_unauthenticated: bool = False, timeout: float = 300):
+    """The report of :data:`_PROBE` run in a fresh process (a local Dask cluster, and a
+    local Ray when ``ray``, started as ``elmscale run`` starts them)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")
+    }
+    argv = [sys.executable, "-c", _PROBE, "ray" if ray else "dask"]
+    if try_unauthenticated:
+        argv.append("unauthenticated")
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    return json.loads(lines[-1][6:])
+
+
+def is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%")[0]).is_loopback
+
+
+_AUDIT: dict = {"on": False, "events": []}
+_FILE_EVENTS = ("open", "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.symlink", "os.link")
+
+
+def _audit(event, args):
+    if _AUDIT["on"] and event in _FILE_EVENTS:
+        _AUDIT["events"].append((event, args[0] if args else None))
+
+
+def file_events(fn):
+    """``fn()``'s file opens, removals, renames and directory changes (audit events)."""
+    if not _AUDIT.get("hooked"):
+        sys.addaudithook(_audit)
+        _AUDIT["hooked"] = True
+    _AUDIT["events"] = []
+    _AUDIT["on"] = True
+    try:
+        fn()
+    finally:
+        _AUDIT["on"] = False
+    return list(_AUDIT["events"])
+
+
+def model_file_touches_only_itself(case: ModelCase) -> int:
+    """Loading a model file whose members and array references point outside it opens,
+    writes, renames or removes nothing but the file itself (audit events), and is refused
+    naming it.  Returns the number of crafted files tried."""
+    import elmscale
+    from elmscale.core.errors import ModelFileError
+
+    target = case.folder / "outside.txt"
+    coef = ("model", "arrays", "coef_")
+    crafted = [
+        with_outside_member(case.raw, f"../{target.name}", listed=True),
+        with_outside_member(case.raw, f"../{target.name}", listed=False),
+        with_outside_member(case.raw, str(target), listed=True),
+        with_outside_member(case.raw, f"arrays/../../{target.name}", listed=True),
+        with_metadata(case.raw, lambda m: replaced_at(m, coef, str(target))),
+        with_metadata(case.raw, lambda m: replaced_at(m, coef, f"../{target.name}")),
+    ]
+    target.write_text("secret")
+    for i, raw in enumerate(crafted):
+        path = case.folder / f"crafted-{i}.elm"
+        path.write_bytes(raw)
+        before = {p: p.stat().st_mtime_ns for p in files_under(case.folder)}
+        refused = []
+
+        def load(path=path, refused=refused):
+            try:
+                elmscale.load(path)
+            except ModelFileError as exc:
+                refused.append(str(exc))
+
+        events = file_events(load)
+        assert refused and str(path) in refused[0], f"{path}: a crafted file loaded"
+        touched = {os.fspath(arg) for _, arg in events if isinstance(arg, (str, os.PathLike))}
+        assert touched <= {str(path)}, touched
+        assert {p: p.stat().st_mtime_ns for p in files_under(case.folder)} == before
+        assert target.read_text() == "secret"
+        path.unlink()
+    target.unlink()
+    return len(crafted)
