@@ -295,14 +295,61 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             )
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, *, ray_address=None):
+    def fit(
+        self,
+        X,
+        y=None,
+        *,
+        ray_address=None,
+        client=None,
+        n_blocks=None,
+        local_passes=100,
+        cache_mb=1024.0,
+        state_dir=None,
+    ):
         """Fit the one-vs-one pairs on ``X``, ``y``.
 
         ``ray_address``: None trains the pairs in this process (side by side on
         ``n_threads`` cores); otherwise each pair is a Ray task on the Ray that is
         already initialised, or on the cluster at this address ("auto", "ray://...",
         "host:port"), with ``X`` put in the object store once.  The model is the same.
+
+        ``X`` may also be a :class:`~elmscale.data.parquet.ParquetDataset` (labels from
+        its label column, ``y`` None).  With random nodes (``hidden``) the rows stay where
+        they are: CoCoA+ rounds (``elmscale.distributed.cocoa``) on the Dask cluster of
+        ``client``, or here, unit after unit, without one; ``tol`` is then each pair's
+        relative duality gap, ``max_iter`` the rounds (-1: at most 500), ``n_blocks`` the
+        blocks updated side by side (default: the cluster's worker threads, 2 without a
+        client), ``local_passes`` the coordinate-descent passes per block and round,
+        ``cache_mb`` each process's cache of hidden outputs, ``state_dir`` a folder every
+        worker can read for the dual variables (default: a temporary folder, fine on one
+        machine).  The model holds ``coef_`` and the hidden layer, not the support
+        vectors' rows (``support_`` are their row numbers).  With a kernel the rows are
+        gathered here and solved by the single-process solver.
         """
+        from elmscale.data.parquet import ParquetDataset
+
+        if isinstance(X, ParquetDataset):
+            if y is not None:
+                raise ValueError(
+                    "y must be None when X is a ParquetDataset: the labels come from its "
+                    "label column"
+                )
+            if self.hidden is not None:
+                return self._fit_cocoa(X, client, n_blocks, local_passes, cache_mb, state_dir)
+            from elmscale.distributed import dataplane
+
+            X, y = dataplane.gather_rows(X, client=client, n_threads=self.n_threads)
+        elif client is not None:
+            raise ValueError(
+                "client is used with a ParquetDataset (elmscale.open_parquet); got arrays, "
+                "which are fitted here"
+            )
+        if y is None:
+            raise ValueError(
+                "SparseELMClassifier requires y to be passed, but the target y is None "
+                "(y may be None only when X is a ParquetDataset)"
+            )
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
@@ -337,6 +384,66 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             est._warn_if_not_converged()
             fitted[i] = est
         return fitted
+
+    def _fit_cocoa(self, dataset, client, n_blocks, local_passes, cache_mb, state_dir):
+        from elmscale.distributed import dataplane
+        from elmscale.distributed.cocoa import fit_cocoa
+
+        if self.n_threads == 0:
+            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
+        for name, value, low in (("local_passes", local_passes, 1), ("cache_mb", cache_mb, 0)):
+            if not isinstance(value, numbers.Real) or value < low:
+                raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
+        stats = dataplane.column_stats(dataset, client=client)
+        self.classes_ = np.asarray(stats.classes)
+        if self.classes_.size < 2:
+            raise ValueError(
+                f"SparseELMClassifier needs at least 2 classes; {dataset!r} has "
+                f"{self.classes_.size}"
+            )
+        self.n_features_in_ = dataset.n_features
+        self.feature_names_in_ = np.asarray(dataset.features, dtype=object)
+        description, seed = self._feature_map_description(dataset.n_features)
+        layer = mapping_from_dict(description)
+        result = fit_cocoa(
+            dataset,
+            layer.to_dict(),
+            self.classes_,
+            C=float(self.C),
+            tol=float(self.tol),
+            client=client,
+            n_blocks=n_blocks,
+            local_passes=int(local_passes),
+            cache_mb=float(cache_mb),
+            state_dir=state_dir,
+            max_rounds=500 if self.max_iter < 0 else int(self.max_iter),
+            seed=seed,
+            n_threads=self.n_threads,
+        )
+        n_classes = self.classes_.size
+        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+        self.hidden_layer_ = layer
+        self.coef_ = result.beta.T.copy()
+        self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        self.support_ = result.support
+        self.support_vectors_ = np.empty((0, dataset.n_features), dtype=np.float32)
+        self.dual_coef_ = np.empty((len(pairs), 0))
+        self.n_support_ = np.bincount(result.support_classes, minlength=n_classes)
+        self.n_iter_ = np.full(len(pairs), result.rounds)
+        self.objective_ = result.dual
+        self.duality_gap_ = result.gap
+        self.kkt_violation_ = np.full(len(pairs), np.nan)
+        self.converged_ = result.gap <= self.tol
+        self.round_seconds_ = np.asarray(result.seconds)
+        if not result.converged:
+            warnings.warn(
+                f"SparseELMClassifier stopped after {result.rounds} CoCoA+ rounds before "
+                f"reaching tol={self.tol:g} (largest relative duality gap "
+                f"{result.gap.max():.3g}); increase max_iter or local_passes",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
 
     def _assemble(self, X32, y_idx, pairs, results, rows_of, feature_map):
         support_mask = np.zeros(X32.shape[0], bool)

@@ -1,0 +1,148 @@
+"""The random-node sparse ELM on a Parquet data set: CoCoA+ rounds on Dask or here."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from elmscale import SparseELMClassifier, open_parquet
+from elmscale.data import write_generated_parquet
+from elmscale.distributed import dataplane
+
+TOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def binary_set(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cocoa") / "binary"
+    write_generated_parquet(
+        out, 20_000, 6, 2, random_state=3, rows_per_file=5_000, row_group_size=2_500
+    )
+    return open_parquet(out, label="label")
+
+
+@pytest.fixture(scope="module")
+def three_classes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cocoa") / "three"
+    write_generated_parquet(
+        out, 15_000, 5, 3, random_state=4, rows_per_file=5_000, row_group_size=2_500
+    )
+    return open_parquet(out, label="label")
+
+
+def _model(**kw):
+    # CoCoA+'s rounds grow as rows per hidden node shrink (measured: 20,000 x 20 nodes, 2
+    # blocks: 1-3 rounds to a gap of 1e-3; 6,000 x 40: 262): a thousand rows a node
+    params = {"hidden": "sigmoid", "n_hidden": 20, "C": 1.0, "tol": TOL, "random_state": 0}
+    params.update(kw)
+    return SparseELMClassifier(**params)
+
+
+def test_dask_rounds_equal_the_same_rounds_here_and_close_the_gap(binary_set, dask_client):
+    here = _model().fit(binary_set, n_blocks=2)
+    there = _model().fit(binary_set, client=dask_client)  # two one-thread workers: 2 blocks
+    np.testing.assert_array_equal(there.coef_, here.coef_)
+    np.testing.assert_array_equal(there.support_, here.support_)
+    assert there.converged_.all() and (there.duality_gap_ <= TOL).all()
+    assert there.n_iter_[0] >= 1 and there.round_seconds_.size == there.n_iter_[0] + 1
+    X, y = binary_set.read()
+    np.testing.assert_array_equal(
+        dataplane.predict(there, binary_set, client=dask_client), there.predict(X)
+    )
+    assert there.n_support_.sum() == there.support_.size > 0
+
+
+def test_the_objective_is_the_single_process_solvers_within_tol(binary_set):
+    X, y = binary_set.read()
+    cocoa = _model().fit(binary_set, n_blocks=2)
+    single = _model(tol=1e-4).fit(X, y)
+    np.testing.assert_array_equal(cocoa.hidden_layer_.weights, single.hidden_layer_.weights)
+    # the dual is minimised: ours lies above the optimum by at most the gap (tol P ~ tol |D|)
+    rel = (cocoa.objective_ - single.objective_) / np.abs(single.objective_)
+    assert np.all(rel > -1e-6) and np.all(rel <= 1.5 * TOL), rel
+    agree = np.mean(cocoa.predict(X) == single.predict(X))
+    assert agree > 0.98, agree
+    # one block is the single-process problem itself: one round solves it
+    one = _model().fit(binary_set, n_blocks=1)
+    assert one.n_iter_[0] <= 2
+    assert abs(one.objective_[0] - single.objective_[0]) <= TOL * abs(single.objective_[0])
+
+
+def test_three_classes_one_vs_one_on_dask(three_classes, dask_client):
+    X, y = three_classes.read()
+    there = _model(n_hidden=15).fit(three_classes, client=dask_client)
+    here = _model(n_hidden=15).fit(three_classes, n_blocks=2)
+    np.testing.assert_array_equal(there.coef_, here.coef_)
+    assert there.coef_.shape == (15, 3) and there.pairs_.tolist() == [[0, 1], [0, 2], [1, 2]]
+    single = _model(n_hidden=15).fit(X, y)
+    assert np.mean(there.predict(X) == single.predict(X)) > 0.97
+    assert abs(np.mean(there.predict(X) == y) - np.mean(single.predict(X) == y)) <= 0.01
+
+
+def test_state_folder_is_emptied_and_bad_calls_are_named(binary_set, tmp_path, dask_client):
+    state = tmp_path / "state"
+    with pytest.warns(Warning, match="CoCoA"):
+        capped = _model(max_iter=2, tol=1e-9).fit(binary_set, n_blocks=2, state_dir=state)
+    assert capped.n_iter_[0] == 2 and not capped.converged_.any()
+    assert list(state.iterdir()) == []
+    X, y = binary_set.read()
+    with pytest.raises(ValueError, match="y must be None"):
+        _model().fit(binary_set, y)
+    with pytest.raises(ValueError, match="client is used with a ParquetDataset"):
+        _model().fit(X, y, client=dask_client)
+    with pytest.raises(ValueError, match="local_passes"):
+        _model().fit(binary_set, local_passes=0)
+    with pytest.raises(ValueError, match="n_blocks"):
+        _model().fit(binary_set, n_blocks=0)
+
+
+def test_a_kernel_model_gathers_the_rows(tmp_path, dask_client):
+    write_generated_parquet(tmp_path, 3_000, 6, 2, random_state=5, rows_per_file=1_000)
+    small = open_parquet(tmp_path, label="label")
+    X, y = small.read()
+    kernel = SparseELMClassifier(sigma=1.0, C=1.0)
+    gathered = clone(kernel).fit(small, client=dask_client)
+    np.testing.assert_array_equal(gathered.dual_coef_, clone(kernel).fit(X, y).dual_coef_)
+
+
+def test_small_cache_streams_units_to_the_same_optimum(binary_set):
+    # 20,000 rows x 20 nodes is ~2 MB: a 0.3 MB cache makes every block stream its units
+    streamed = _model().fit(binary_set, n_blocks=2, cache_mb=0.3)
+    whole = _model().fit(binary_set, n_blocks=2)
+    assert streamed.converged_.all()
+    rel = abs(streamed.objective_[0] - whole.objective_[0]) / abs(whole.objective_[0])
+    assert rel <= 2 * TOL
+
+
+def test_worker_killed_during_a_round_does_not_change_the_fit(binary_set, dask_client):
+    model = _model(tol=1e-6)  # many rounds: the kill lands in one
+    reference = clone(model).fit(binary_set, client=dask_client)
+    pids = dask_client.run(os.getpid)
+    outcome = {}
+
+    def fit():
+        try:
+            outcome["model"] = clone(model).fit(binary_set, client=dask_client)
+        except BaseException as exc:  # reported below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=fit, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not any(dask_client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.3)  # past the column statistics, in the rounds
+    victim = next(iter(pids.values()))
+    os.kill(victim, signal.SIGKILL)
+    assert runner.is_alive(), "the fit finished before the worker was killed"
+    runner.join(300)
+    assert not runner.is_alive(), "the fit did not finish within 300 s of the worker's death"
+    assert "error" not in outcome, outcome.get("error")
+    np.testing.assert_array_equal(outcome["model"].coef_, reference.coef_)
+    dask_client.wait_for_workers(2, timeout=120)
