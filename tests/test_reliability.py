@@ -206,18 +206,16 @@ def test_model_file_members_are_read_never_extracted(model_case, tmp_path, monke
 
 
 @pytest.mark.timeout(300)
-def test_the_local_dask_cluster_listens_on_loopback_only():
-    report = rel.probe_local_clusters(ray=False)
+def test_local_clusters_listen_on_loopback_and_ray_keeps_token_auth():
+    """The Dask cluster and the Ray that ``elmscale run`` starts by itself: Dask's scheduler,
+    nannies and workers listen on 127.0.0.1 only; Ray's token authentication is on (Ray
+    binds its own servers beyond loopback whatever it is given: the token guards them)."""
+    report = rel.probe_local_clusters(ray=True)
     assert report["dask"], "no listening socket found: the probe saw no cluster"
     outside = [entry for entry in report["dask"] if not rel.is_loopback(entry[2])]
     assert not outside, f"listening beyond 127.0.0.1: {outside}"
-
-
-@pytest.mark.timeout(300)
-def test_the_local_ray_keeps_token_authentication_on():
-    report = rel.probe_local_clusters(ray=True)
-    assert report["ray_token_auth"] is True
     assert report["ray"], "no Ray listening socket found"
+    assert report["ray_token_auth"] is True
 
 
 # -- what the fuzzing found, one example each ------------------------------------------------
@@ -320,3 +318,52 @@ def test_column_names_that_are_not_utf8_are_named(model_case, tmp_path, csv):
     outcome = rel.run_cli(["score", model_case.model, source, tmp_path / "out", "--quiet"])
     rel.assert_documented_error(outcome, (1,), str(source))
     assert not rel.files_under(tmp_path / "out")
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_score_exits_130_and_leaves_no_partial_file(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow.parquet as pq
+
+    from elmscale import ELMClassifier
+    from elmscale.data import generate_classification, write_generated_parquet
+    from elmscale.io.model_files import save
+
+    model = tmp_path / "model.elm"
+
+    train = generate_classification(500, n_features=8, random_state=0)
+    save(
+        ELMClassifier(n_hidden=200, random_state=0).fit(train.X, train.y),
+        model,
+        features=[f"f{j + 1}" for j in range(8)],
+    )
+    inputs = write_generated_parquet(tmp_path / "inputs", 1_200_000, rows_per_file=200_000)
+    out = tmp_path / "scored"
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "elmscale", "score", model, inputs, out, "--quiet"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list(out.glob("*.parquet")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    done = list(out.glob("*.parquet"))
+    assert 1 <= len(done) < 6, "the run was not interrupted midway"
+    assert process.returncode == 130 and err.strip().endswith("elmscale: interrupted"), err
+    assert "Traceback" not in err
+    assert not list(out.glob(".*")), "a temporary file was left"
+    for f in done:
+        assert pq.ParquetFile(f).metadata.num_rows == 200_000

@@ -6,7 +6,8 @@ data, train, evaluate, save, reload and score), ``convert``, ``train``, ``predic
 ``info``.
 
 Exit codes: 0 success; 1 runtime error (bad data in a file, a bad model file);
-2 usage error (unknown option, invalid parameter value, missing input file).
+2 usage error (unknown option, invalid parameter value, missing input file); 130
+interrupted (Ctrl-C: the clusters the command started are shut down first).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from elmscale.core.pipelines import final_estimator
 from elmscale.data.columns import PARQUET_SUFFIXES
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a job ended by Ctrl-C
 
 
 class UsageError(Exception):
@@ -661,3 +663,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # invalid parameter values (scikit-learn's validation)
         print(f"elmscale: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: what the command started is shut down by now
+        print("elmscale: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -20,11 +20,14 @@ value of a second parameter or a heatmap), ``scores/`` (when ``data.score`` is s
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import glob
 import json
 import logging
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -62,6 +65,21 @@ def resolve_compute(
     }
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while processes are started (they inherit it: a Ctrl-C sent to the
+    terminal's whole process group then stops only this process, which shuts them down in
+    order instead of each dying with a traceback).  A no-op off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Compute:
     """Dask client and Ray address for a run, connected or started on first use."""
 
@@ -89,12 +107,14 @@ class Compute:
         elif self.target["dask_file"]:
             self._client = connect_dask(scheduler_file=self.target["dask_file"])
         elif self.target["local"]:
-            self._cluster = LocalCluster(
-                n_workers=self.workers,
-                threads_per_worker=self.threads_per_worker,
-                processes=True,
-                dashboard_address=None,
-            )
+            with _sigint_ignored():  # Ctrl-C reaches the whole terminal job: the workers
+                # leave it to this process, which closes the cluster on its way out
+                self._cluster = LocalCluster(
+                    n_workers=self.workers,
+                    threads_per_worker=self.threads_per_worker,
+                    processes=True,
+                    dashboard_address=None,
+                )
             self._client = Client(self._cluster)
             log.info(
                 "started a local Dask cluster: %d workers x %d thread(s)",
