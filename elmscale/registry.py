@@ -166,6 +166,11 @@ def _random_nodes(params: dict) -> bool:
     return params.get("kernel") is None
 
 
+def _sparse_random_nodes(params: dict) -> bool:
+    # the sparse ELM's random-node problem runs as CoCoA+ rounds over the units
+    return params.get("hidden") is not None
+
+
 register(
     EstimatorEntry(
         "ELMClassifier",
@@ -199,6 +204,7 @@ register(
         Capabilities(
             task="classifier",
             c_path=True,
+            parquet_fit=_sparse_random_nodes,
             grid_pieces="pairs",
             ray_fit=True,
             paper_grid="elmscale.models.paper_grids:sparse_elm_grid",

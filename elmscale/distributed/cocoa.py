@@ -16,9 +16,11 @@ and writes the same output, so a lost worker changes nothing in the result.  Wit
 LocalCluster (or any cluster on one file system) the default temporary folder works; on
 machines without a shared file system, ``state_dir`` must be a path every worker sees.
 
-Each worker keeps the hidden outputs ``h(x)`` of the units it has seen in an LRU cache
-of ``cache_mb`` MB (rebuilt from the unit's rows when evicted), so its memory is bounded
-whatever the number of rows.  No scikit-learn here: a fresh worker starts fast.
+Each worker keeps the hidden outputs ``h(x)`` of its block in a cache of ``cache_mb`` MB:
+the whole block when it fits (then its local subproblem is solved over all its rows at
+once), else as many of its units as fit, the others computed again from their rows each
+round; so a worker's memory is bounded whatever the number of rows.  No scikit-learn
+here: a fresh worker starts fast.
 """
 
 from __future__ import annotations
@@ -206,12 +208,18 @@ def _block_outputs(units: list[WorkUnit], problem: CocoaProblem):
 
 
 def _cache_put(key, H, y_idx, budget: float) -> None:
+    """Keep ``(H, y_idx)`` if it fits in ``budget`` bytes after dropping other fits'
+    entries.  This fit's entries are never evicted: a round visits the units in the same
+    order every time, and LRU over a cycle larger than the cache would miss every time;
+    keeping the first ones makes a fraction budget / total of the visits hits."""
     size = H.nbytes + y_idx.nbytes
     with _CACHE_LOCK:
-        while _CACHE and _CACHE_BYTES[0] + size > budget:
-            old_H, old_y = _CACHE.popitem(last=False)[1]
+        for old in [k for k in _CACHE if k[0] != key[0]]:
+            if _CACHE_BYTES[0] + size <= budget:
+                break
+            old_H, old_y = _CACHE.pop(old)
             _CACHE_BYTES[0] -= old_H.nbytes + old_y.nbytes
-        if size <= budget:
+        if _CACHE_BYTES[0] + size <= budget:
             _CACHE[key] = (H, y_idx)
             _CACHE_BYTES[0] += size
 
