@@ -146,3 +146,51 @@ def test_worker_killed_during_a_round_does_not_change_the_fit(binary_set, dask_c
     assert "error" not in outcome, outcome.get("error")
     np.testing.assert_array_equal(outcome["model"].coef_, reference.coef_)
     dask_client.wait_for_workers(2, timeout=120)
+
+
+PIPELINE = """
+[run]
+name = "cocoa"
+task = "train"
+seed = 2
+[data]
+train = "{d}/train"
+test = "{d}/test"
+label = "label"
+generate = {{ rows = 20000, test_rows = 4000, features = 6 }}
+[model]
+estimator = "SparseELMClassifier"
+params = {{ hidden = "sigmoid", n_hidden = 20 }}
+[output]
+dir = "{d}/runs"
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_pipeline_trains_the_random_node_sparse_elm_on_parquet(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from elmscale import load
+
+    path = tmp_path / "cocoa.toml"
+    path.write_text(PIPELINE.format(d=tmp_path))
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "elmscale", "run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["train_rows"] == 20_000
+    model = load(run_dir / "model.elm")
+    final = model[-1] if hasattr(model, "steps") else model
+    assert final.duality_gap_.max() <= final.tol and final.support_vectors_.shape[0] == 0
+    assert metrics["test"]["accuracy"] > 0.8, metrics["test"]

@@ -287,7 +287,13 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
         estimator.set_params(random_state=run["seed"])
     task, train = run["task"], str(data["train"])
     start = time.perf_counter()
-    if _uses_data_plane(train, estimator):
+    # a cv task stays on the data plane only with a one-pass cross-validation there (the
+    # random-node sparse ELM fits Parquet by CoCoA+, but its grid search runs in memory)
+    on_data_plane = _uses_data_plane(train, estimator) and (
+        task != "cv"
+        or _capabilities(estimator).cross_validates_parquet(estimator.get_params(deep=False))
+    )
+    if on_data_plane:
         client = compute.dask()
         dataset = open_parquet(train, features=data["features"], label=data["label"])
         scaler = None
