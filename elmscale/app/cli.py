@@ -2,8 +2,8 @@
 
 Sub-commands: ``run`` and ``validate`` (pipeline files, ``elmscale.pipeline``),
 ``score`` (files larger than memory, ``elmscale.batch_scoring``), ``demo`` (generate
-data, train, evaluate, save, reload and score), ``convert``, ``train``, ``predict`` and
-``info``.
+data, train, evaluate, save, reload and score), ``convert``, ``train``, ``predict``,
+``info`` and ``warmup`` (compile every numba kernel into the cache, ``app/warmup.py``).
 
 Exit codes: 0 success; 1 runtime error (bad data in a file, a bad model file);
 2 usage error (unknown option, invalid parameter value, missing input file); 130
@@ -273,6 +273,12 @@ def cmd_info(args) -> int:
     lines.append(
         f"numba threading layer: {numba.config.THREADING_LAYER}, threads {numba.get_num_threads()}"
     )
+    from elmscale.core import compile_cache
+
+    lines.append(
+        f"numba cache: {compile_cache.cache_folder()} ({compile_cache.choose()[1]}; "
+        "`elmscale warmup` fills it)"
+    )
     for pool in threadpool_info():
         lines.append(
             f"thread pool {pool['internal_api']} ({pool.get('architecture') or '-'}): "
@@ -295,6 +301,12 @@ def cmd_info(args) -> int:
             )
     print("\n".join(lines))
     return EXIT_OK
+
+
+def cmd_warmup(args) -> int:
+    from elmscale.app import warmup
+
+    return warmup.main(only=args.only, quiet=args.quiet)
 
 
 def cmd_demo(args) -> int:
@@ -613,6 +625,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, thread pools, and a model file's metadata")
     p.add_argument("model", nargs="?")
     p.set_defaults(func=cmd_info)
+
+    from elmscale.app.warmup import STEP_NAMES
+
+    p = sub.add_parser(
+        "warmup", help="compile every numba kernel into the cache (for worker images)"
+    )
+    p.add_argument("--only", nargs="+", choices=STEP_NAMES, help="run only these steps")
+    p.add_argument("--quiet", action="store_true", help="only the cache folder and the total")
+    p.set_defaults(func=cmd_warmup)
 
     from elmscale.experiments.papers import PAPERS
 

@@ -20,9 +20,20 @@ with it: the float64 exp 0.68 ns against 1.3 ns a value, a 2,400-row gaussian K
 17 ms against 20, the exact float64 product of 5,204 support vectors with 29,768 rows
 0.31 s against 0.40 s, a float32 solver column 30 us against 48 us (one thread).
 
-Numba caches a function's machine code by its own file's time stamp only: after an
-edit here, delete elmscale's ``__pycache__/*.nbi, *.nbc`` so that solver.py's cached
-functions, which call these, are compiled again.
+Numba caches a function's machine code by its own file only (its path and content): after
+an edit here, delete elmscale's ``*.nbi, *.nbc`` cache files so that sparse_dual.py's cached
+functions, which call these, are compiled again.  They are in the ``__pycache__`` folders
+beside the code, or in the folder ``elmscale warmup`` names first (``ELMSCALE_CACHE_DIR``,
+a user cache folder for a read-only install: ``core/compile_cache.py``).
+
+First-fit compile time (``benchmarks/first_fit.py``): helpers that would be compiled on
+their own and then again inside every caller (numba links a callee's code into the
+caller's and optimises it there once more) are either inlined into their one caller
+(``inline="always"``) or compiled once and called (``_kernel_row``, ``_hidden_row``: a
+call per row segment, which keeps the parallel loops' bodies, and their compile time,
+small); calls that pass a literal (``0``, ``False``) to a compiled function pass
+``np.int64(0)`` / ``np.bool_(False)``, since numba compiles a literal argument's value as
+a signature of its own.
 """
 
 from __future__ import annotations
@@ -272,7 +283,7 @@ def exp_inplace_f32(a):
 NODE_CODES = {"sigmoid": 0, "sinusoid": 1, "multiquadric": 2, "gaussian": 3}
 
 
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
     """``row = h(x)`` (float32) for the layer ``(W, b)`` of node type ``kind``.
 
@@ -418,7 +429,7 @@ def _squared_distances(x, unit, Bt, start, stop, out):
             out[j] += diff * diff
 
 
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, acc, kbuf):
     """``acc[j] = K(a_row, B[start + j])`` in float64 for the columns ``start <= j < stop``
     of ``Bt`` (a range, not a slice of ``Bt``: a 2-D slice's rows are not contiguous

@@ -477,12 +477,12 @@ def _update_select_range(
     return i_sel, best, max_v
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _update_select(n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score, viol):
     """``_update_select_range`` over the active variables; returns ``(index, largest
     violation)``."""
     i_sel, _, max_v = _update_select_range(
-        0, n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score, viol
+        np.int64(0), n_active, g, bound, dinv, col, delta, col2, delta2, two, unit_diag, score, viol
     )
     return i_sel, np.sqrt(max_v)
 
@@ -556,7 +556,7 @@ def _solve_pair(ai, aj, gi, gj, qii, qjj, q, C):
     return best_i, best_j
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _gram_segment(gram, perm, t32, i, start, end, out):
     """``out[p] = t_i t_p K[row i, row p]`` (float32) for positions ``[start, end)`` from a
     precomputed Gram matrix (``perm`` maps the solver's positions to rows)."""
@@ -572,7 +572,7 @@ def _gram_segment(gram, perm, t32, i, start, end, out):
 _Scratch = namedtuple("_Scratch", ["xi", "acc32", "kbuf32", "acc64", "kbuf64", "score", "viol"])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _step_scratch(d):
     """A step's buffers (``_Scratch``) for rows of ``d`` features."""
     return _Scratch(
@@ -586,7 +586,7 @@ def _step_scratch(d):
     )
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _column_segment(q, i, start, end, scratch, out):
     """Q's column i over positions ``[start, end)`` (``q`` a ``QMatrix``), from its
     source: read from the kept Gram matrix, or computed from the rows (``q_segment``)."""
@@ -648,7 +648,7 @@ HELPER_MIN_ROWS = 2 * SPLIT_MIN  # problems smaller than this never start a help
 _NO_HELPER = _Helper(np.zeros(0, np.int64), np.zeros(0))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _post(ctrl, job, var, start, end, slot, slot2):
     """Hand the helper a job (arguments first, then the job number, with release)."""
     ctrl[_CTRL_JOB] = job
@@ -660,7 +660,7 @@ def _post(ctrl, job, var, start, end, slot, slot2):
     atomic_store_release(ctrl, _CTRL_POSTED, ctrl[_CTRL_POSTED] + 1)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _wait(ctrl):
     """Spin until the helper has done the last job posted."""
     posted = ctrl[_CTRL_POSTED]
@@ -677,7 +677,7 @@ def _split_point(helper, start, end):
     return start + (end - start) // 2 // _BLOCK * _BLOCK
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _add_column(g_bar, w, col, start, end):
     """``g_bar[start:end] += w * col[start:end]``, through slices: a loop over
     ``range(start, end)`` indexes with a sign check that stops it vectorising (4x)."""
@@ -758,7 +758,7 @@ def _helper_loop(helper, q, sol, cache):
         atomic_store_release(ctrl, _CTRL_DONE, posted)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _column_fill(i, start, end, s, q, cols, scratch, helper):
     """``cols[s][start:end]`` = Q's column i there, the far half on the helper if any."""
     mid = _split_point(helper, start, end)
@@ -770,7 +770,7 @@ def _column_fill(i, start, end, s, q, cols, scratch, helper):
         _column_segment(q, i, start, end, scratch, cols[s])
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _select_partner(i, n_active, sol, q, cols, s, scratch, helper):
     """``_select_partner_range`` over the active variables (column i in slot ``s``)."""
     g, bound, diag = sol.g, sol.bound, q.diag
@@ -778,19 +778,21 @@ def _select_partner(i, n_active, sol, q, cols, s, scratch, helper):
     qii = diag[i]
     mid = _split_point(helper, 0, n_active)
     if mid == 0:
-        return _select_partner_range(gi, qii, 0, n_active, g, bound, diag, cols[s], scratch.score)[
-            0
-        ]
+        return _select_partner_range(
+            gi, qii, np.int64(0), n_active, g, bound, diag, cols[s], scratch.score
+        )[0]
     ctrl, fargs = helper.ctrl, helper.fargs
     fargs[_F_ARG] = gi
     fargs[_F_ARG2] = qii
     _post(ctrl, _JOB_PARTNER, 0, mid, n_active, s, 0)
-    j, best = _select_partner_range(gi, qii, 0, mid, g, bound, diag, cols[s], scratch.score)
+    j, best = _select_partner_range(
+        gi, qii, np.int64(0), mid, g, bound, diag, cols[s], scratch.score
+    )
     _wait(ctrl)
     return ctrl[_CTRL_RESULT] if fargs[_F_BEST] > best else j
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, helper):
     """``_update_select`` with Q's columns in slots ``s`` and ``s2``, the far half of the
     active variables on the helper if any."""
@@ -816,7 +818,7 @@ def _update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, he
     fargs[_F_ARG2] = dj
     _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
     i_sel, best, max_v = _update_select_range(
-        0,
+        np.int64(0),
         mid,
         g,
         bound,
@@ -836,7 +838,7 @@ def _update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, he
     return i_sel, np.sqrt(max(max_v, fargs[_F_MAX_V]))
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _update_g_bar(g_bar, w, cols, s, n, helper):
     """``g_bar[:n] += w * cols[s][:n]``, the far half on the helper if any."""
     mid = _split_point(helper, 0, n)
@@ -849,7 +851,7 @@ def _update_g_bar(g_bar, w, cols, s, n, helper):
     _wait(helper.ctrl)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _fetch_column(i, length, head, q, cache, scratch, state, helper):
     """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front
     (``head`` the list's head before).
@@ -881,7 +883,7 @@ def _fetch_column(i, length, head, q, cache, scratch, state, helper):
     return s
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _permute_prefix(x, order, m, tmp):
     for p in range(m):
         tmp[p] = x[order[p]]
@@ -935,7 +937,8 @@ def _shrink(n_active, min_drop, sol, q, cache, tmp):
     perm, tmpi = q.perm, tmp.tmpi
     for p in range(n_active):
         tmpi[p] = perm[order[p]]
-    perm[:n_active] = tmpi[:n_active]
+    for p in range(n_active):
+        perm[p] = tmpi[p]
     _permute_prefix(q.t32, order, n_active, tmp.tmp32)
     _permute_prefix(bound, order, n_active, tmp.tmp8)
     Xt = q.Xt
@@ -944,7 +947,8 @@ def _shrink(n_active, min_drop, sol, q, cache, tmp):
     cols, col_len, slot_of, owner = cache.cols, cache.col_len, cache.slot_of, cache.owner
     for p in range(n_active):
         tmpi[p] = slot_of[order[p]]
-    slot_of[:n_active] = tmpi[:n_active]
+    for p in range(n_active):
+        slot_of[p] = tmpi[p]
     for p in range(n_active):
         if slot_of[p] >= 0:
             owner[slot_of[p]] = p
@@ -999,7 +1003,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
     to_shrink = state.to_shrink
     n_iter = state.steps
     i_sel, max_v = _update_select(
-        n_active, g, bound, dinv, zero, 0.0, zero, 0.0, False, unit_diag, score, viol
+        n_active, g, bound, dinv, zero, 0.0, zero, 0.0, np.bool_(False), unit_diag, score, viol
     )
     status = PHASE_OPTIMAL
     while True:
@@ -1039,7 +1043,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
                         0.0,
                         zero,
                         0.0,
-                        False,
+                        np.bool_(False),
                         unit_diag,
                         score,
                         viol,

@@ -1,0 +1,161 @@
+"""numba's compile cache: where elmscale puts it, and ``elmscale warmup`` filling it.
+
+Each test runs a fresh Python in a subprocess (with a timeout), since the cache folder is
+chosen when elmscale is imported.  The kernels compiled are the small ones of the warmup's
+``core`` step, so that a cold compile takes seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import elmscale
+from elmscale.core import compile_cache
+
+PACKAGE = Path(elmscale.__file__).resolve().parent
+COMPILE_ONE = (
+    "import numpy as np, elmscale\n"
+    "from elmscale.core import compile_cache, jit\n"
+    "jit.dot(np.arange(4.0), np.arange(4.0))\n"
+    "print(compile_cache.cache_folder())\n"
+)
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", compile_cache.ENV)}
+    env.update(extra)
+    return env
+
+
+def _python(code, env, cwd, timeout=240):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _cache_files(folder: Path):
+    return sorted(p.name for p in folder.rglob("*") if p.suffix in (".nbi", ".nbc"))
+
+
+@pytest.mark.timeout(300)
+def test_elmscale_cache_dir_is_where_the_kernels_are_cached(tmp_path):
+    cache = tmp_path / "cache"
+    result = _python(COMPILE_ONE, _env(ELMSCALE_CACHE_DIR=str(cache)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) == cache / "numba"
+    files = _cache_files(cache / "numba")
+    assert any(name.startswith("jit.dot-") and name.endswith(".nbi") for name in files), files
+    assert any(name.endswith(".nbc") for name in files), files
+
+
+@pytest.mark.timeout(300)
+def test_a_users_numba_cache_dir_is_honoured(tmp_path):
+    numba_dir = tmp_path / "numba-own"
+    result = _python(COMPILE_ONE, _env(NUMBA_CACHE_DIR=str(numba_dir)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()) == numba_dir
+    assert _cache_files(numba_dir), "nothing cached in NUMBA_CACHE_DIR"
+
+
+def _read_only_copy(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(PACKAGE, site / "elmscale", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [site, *site.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    return site
+
+
+# root writes through permissions: there the copy is mounted read-only, in a mount namespace
+# of the child's own
+_READ_ONLY_MOUNT = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" && exec "$@"'
+
+
+def _python_read_only(site: Path, code, env, cwd):
+    command = [sys.executable, "-c", code]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        if shutil.which("unshare") is None:
+            pytest.skip("running as root without unshare: cannot make a folder read-only")
+        command = ["unshare", "-m", "sh", "-c", _READ_ONLY_MOUNT, str(site), *command]
+    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=240)
+    if result.returncode != 0 and "mount" in result.stderr and "elmscale" not in result.stderr:
+        pytest.skip(f"cannot mount a folder read-only here: {result.stderr.strip()}")
+    return result
+
+
+@pytest.mark.timeout(300)
+def test_read_only_package_caches_in_the_user_cache_folder(tmp_path):
+    site = _read_only_copy(tmp_path)
+    try:
+        xdg = tmp_path / "xdg"
+        env = _env(PYTHONPATH=str(site), XDG_CACHE_HOME=str(xdg))
+        probe = "import elmscale; print(elmscale.__file__)\n" + COMPILE_ONE
+        result = _python_read_only(site, probe, env, tmp_path)
+        assert result.returncode == 0, result.stderr
+        imported, folder = result.stdout.split()
+        assert Path(imported).is_relative_to(site)  # the read-only copy, not this tree
+        assert Path(folder) == xdg / "elmscale" / "numba"
+        assert _cache_files(xdg / "elmscale" / "numba")
+        assert not list(site.rglob("*.nbi"))
+    finally:
+        for path in [site, *site.rglob("*")]:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def test_the_rules_in_order(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(compile_cache, "_package_writable", lambda: True)
+    assert compile_cache.choose() == (None, "package folder")
+    monkeypatch.setattr(compile_cache, "_package_writable", lambda: False)
+    assert compile_cache.choose() == (tmp_path / "xdg" / "elmscale" / "numba", "user cache folder")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "n"))
+    assert compile_cache.choose() == (tmp_path / "n", "NUMBA_CACHE_DIR")
+    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "e"))
+    assert compile_cache.choose() == (tmp_path / "e" / "numba", compile_cache.ENV)
+    # an ELMSCALE_CACHE_DIR that cannot be written: the next rule
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(compile_cache.ENV, str(blocker))
+    assert compile_cache.choose() == (tmp_path / "n", "NUMBA_CACHE_DIR")
+
+
+@pytest.mark.timeout(400)
+def test_warmup_fills_the_cache_then_finds_it_there(tmp_path):
+    cache = tmp_path / "cache"
+    env = _env(ELMSCALE_CACHE_DIR=str(cache))
+    command = [sys.executable, "-m", "elmscale", "warmup", "--only", "core"]
+    first = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert first.returncode == 0, first.stderr
+    assert f"numba cache {cache / 'numba'} (ELMSCALE_CACHE_DIR)" in first.stdout
+    assert "compiled 5: dot, shuffle_prefix, signed_block, weighted_row_sum" in first.stdout
+    files = _cache_files(cache / "numba")
+    for name in ("dot", "shuffle_prefix", "signed_block", "weighted_row_sum"):
+        assert any(f.startswith(f"jit.{name}-") for f in files), (name, files)
+    second = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert second.returncode == 0, second.stderr
+    assert "all cached" in second.stdout and "everything cached" in second.stdout, second.stdout
+    assert _cache_files(cache / "numba") == files
+
+
+def test_warmup_rejects_an_unknown_step():
+    from elmscale.app import warmup
+
+    with pytest.raises(ValueError, match="unknown warmup step"):
+        warmup.warmup(only=["nope"], report=None)
