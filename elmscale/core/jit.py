@@ -487,7 +487,7 @@ def kernel_block(A, Bt, kind, sigma, degree, sigma_star, tau, out):
     for i in prange(n):
         acc = np.empty(m, np.float64)
         kbuf = np.empty(m, np.int64)
-        _kernel_row(A[i], Bt, 0, m, kind, sigma, degree, sigma_star, tau, acc, kbuf)
+        _kernel_row(A[i], Bt, np.int64(0), m, kind, sigma, degree, sigma_star, tau, acc, kbuf)
         for j in range(m):
             out[i, j] = acc[j]
 
