@@ -125,25 +125,32 @@ def fault_dask_gram(case: Case, args, work: Path) -> None:
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        reference = clone(model).fit(ds, client=client)
-        for _ in range(args.repeat):
-            case.tries += 1
-            pids = client.run(os.getpid)
-            thread, outcome = _in_thread(lambda: clone(model).fit(ds, client=client))
-            _wait_for(lambda: any(client.processing().values()), 30)
-            time.sleep(0.3)  # some units done, others running
-            victim = next(iter(pids.values()))
-            os.kill(victim, signal.SIGKILL)
-            mid_run = thread.is_alive()
-            thread.join(300)
-            if "error" in outcome or thread.is_alive() or not mid_run:
-                case.notes.append(
-                    f"try {case.tries}: {outcome.get('error', 'not killed mid-run or hung')}"
-                )
-            else:
-                case.passed += 1
-                _compare_coef(case, outcome["value"], reference)
-            client.wait_for_workers(2, timeout=120)
+        _kill_a_dask_worker(case, client, lambda: clone(model).fit(ds, client=client), args)
+
+
+def _kill_a_dask_worker(case: Case, client, fit, args, settle: float = 0.3) -> None:
+    """``fit()`` once undisturbed, then ``args.repeat`` times with SIGKILL sent to one
+    worker's process ``settle`` s into its tasks; each result compared with the first."""
+    reference = fit()
+    for _ in range(args.repeat):
+        case.tries += 1
+        pids = client.run(os.getpid)
+        thread, outcome = _in_thread(fit)
+        _wait_for(lambda: any(client.processing().values()), 60)
+        time.sleep(settle)  # some units done, others running
+        os.kill(next(iter(pids.values())), signal.SIGKILL)
+        mid_run = thread.is_alive()
+        thread.join(600)
+        if "error" in outcome or thread.is_alive() or not mid_run:
+            case.notes.append(
+                f"try {case.tries}: {outcome.get('error', 'not killed mid-run or hung')}"
+            )
+        else:
+            case.passed += 1
+            _compare_coef(case, outcome["value"], reference)
+        client.wait_for_workers(2, timeout=120)
+    same = np.array_equal(fit().coef_, reference.coef_)
+    case.notes.append(f"an undisturbed second fit equals the first: {same}")
 
 
 def fault_dask_cocoa(case: Case, args, work: Path) -> None:
@@ -169,26 +176,8 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        reference = clone(model).fit(ds, client=client)
-        for _ in range(args.repeat):
-            case.tries += 1
-            pids = client.run(os.getpid)
-            thread, outcome = _in_thread(lambda: clone(model).fit(ds, client=client))
-            _wait_for(lambda: any(client.processing().values()), 60)
-            time.sleep(0.5)
-            os.kill(next(iter(pids.values())), signal.SIGKILL)
-            mid_run = thread.is_alive()
-            thread.join(600)
-            if "error" in outcome or thread.is_alive() or not mid_run:
-                case.notes.append(f"try {case.tries}: {outcome.get('error', 'not mid-run')}")
-            else:
-                case.passed += 1
-                _compare_coef(case, outcome["value"], reference)
-            client.wait_for_workers(2, timeout=120)
-        again = clone(model).fit(ds, client=client)
-        case.notes.append(
-            "an undisturbed second fit equals the first: "
-            f"{np.array_equal(again.coef_, reference.coef_)}"
+        _kill_a_dask_worker(
+            case, client, lambda: clone(model).fit(ds, client=client), args, settle=0.5
         )
 
 
@@ -721,13 +710,7 @@ def _fuzz_cases(examples: int):
     model = rel.make_model_case(folder / "model")
     pipelines = folder / "pipelines"
     pipelines.mkdir()
-    (pipelines / "train.csv").write_text(
-        model.data.read_text().splitlines()[0]
-        + ",label\n"
-        + "".join(
-            f"{line},{i % 2}\n" for i, line in enumerate(model.data.read_text().splitlines()[1:])
-        )
-    )
+    rel.pipeline_folder(pipelines, model)
 
     def model_files(outcomes):
         @fuzz
@@ -771,14 +754,7 @@ def _fuzz_cases(examples: int):
         )
         def prop(changes, text):
             if text is None:
-                config = json.loads(json.dumps(rel.BASE_PIPELINE))
-                config["data"]["train"] = str(pipelines / "train.csv")
-                config["output"]["dir"] = str(pipelines / "runs")
-                for (section, key), value in changes:
-                    config.setdefault(section, {})
-                    if isinstance(config[section], dict):
-                        config[section][key] = value
-                text = rel.toml_text(config)
+                text = rel.mutated_pipeline(pipelines, changes)
             outcomes.append(rel.check_pipeline_file(pipelines, text, "fuzz"))
 
         prop()

@@ -232,6 +232,27 @@ BASE_PIPELINE = {
 }
 
 
+def pipeline_folder(folder: Path, case: ModelCase) -> Path:
+    """``folder`` with ``train.csv`` (the case's rows and a 0 / 1 label) for BASE_PIPELINE."""
+    lines = case.data.read_text().splitlines()
+    rows = "".join(f"{line},{i % 2}\n" for i, line in enumerate(lines[1:]))
+    (folder / "train.csv").write_text(f"{lines[0]},label\n{rows}")
+    return folder
+
+
+def mutated_pipeline(folder: Path, changes) -> str:
+    """BASE_PIPELINE on ``folder``'s train.csv with ``changes`` ``((section, key), value)``
+    applied, as TOML text."""
+    config = json.loads(json.dumps(BASE_PIPELINE))
+    config["data"]["train"] = str(folder / "train.csv")
+    config["output"]["dir"] = str(folder / "runs")
+    for (section, key), value in changes:
+        config.setdefault(section, {})
+        if isinstance(config[section], dict):
+            config[section][key] = value
+    return toml_text(config)
+
+
 def toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -130,17 +130,7 @@ TOML_VALUES = st.recursive(
 
 @pytest.fixture(scope="module")
 def pipeline_folder(tmp_path_factory, model_case):
-    folder = tmp_path_factory.mktemp("pipelines")
-    train = folder / "train.csv"
-    train.write_text(
-        model_case.data.read_text().splitlines()[0]
-        + ",label\n"
-        + "".join(
-            f"{line},{i % 2}\n"
-            for i, line in enumerate(model_case.data.read_text().splitlines()[1:])
-        )
-    )
-    return folder
+    return rel.pipeline_folder(tmp_path_factory.mktemp("pipelines"), model_case)
 
 
 @pytest.mark.timeout(300)
@@ -149,14 +139,7 @@ def pipeline_folder(tmp_path_factory, model_case):
 def test_random_pipeline_keys_and_values_are_usage_errors_never_tracebacks(
     pipeline_folder, changes
 ):
-    config = json.loads(json.dumps(rel.BASE_PIPELINE))
-    config["data"]["train"] = str(pipeline_folder / "train.csv")
-    config["output"]["dir"] = str(pipeline_folder / "runs")
-    for (section, key), value in changes:
-        config.setdefault(section, {})
-        if isinstance(config[section], dict):
-            config[section][key] = value
-    rel.check_pipeline_file(pipeline_folder, rel.toml_text(config), "keys")
+    rel.check_pipeline_file(pipeline_folder, rel.mutated_pipeline(pipeline_folder, changes), "keys")
 
 
 @pytest.mark.timeout(300)
@@ -300,10 +283,8 @@ def test_a_second_score_into_a_folder_in_use_is_refused_and_writes_nothing(model
 
 @pytest.mark.timeout(120)
 def test_a_pipeline_task_that_is_a_list_is_a_usage_error(pipeline_folder):
-    config = json.loads(json.dumps(rel.BASE_PIPELINE))
-    config["data"]["train"] = str(pipeline_folder / "train.csv")
-    config["run"]["task"] = []
-    assert rel.check_pipeline_file(pipeline_folder, rel.toml_text(config), "list") == "refused"
+    text = rel.mutated_pipeline(pipeline_folder, [(("run", "task"), [])])
+    assert rel.check_pipeline_file(pipeline_folder, text, "list") == "refused"
 
 
 @pytest.mark.timeout(120)
