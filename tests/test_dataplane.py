@@ -1,15 +1,11 @@
 """The Dask data plane on a real LocalCluster: cluster fits equal local fits, faults, CV."""
 
-import os
-import signal
-import threading
-import time
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _datasets import shared_data
+from _faults import run_killing_a_worker
 from sklearn.base import clone
 
 from elmscale import (
@@ -194,30 +190,11 @@ def test_worker_killed_during_a_reduction_does_not_change_the_fit(generated, das
     ds = open_parquet(generated).with_units(16)
     model = ELMClassifier(n_hidden=1000, precision="double", random_state=0)
     reference = clone(model).fit(ds, client=dask_client)
-    pids = dask_client.run(os.getpid)
-    outcome = {}
-
-    def fit():
-        try:
-            outcome["model"] = clone(model).fit(ds, client=dask_client)
-        except BaseException as exc:  # reported below
-            outcome["error"] = exc
-
-    runner = threading.Thread(target=fit, daemon=True)  # a hung fit must not hold up exit
-    runner.start()
-    deadline = time.monotonic() + 30
-    while not any(dask_client.processing().values()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.5)  # some units done, others running
-    victim = next(iter(pids.values()))
-    os.kill(victim, signal.SIGKILL)
-    assert runner.is_alive(), "the reduction finished before the worker was killed"
-    runner.join(300)
-    assert not runner.is_alive(), "the fit did not finish within 300 s of the worker's death"
-    assert "error" not in outcome, outcome.get("error")
-    np.testing.assert_array_equal(outcome["model"].coef_, reference.coef_)
-    dask_client.wait_for_workers(2, timeout=120)
-    assert victim not in dask_client.run(os.getpid).values()
+    # some units done, others running
+    fitted = run_killing_a_worker(
+        dask_client, lambda: clone(model).fit(ds, client=dask_client), settle=0.5
+    )
+    np.testing.assert_array_equal(fitted.coef_, reference.coef_)
 
 
 def test_bad_input_on_the_cluster_is_named(tmp_path, dask_client):

@@ -402,7 +402,6 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
                 f"{self.classes_.size}"
             )
         self.n_features_in_ = dataset.n_features
-        self.feature_names_in_ = np.asarray(dataset.features, dtype=object)
         description, seed = self._feature_map_description(dataset.n_features)
         layer = mapping_from_dict(description)
         result = fit_cocoa(

@@ -1,0 +1,50 @@
+"""A real fault for the distributed tests: one Dask worker process killed mid-computation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+
+def run_killing_a_worker(client, fn, *, settle: float, timeout: float = 300.0):
+    """Run ``fn()`` on a thread, SIGKILL one of ``client``'s worker processes ``settle``
+    seconds after the cluster starts processing, and return ``fn()``'s result (its error
+    is raised).  Fails if ``fn`` ended before the kill or did not end within ``timeout``
+    seconds of it; waits until the nanny has brought a new worker process back (so that
+    the next test sees the same cluster)."""
+    pids = client.run(os.getpid)
+    outcome = {}
+
+    def target():
+        try:
+            outcome["result"] = fn()
+        except BaseException as exc:  # raised below, in the test's thread
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=target, daemon=True)  # a hung fit must not hold up exit
+    runner.start()
+    deadline = time.monotonic() + 30
+    while not any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(settle)
+    victim = next(iter(pids.values()))
+    os.kill(victim, signal.SIGKILL)
+    assert runner.is_alive(), "the work finished before the worker was killed"
+    runner.join(timeout)
+    assert not runner.is_alive(), f"the work did not finish within {timeout} s of the kill"
+    if "error" in outcome:
+        raise outcome["error"]
+    # wait_for_workers may count the dead worker before the scheduler drops it
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            now = client.run(os.getpid)
+        except Exception:  # a worker leaving while asked; ask again
+            now = {}
+        if len(now) == len(pids) and victim not in now.values():
+            break
+        assert time.monotonic() < deadline, f"the cluster did not recover: {now}"
+        time.sleep(0.2)
+    return outcome["result"]
