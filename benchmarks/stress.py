@@ -148,9 +148,24 @@ def _kill_a_dask_worker(case: Case, client, fit, args, settle: float = 0.3) -> N
         else:
             case.passed += 1
             _compare_coef(case, outcome["value"], reference)
-        client.wait_for_workers(2, timeout=120)
+        _wait_for_replacement(client, pids)
     same = np.array_equal(fit().coef_, reference.coef_)
     case.notes.append(f"an undisturbed second fit equals the first: {same}")
+
+
+def _wait_for_replacement(client, pids: dict) -> None:
+    """Until the cluster has as many workers as before and none of them is a killed one
+    (``wait_for_workers`` may count the dead worker before the scheduler drops it)."""
+
+    def replaced() -> bool:
+        try:
+            now = client.run(os.getpid)
+        except Exception:  # a worker leaving while asked
+            return False
+        # as many workers as before, one of them new (the killed one's replacement)
+        return len(now) == len(pids) and set(now.values()) != set(pids.values())
+
+    _wait_for(replaced, 120, every=0.2)
 
 
 def fault_dask_cocoa(case: Case, args, work: Path) -> None:
@@ -167,7 +182,7 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
     from elmscale import SparseELMClassifier, open_parquet
     from elmscale.data import write_generated_parquet
 
-    # 1M rows: where a killed worker changed the fit (300k rows: equal in 3 of 3)
+    # 1M rows: where a fit without n_blocks changed after a kill (it saw 1 or 3 workers)
     rows = args.cocoa_rows or (50_000 if args.quick else 1_000_000)
     data = write_generated_parquet(work / "cocoa", rows, rows_per_file=rows // 2)
     ds = open_parquet(data).with_units(8)
@@ -176,8 +191,14 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
+        # two blocks: by default a fit makes one per worker thread it sees when it starts,
+        # and a worker being replaced is not seen (or seen twice)
         _kill_a_dask_worker(
-            case, client, lambda: clone(model).fit(ds, client=client), args, settle=0.5
+            case,
+            client,
+            lambda: clone(model).fit(ds, client=client, n_blocks=2),
+            args,
+            settle=0.5,
         )
 
 

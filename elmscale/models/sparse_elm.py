@@ -319,9 +319,11 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         they are: CoCoA+ rounds (``elmscale.distributed.cocoa``) on the Dask cluster of
         ``client``, or here, unit after unit, without one; ``tol`` is then each pair's
         relative duality gap, ``max_iter`` the rounds (-1: at most 500), ``n_blocks`` the
-        blocks updated side by side (default: the cluster's worker threads, 2 without a
-        client), ``local_passes`` the coordinate-descent passes per block and round,
-        ``cache_mb`` each process's cache of hidden outputs, ``state_dir`` a folder every
+        blocks updated side by side (default: the worker threads the cluster has when the
+        fit starts, 2 without a client; the model depends on it, so give it where the
+        cluster may be changing size, as while a lost worker is replaced),
+        ``local_passes`` the coordinate-descent passes per block and round, ``cache_mb``
+        each process's cache of hidden outputs, ``state_dir`` a folder every
         worker can read for the dual variables (default: a temporary folder, fine on one
         machine).  The model holds ``coef_`` and the hidden layer, not the support
         vectors' rows (``support_`` are their row numbers).  With a kernel the rows are
