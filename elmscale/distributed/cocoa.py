@@ -134,24 +134,6 @@ def _class_index(y, classes: tuple, unit: WorkUnit) -> np.ndarray:
     return index.astype(np.int64)
 
 
-def _unit_outputs(unit: WorkUnit, problem: CocoaProblem) -> tuple[np.ndarray, np.ndarray]:
-    """``(sqrt(sigma') h(X), class index)`` of the unit's rows, from the cache or computed."""
-    key = (problem.fit_id, unit.index)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            return hit
-    X, y = unit.read()
-    if y is None:
-        raise ValueError(f"{unit.pieces[0][0]}: the data set has no label column")
-    layer = feature_map_from_dict(problem.layer)
-    H = scale_rows(layer.transform(X), problem.sigma_prime)
-    y_idx = _class_index(y, problem.classes, unit)
-    _cache_put(key, H, y_idx, problem.cache_mb * 2**20)
-    return H, y_idx
-
-
 def _state_path(problem: CocoaProblem, unit_index: int, round_index: int) -> Path:
     return Path(problem.state_dir) / f"unit{unit_index:06d}.round{round_index:06d}.npy"
 
@@ -183,7 +165,8 @@ def _save_alpha(problem: CocoaProblem, unit: WorkUnit, round_index: int, alpha) 
 
 
 def _block_outputs(units: list[WorkUnit], problem: CocoaProblem):
-    """The block's ``(sqrt(sigma') h(X), class index)`` as one array (cached as a whole)."""
+    """``(sqrt(sigma') h(X), class index)`` of these units' rows as one array, from the
+    cache or computed (and cached as a whole if it fits): a whole block, or one unit."""
     key = (problem.fit_id, tuple(u.index for u in units))
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
@@ -302,7 +285,7 @@ def block_round(
                 at += unit.n_rows
         else:
             for unit in units:
-                H, y_idx = _unit_outputs(unit, problem)
+                H, y_idx = _block_outputs([unit], problem)
                 alpha = _load_alpha(problem, unit, round_index)
                 _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, unit.index, totals)
                 _save_alpha(problem, unit, round_index + 1, alpha)
