@@ -43,7 +43,6 @@ from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.data.parquet import ParquetDataset, WorkUnit
 from elmscale.features.base import feature_map_from_dict
 from elmscale.solvers.cocoa_local import (
-    BlockTerms,
     duality_gap,
     local_passes,
     pass_seed,
@@ -411,14 +410,15 @@ def fit_cocoa(
         for r in range(max_rounds + 1):
             started = time.perf_counter()
             results = _run_round(client, workers, blocks, beta, r, problem, n_threads)
-            terms = [
-                [
-                    BlockTerms(res.hinge[p], res.alpha_sum[p], int(res.n_support[p]), 0)
-                    for res in results
-                ]
+            gaps = [
+                duality_gap(
+                    beta[p],
+                    C,
+                    sum(res.hinge[p] for res in results),
+                    sum(res.alpha_sum[p] for res in results),
+                )
                 for p in range(len(pairs))
             ]
-            gaps = [duality_gap(beta[p], C, terms[p]) for p in range(len(pairs))]
             seconds.append(time.perf_counter() - started)
             if on_round is not None:
                 on_round(r, [g[2] for g in gaps])

@@ -46,12 +46,11 @@ __all__ = ["BlockTerms", "duality_gap", "local_passes", "pass_seed", "scale_rows
 class BlockTerms(NamedTuple):
     """A block's part of the gap at the round's starting beta: ``hinge`` = sum of
     ``max(0, 1 - t_i h_i . beta)``, ``alpha_sum`` = sum of its ``a_i``, ``n_support`` = how
-    many ``a_i > 0``, ``n_rows`` its rows."""
+    many ``a_i > 0``."""
 
     hinge: float
     alpha_sum: float
     n_support: int
-    n_rows: int
 
 
 def pass_seed(seed: int, round_index: int, unit_index: int) -> int:
@@ -77,7 +76,7 @@ def start_terms(
     margins = margins.astype(np.float64)
     margins *= t
     hinge = float(np.maximum(0.0, 1.0 - margins).sum())
-    return BlockTerms(hinge, float(alpha.sum()), int(np.count_nonzero(alpha)), int(alpha.size))
+    return BlockTerms(hinge, float(alpha.sum()), int(np.count_nonzero(alpha)))
 
 
 def local_passes(
@@ -121,12 +120,14 @@ def local_passes(
     return int(state["passes"])
 
 
-def duality_gap(beta: np.ndarray, C: float, terms: list[BlockTerms]) -> tuple[float, float, float]:
-    """``(primal, dual, relative gap)`` of one binary problem from its blocks' terms:
-    ``P = 1/2 |beta|^2 + C sum hinge``, ``-D = sum a - 1/2 |beta|^2`` (``dual`` is
-    ``D = 1/2 |beta|^2 - sum a``, the single-process solver's ``objective_``), and
-    ``(P + D) / max(P, 1e-12)``."""
+def duality_gap(
+    beta: np.ndarray, C: float, hinge: float, alpha_sum: float
+) -> tuple[float, float, float]:
+    """``(primal, dual, relative gap)`` of one binary problem from its blocks' summed
+    terms (``BlockTerms.hinge``, ``.alpha_sum``): ``P = 1/2 |beta|^2 + C hinge``,
+    ``-D = alpha_sum - 1/2 |beta|^2`` (``dual`` is ``D = 1/2 |beta|^2 - sum a``, the
+    single-process solver's ``objective_``), and ``(P + D) / max(P, 1e-12)``."""
     half = 0.5 * float(beta @ beta)
-    primal = half + float(C) * sum(t.hinge for t in terms)
-    dual = half - sum(t.alpha_sum for t in terms)
+    primal = half + float(C) * float(hinge)
+    dual = half - float(alpha_sum)
     return primal, dual, (primal + dual) / max(primal, 1e-12)
