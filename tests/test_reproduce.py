@@ -254,11 +254,39 @@ def test_a_users_own_file_runs_by_the_papers_protocol(tmp_path, capsys):
     assert results["test_accuracy"].min() > 70  # a linear rule: every method learns it
 
 
+@needs_shared
+def test_cv_rows_searches_on_a_sample_and_fits_on_every_training_row(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, 3))
+    y = np.where(X[:, 0] - X[:, 2] > 0, 1, -1)
+    path = tmp_path / "mine.csv"
+    pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=y).to_csv(path, index=False)
+    out = tmp_path / "out"
+    argv = ["reproduce", "sparse-elm", "--quick", "--sets", str(path), "--out", str(out)]
+    argv += ["--cv-rows", "40", "--quiet", "--threads", "1", "--data-dir", str(shared_data())]
+    assert main(argv) == 0, capsys.readouterr().err
+    results = pd.read_csv(out / "results.csv")
+    assert set(results["n_train"]) == {100}
+    assert set(results["n_cv"]) == {40}
+    keys = set(Journal(out).read())
+    assert keys and all("/cv40/" in key for key in keys if key.startswith("trial/"))
+    assert "--cv-rows" in (out / "report.md").read_text()
+    # the whole training part when it is no larger than cv_rows; the sample is stratified
+    from elmscale.experiments.pieces import cv_sample
+
+    X_all, y_all = cv_sample(X, y, 300, 0, regression=False)
+    assert X_all is X and y_all is y
+    _, y_cv = cv_sample(X, y, 50, 0, regression=False)
+    assert len(y_cv) == 50
+    assert abs(np.mean(y_cv == 1) - np.mean(y == 1)) <= 1 / 50
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["reproduce", "unbuilt-paper"], "not built yet"),
         (["reproduce", "sparse-elm", "--trials", "0"], "trials=0"),
+        (["reproduce", "sparse-elm", "--cv-rows", "5"], "cv_rows=5"),
         (["reproduce", "sparse-elm", "--sets", "nosuchset"], "neither a data set"),
         (["reproduce", "sparse-elm", "--data-dir", "/nonexistent/dir"], "--data-dir"),
         (["reproduce", "nosuchpaper"], "invalid choice"),

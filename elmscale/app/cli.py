@@ -489,6 +489,7 @@ def cmd_reproduce(args) -> int:
             out_dir=args.out,
             sets=args.sets,
             trials=args.trials,
+            cv_rows=args.cv_rows,
             quick=args.quick,
             data_dir=args.data_dir,
             executor=executor,
@@ -653,6 +654,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="trials per data set (the paper's by default; boosting-ridge: repeats of "
         "its outer 10-fold CV)",
+    )
+    p.add_argument(
+        "--cv-rows",
+        type=int,
+        help="choose each trial's parameters by CV on a random sample of at most this many "
+        "training rows (default: all of them, as the papers); for large sets on few cores",
     )
     p.add_argument("--quick", action="store_true", help="a CI-sized run (two small sets)")
     p.add_argument("--out", default="reproduce", help="output directory (resumed if present)")

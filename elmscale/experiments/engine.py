@@ -27,7 +27,7 @@ from elmscale.core.files import atomic_write
 from elmscale.distributed.executors import Executor, LocalExecutor
 from elmscale.experiments.datasets import LoadedSet
 from elmscale.experiments.pieces import PieceResult, run_piece
-from elmscale.experiments.protocol import Piece
+from elmscale.experiments.protocol import Piece, piece_key
 
 __all__ = ["Journal", "RunTables", "collect_tables", "run_pieces", "trial_keys", "write_tables"]
 
@@ -147,14 +147,16 @@ def collect_tables(results: dict[str, PieceResult]) -> RunTables:
 
 def trial_keys(results: pd.DataFrame) -> list[str]:
     """The piece key of each row of ``results`` (joins it to ``timings``)."""
+    cv_rows = results["cv_rows"] if "cv_rows" in results else [None] * len(results)
     return [
-        "/".join(["trial", t, d, m, p, f"trial{k}"])
-        for t, d, m, p, k in zip(
+        piece_key("trial", t, d, m, p, k, cv_rows=None if pd.isna(n) else n)
+        for t, d, m, p, k, n in zip(
             results["table"],
             results["dataset"],
             results["method"],
             results["mapping"],
             results["trial"],
+            cv_rows,
         )
     ]
 

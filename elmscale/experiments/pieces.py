@@ -21,7 +21,7 @@ from sklearn import metrics
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_selection import SelectFromModel
-from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
+from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold, train_test_split
 from sklearn.svm import SVC, LinearSVC
 
 from elmscale.core.threads import thread_budget
@@ -214,6 +214,17 @@ def _search(piece: Piece, est, X, y, regression: bool):
     return search.best_params_, float(search.best_score_)
 
 
+def cv_sample(X, y, n_rows: int | None, seed: int, regression: bool):
+    """The rows the inner CV searches on: all of them, or a random sample of ``n_rows``
+    (stratified by class) when there are more (``Evaluation.cv_rows``)."""
+    if n_rows is None or len(y) <= n_rows:
+        return X, y
+    X_cv, _, y_cv, _ = train_test_split(
+        X, y, train_size=n_rows, random_state=seed, stratify=None if regression else y
+    )
+    return X_cv, y_cv
+
+
 def metric_values(names, y_true, y_pred) -> dict[str, float]:
     """``sklearn.metrics`` values of ``names`` (:data:`~elmscale.experiments.protocol.
     METRICS`): classification metrics in percent (macro averages over the classes,
@@ -242,7 +253,8 @@ def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
     X_tr, y_tr, X_te, y_te = piece_split(data, piece)
     est = _estimator(method, data, piece.seed)
     start = time.perf_counter()
-    best, cv_score = _search(piece, est, X_tr, y_tr, regression)
+    X_cv, y_cv = cv_sample(X_tr, y_tr, piece.evaluation.cv_rows, piece.seed, regression)
+    best, cv_score = _search(piece, est, X_cv, y_cv, regression)
     cv_time = time.perf_counter() - start
     model = clone(est).set_params(**best)
     start = time.perf_counter()
@@ -260,6 +272,8 @@ def run_trial(piece: Piece, data: LoadedSet) -> PieceResult:
         "seed": piece.seed,
         "n_train": len(y_tr),
         "n_test": len(y_te),
+        "cv_rows": piece.evaluation.cv_rows,
+        "n_cv": len(y_cv),
         "n_features": int(X_tr.shape[1]),
         "n_features_selected": selected_feature_count(model, X_tr.shape[1]),
         "params": _plain(best),

@@ -21,6 +21,7 @@ __all__ = [
     "Piece",
     "Protocol",
     "Table",
+    "piece_key",
 ]
 
 
@@ -131,7 +132,9 @@ class Evaluation:
     to [-1, 1] ("minmax") or to zero mean and unit variance ("standard"), fitted on the
     training part.  ``metrics``: names of :data:`METRICS` computed on the test part.
     ``scoring``: the inner cross-validation's criterion (a scikit-learn scorer name; None:
-    the estimator's ``score``).
+    the estimator's ``score``).  ``cv_rows``: the inner cross-validation runs on a random
+    (stratified, for classes) sample of at most this many training rows, and the chosen
+    model is then fitted on them all (None: the CV uses every training row, as the papers).
     """
 
     split: Literal["holdout", "kfold"] = "holdout"
@@ -140,11 +143,16 @@ class Evaluation:
     scaling: Literal["minmax", "standard"] = "minmax"
     metrics: tuple[str, ...] = ()
     scoring: str | None = None
+    cv_rows: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.metrics if m not in METRICS]
         if unknown:
             raise ValueError(f"unknown metrics {unknown}; expected some of {METRICS}")
+        if self.cv_rows is not None and (
+            isinstance(self.cv_rows, bool) or not isinstance(self.cv_rows, int) or self.cv_rows < 20
+        ):
+            raise ValueError(f"cv_rows={self.cv_rows!r}; expected a whole number of at least 20")
 
 
 @dataclass(frozen=True)
@@ -203,6 +211,16 @@ class GridFigure:
     trials: int = 1
 
 
+def piece_key(kind, table, dataset, method, mapping, trial, point=(), cv_rows=None) -> str:
+    """The journal's name of a piece (:attr:`Piece.key`); results rows are joined to their
+    timings by it."""
+    parts = [kind, table, dataset, method, mapping]
+    parts += [str(p) if not isinstance(p, tuple) else "" for p in point]
+    if cv_rows is not None:  # a sampled CV is another experiment
+        parts.append(f"cv{int(cv_rows)}")
+    return "/".join(p for p in parts + [f"trial{int(trial)}"] if p)
+
+
 @dataclass(frozen=True)
 class Piece:
     """One independent piece of work; ``key`` names it in the results journal."""
@@ -220,9 +238,16 @@ class Piece:
 
     @property
     def key(self) -> str:
-        parts = [self.kind, self.table, self.dataset, self.method.name, self.method.mapping]
-        parts += [str(p) if not isinstance(p, tuple) else "" for p in self.point]
-        return "/".join(p for p in parts + [f"trial{self.trial}"] if p)
+        return piece_key(
+            self.kind,
+            self.table,
+            self.dataset,
+            self.method.name,
+            self.method.mapping,
+            self.trial,
+            self.point,
+            self.evaluation.cv_rows,
+        )
 
     def describe(self) -> str:
         return f"{self.key} (seed {self.seed})"
@@ -273,6 +298,21 @@ class Protocol:
         )
         grids = tuple(g for g in self.grids if g.dataset in keep)
         return replace(self, datasets=datasets, tables=tables, curves=curves, grids=grids)
+
+    def with_cv_rows(self, cv_rows: int | None) -> Protocol:
+        """The same experiments with every table's inner CV on at most ``cv_rows`` training
+        rows (:class:`Evaluation`), said in the report's notes; None: unchanged."""
+        if cv_rows is None:
+            return self
+        tables = tuple(
+            replace(t, evaluation=replace(t.evaluation, cv_rows=cv_rows)) for t in self.tables
+        )
+        note = (
+            f"the parameters are chosen by cross-validation on a random sample of at most "
+            f"{cv_rows:,} of each trial's training rows (stratified; --cv-rows), not on all "
+            "of them as the paper did; the chosen model is fitted and timed on them all"
+        )
+        return replace(self, tables=tables, notes=self.notes + (note,))
 
     def pieces(self) -> list[Piece]:
         """Every piece, in a fixed order (tables, then curve and grid figures)."""

@@ -111,6 +111,7 @@ def reproduce(
     out_dir,
     sets: list[str] | None = None,
     trials: int | None = None,
+    cv_rows: int | None = None,
     quick: bool = False,
     data_dir=None,
     reference_dir=None,
@@ -119,10 +120,13 @@ def reproduce(
     command: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ReproduceResult:
-    """Run ``paper``'s protocol into ``out_dir`` (resuming a run found there)."""
+    """Run ``paper``'s protocol into ``out_dir`` (resuming a run found there); ``cv_rows``:
+    each trial's parameter search on at most that many training rows
+    (:meth:`~elmscale.experiments.protocol.Protocol.with_cv_rows`)."""
     start = time.perf_counter()
     log = log or (lambda line: print(line, file=sys.stderr))
-    protocol = select_datasets(load_protocol(paper, quick=quick, trials=trials), sets)
+    protocol = load_protocol(paper, quick=quick, trials=trials).with_cv_rows(cv_rows)
+    protocol = select_datasets(protocol, sets)
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     out_dir = Path(out_dir)
     skipped: list[str] = []
