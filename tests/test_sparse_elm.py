@@ -5,6 +5,7 @@ import threading
 import numpy as np
 import pytest
 import scipy.optimize
+from _datasets import shared_data
 from _problems import nonlinear_problem
 from scipy.spatial.distance import cdist
 from sklearn.base import clone
@@ -13,6 +14,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from elmscale import SparseELMClassifier
 from elmscale.core.threads import thread_budget
+from elmscale.data import Scaler, load
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
 from elmscale.models.sparse_elm_pairs import pair_path
@@ -308,6 +310,37 @@ def test_max_iter_is_reported_with_a_warning():
     with pytest.warns(ConvergenceWarning, match="max_iter=5"):
         model = SparseELMClassifier(sigma=0.5, C=10, max_iter=5).fit(X, y)
     assert model.n_iter_.tolist() == [5] and model.kkt_violation_[0] > 1e-3
+
+
+@pytest.mark.needs_shared
+@pytest.mark.timeout(120)
+def test_a_failing_exact_tail_is_not_retried_at_the_same_size():
+    # LIBSVM's one-hot mushrooms (112 columns of +-1) through 200 sinusoid nodes are close
+    # to noise; at C = 100 the active set the passes stall on (about 1,450 rows) has more
+    # free variables than H has columns, so box_qp's face is singular and the tail fails.
+    # Retried every 20 passes at the same size it failed for ever (the fit never ended);
+    # now it waits until the active set halves, and the fit ends in about 12,000 passes.
+    data = load(shared_data("mushrooms", "mushrooms"))
+    rows = np.random.default_rng(0).permutation(data.n_samples)[:1600]
+    X = Scaler().fit(data.X[rows]).transform(data.X[rows])
+    t = np.where(data.y[rows] == data.y.max(), 1.0, -1.0)
+    H = HiddenLayer("sinusoid", X.shape[1], 200, 0).transform(X)
+    info = {}
+    alpha, beta, passes, converged = solve_explicit_dual(H, t, C=100.0, info=info)
+    assert info["failed_tails"] >= 1 and info["tails"] >= 1
+    assert converged
+    g = t * (H.astype(np.float64) @ beta) - 1.0
+    assert kkt_violation(alpha, g, 100.0) <= 1e-3
+
+
+def test_random_nodes_stop_at_the_default_pass_cap_with_a_warning(monkeypatch):
+    import elmscale.solvers.sparse_dual as sparse_dual
+
+    monkeypatch.setattr(sparse_dual, "EXPLICIT_MAX_PASSES", 7)
+    X, y = nonlinear_problem(300, d=3, seed=7)
+    with pytest.warns(ConvergenceWarning, match="100,000 passes"):
+        model = SparseELMClassifier(hidden="sigmoid", n_hidden=50, C=1000.0).fit(X, y)
+    assert model.n_iter_.tolist() == [7] and not model.converged_[0]
 
 
 def test_model_keeps_only_support_vectors_and_scores_with_them():

@@ -75,8 +75,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         needs them, as a polynomial kernel on unscaled features may).
     shrinking : bool, default=True
     max_iter : int, default=-1
-        Steps (kernels) or passes (random nodes) per binary problem; -1: no limit
-        for random nodes, and LIBSVM's cap of max(10^7, 100 n) steps for kernels.
+        Steps (kernels) or passes (random nodes) per binary problem; -1: LIBSVM's cap
+        of max(10^7, 100 n) steps for kernels, 100,000 passes for random nodes.
         A ``ConvergenceWarning`` is raised when it stops the solver.
     n_threads, random_state : as in ``ELMClassifier``.  With two threads or more, one
         binary problem of 8,192 rows or more uses two: a helper thread takes half of
@@ -283,7 +283,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             limit = (
                 f"max_iter={self.max_iter}"
                 if self.max_iter >= 0
-                else "the default step cap, max(1e7, 100 n)"
+                else "the default cap (kernels: max(1e7, 100 n) steps; random nodes: "
+                "100,000 passes)"
             )
             warnings.warn(
                 f"SparseELMClassifier stopped at {limit} before reaching "

@@ -29,15 +29,13 @@ import numpy as np
 from elmscale.solvers.sparse_dual import (
     EXPLICIT_STATE,
     EXPLICIT_TAIL_SIZE,
-    PHASE_TAIL,
     _explicit_init,
-    _explicit_phase,
     _ExplicitProblem,
     _ExplicitSettings,
     _ExplicitSolution,
     _new_record,
     _PassOrder,
-    _solve_explicit_tail,
+    explicit_passes,
 )
 
 __all__ = ["BlockTerms", "duality_gap", "local_passes", "pass_seed", "scale_rows", "start_terms"]
@@ -112,11 +110,7 @@ def local_passes(
     )
     problem = _ExplicitProblem(H_scaled, t, diag)
     sol = _ExplicitSolution(alpha, v)
-    order = _PassOrder(np.arange(n), rng)
-    while _explicit_phase(settings, problem, sol, order, state) == PHASE_TAIL:
-        active = np.sort(order.active[: state["active_size"]])
-        _solve_explicit_tail(H_scaled, t, float(C), float(tol), alpha, v, active)
-        state["tail_passes"] = 0
+    explicit_passes(settings, problem, sol, _PassOrder(np.arange(n), rng), state)
     return int(state["passes"])
 
 
