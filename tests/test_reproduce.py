@@ -271,6 +271,12 @@ def test_cv_rows_searches_on_a_sample_and_fits_on_every_training_row(tmp_path, c
     keys = set(Journal(out).read())
     assert keys and all("/cv40/" in key for key in keys if key.startswith("trial/"))
     assert "--cv-rows" in (out / "report.md").read_text()
+    # a training part no larger than --cv-rows runs the paper's CV, under the plain key
+    argv[argv.index("--out") + 1] = str(tmp_path / "out2")
+    argv[argv.index("--cv-rows") + 1] = "100"
+    assert main(argv) == 0, capsys.readouterr().err
+    assert set(pd.read_csv(tmp_path / "out2" / "results.csv")["n_cv"]) == {100}
+    assert not any("/cv" in key for key in Journal(tmp_path / "out2").read())
     # the whole training part when it is no larger than cv_rows; the sample is stratified
     from elmscale.experiments.pieces import cv_sample
 

@@ -11,7 +11,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from elmscale.experiments.datasets import (
     dataset_from_path,
     load_dataset,
     missing_files,
+    piece_split,
 )
 from elmscale.experiments.engine import (
     JOURNAL,
@@ -30,7 +31,7 @@ from elmscale.experiments.engine import (
     write_tables,
 )
 from elmscale.experiments.papers import PAPERS
-from elmscale.experiments.protocol import Protocol
+from elmscale.experiments.protocol import Piece, Protocol
 
 if TYPE_CHECKING:
     from elmscale.experiments.report import Report
@@ -83,6 +84,25 @@ class ReproduceResult:
     skipped: list[str]
     report: Report
     wall_time_s: float
+
+
+def full_cv_where_small(pieces: list[Piece], loaded: dict[str, LoadedSet]) -> list[Piece]:
+    """``pieces`` with the sampled CV (``Evaluation.cv_rows``) dropped where a trial's
+    training part is no larger than the sample: those run the paper's protocol exactly,
+    under its own key, so a journal of a run without ``--cv-rows`` serves them."""
+    sizes: dict[tuple, int] = {}
+    out = []
+    for piece in pieces:
+        evaluation = piece.evaluation
+        if piece.kind == "trial" and evaluation.cv_rows is not None:
+            trial = piece.trial if evaluation.split == "kfold" else 0  # holdout: one size
+            key = (piece.dataset, evaluation, trial)
+            if key not in sizes:
+                sizes[key] = len(piece_split(loaded[piece.dataset], piece)[1])
+            if sizes[key] <= evaluation.cv_rows:
+                piece = replace(piece, evaluation=replace(evaluation, cv_rows=None))
+        out.append(piece)
+    return out
 
 
 def select_datasets(protocol: Protocol, sets: list[str] | None) -> Protocol:
@@ -139,7 +159,7 @@ def reproduce(
             log(f"elmscale reproduce: {line}")
             continue
         loaded[spec.name] = load_dataset(spec, data_dir)
-    pieces = [p for p in protocol.pieces() if p.dataset in loaded]
+    pieces = full_cv_where_small([p for p in protocol.pieces() if p.dataset in loaded], loaded)
     if not pieces:
         raise FileNotFoundError(
             f"{paper}: none of its data sets was found under {data_dir} "
