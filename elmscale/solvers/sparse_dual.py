@@ -1809,9 +1809,8 @@ def solve_explicit_dual(
 
     ``n_iter`` counts passes over the data (LIBLINEAR's convention).  As in the
     kernel solver, an active set of at most ``tail_size`` variables on which the
-    passes stall is solved exactly (``box_qp``; 0: never); a tail that fails (its
-    face is singular: more free variables than H has columns, on noise features) is
-    tried again only once the active set has halved.  ``max_iter`` -1: at most
+    passes stall is solved exactly (``box_qp``; 0: never; a failing tail as in
+    ``explicit_passes``).  ``max_iter`` -1: at most
     ``EXPLICIT_MAX_PASSES`` passes.  ``info``, a dict if given, receives ``passes``,
     ``tails`` and ``failed_tails``.
     """
