@@ -334,9 +334,9 @@ def test_a_failing_exact_tail_is_not_retried_at_the_same_size():
 
 
 def test_random_nodes_stop_at_the_default_pass_cap_with_a_warning(monkeypatch):
-    import elmscale.solvers.sparse_dual as sparse_dual
+    import elmscale.solvers.explicit_dual as explicit_dual
 
-    monkeypatch.setattr(sparse_dual, "EXPLICIT_MAX_PASSES", 7)
+    monkeypatch.setattr(explicit_dual, "EXPLICIT_MAX_PASSES", 7)
     X, y = nonlinear_problem(300, d=3, seed=7)
     with pytest.warns(ConvergenceWarning, match="100,000 passes"):
         model = SparseELMClassifier(hidden="sigmoid", n_hidden=50, C=1000.0).fit(X, y)

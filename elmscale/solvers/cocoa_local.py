@@ -11,7 +11,7 @@ with ``sigma' = K`` (the safe bound for "adding" the blocks' changes, gamma = 1)
 coordinator adds the blocks' ``A_k d`` to ``beta``.  With ``h' = sqrt(sigma') h`` the
 subproblem is the single-process problem itself, started from ``v = beta / sqrt(sigma')``:
 its coordinate step has gradient ``t_i h'_i . v - 1`` and curvature ``|h'_i|^2``.  So the
-local work is the existing dual coordinate descent (``sparse_dual._explicit_phase``), run
+local work is the existing dual coordinate descent (``explicit_dual._explicit_phase``), run
 for a few passes on the scaled rows, and a block's change to beta is
 ``(v_end - v_start) / sqrt(sigma')``.
 
@@ -26,15 +26,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from elmscale.solvers.sparse_dual import (
+from elmscale.solvers.dual_common import new_record
+from elmscale.solvers.explicit_dual import (
     EXPLICIT_STATE,
     EXPLICIT_TAIL_SIZE,
-    _explicit_init,
-    _ExplicitProblem,
-    _ExplicitSettings,
-    _ExplicitSolution,
-    _new_record,
-    _PassOrder,
+    ExplicitProblem,
+    ExplicitSettings,
+    ExplicitSolution,
+    PassOrder,
+    explicit_init,
     explicit_passes,
 )
 
@@ -98,19 +98,19 @@ def local_passes(
     """
     n = H_scaled.shape[0]
     diag = np.empty(n)
-    _explicit_init(H_scaled, t, np.zeros(n), np.zeros(H_scaled.shape[1]), diag)
-    state = _new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
+    explicit_init(H_scaled, t, np.zeros(n), np.zeros(H_scaled.shape[1]), diag)
+    state = new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
     rng = np.array([seed], dtype=np.uint64)
     # as solve_explicit_dual: passes, and the small active set the passes stall on solved
     # exactly (measured on 5,000 rows x 100 nodes: 123 passes with it; 5,000 passes of plain
     # coordinate descent stop 1e-3 short of the optimum: the free variables' Q = M M' has
     # rank <= L)
-    settings = _ExplicitSettings(
+    settings = ExplicitSettings(
         float(C), float(tol), bool(shrinking), int(passes), int(EXPLICIT_TAIL_SIZE)
     )
-    problem = _ExplicitProblem(H_scaled, t, diag)
-    sol = _ExplicitSolution(alpha, v)
-    explicit_passes(settings, problem, sol, _PassOrder(np.arange(n), rng), state)
+    problem = ExplicitProblem(H_scaled, t, diag)
+    sol = ExplicitSolution(alpha, v)
+    explicit_passes(settings, problem, sol, PassOrder(np.arange(n), rng), state)
     return int(state["passes"])
 
 

@@ -1,0 +1,108 @@
+"""The kernel solver's LRU cache of Q's columns (LIBSVM's Cache: a budget in MB, O(1) lookup,
+float32 columns) and the state a C path keeps between solves on the same rows."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from elmscale.core.memory import empty_huge
+from elmscale.features.kernels import Kernel
+from elmscale.solvers.dual_common import TAU
+from elmscale.solvers.kernel_columns import column_dtype
+from elmscale.solvers.solver_helper import column_fill
+
+# The LRU cache of Q's columns (float32 or float64 by ``column_dtype``): ``cols`` (slots x
+# n, in the solver's order) with ``col_len[s]`` entries of slot s valid; ``slot_of[p]``
+# position p's slot (-1: none) and ``owner[s]`` slot s's position; ``prev`` / ``nxt`` a
+# circular doubly linked list of the slots, the head the most recently used.
+ColumnCache = namedtuple("ColumnCache", ["cols", "col_len", "slot_of", "owner", "prev", "nxt"])
+
+
+def kernel_key(n_rows: int, kernel: Kernel) -> tuple:
+    """What a ``KernelSolverState`` was made for: the row count and every kernel parameter."""
+    return (n_rows, kernel.kind, float(kernel.sigma), int(kernel.degree)) + (
+        (float(kernel.sigma_star), float(kernel.tau)) if kernel.kind == "mg" else ()
+    )
+
+
+class KernelSolverState:
+    """What ``solve_kernel_dual`` keeps between calls on the same rows (a C path): the
+    solver's order of the rows (shrinking permutes them), the rows' data, targets and
+    diagonal in that order, and the LRU cache of Q's columns.  The columns do not
+    depend on C, so each C of a path starts with the last one's columns cached.
+
+    Made by ``solve_kernel_dual`` (``state=None``); pass ``KernelSolverState(...)`` from
+    the caller to keep it, only with the same ``X``, ``t`` and kernel (the solver checks
+    the row count and the kernel).  Its cache is ``cache_size`` MB of columns, float32
+    unless float32's rounding of Q's largest entries would pass a tenth of ``tol``
+    (``column_dtype``): then float64.
+    """
+
+    def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        n = X32.shape[0]
+        self.key = kernel_key(n, kernel)
+        self.perm = np.arange(n)  # perm[p]: the row at the solver's position p
+        self.Xt = np.ascontiguousarray(X32.T)
+        self.tp = np.ascontiguousarray(t, dtype=np.float32)  # +-1, exact in float32
+        if kernel.kind == "polynomial":
+            X64 = X32.astype(np.float64)
+            diag = (1.0 + np.einsum("ij,ij->i", X64, X64)) ** int(kernel.degree)
+        else:
+            diag = np.ones(n)
+        self.dinv = 1.0 / np.maximum(diag, TAU)
+        self.unit_diag = bool(np.all(diag == 1.0))
+        self.diag = 1.0 / self.dinv
+        dtype = column_dtype(float(self.diag.max(initial=1.0)), tol)
+        n_slots = int(max(2, min(n, cache_size * 2**20 // (dtype.itemsize * max(n, 1)))))
+        self.cache = ColumnCache(
+            cols=empty_huge((n_slots, n), dtype),
+            col_len=np.zeros(n_slots, np.int64),
+            slot_of=np.full(n, -1, np.int64),
+            owner=np.full(n_slots, -1, np.int64),
+            prev=(np.arange(n_slots) - 1) % n_slots,
+            nxt=(np.arange(n_slots) + 1) % n_slots,
+        )
+        # (u, Q u) exactly: the last solution's variables at the bound and their G_bar,
+        # from which the next C's G_bar is a scaling (see ``product_from``)
+        self.known_bar = None
+
+    @property
+    def cols(self):
+        """The cached columns (slots x n)."""
+        return self.cache.cols
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def fetch_column(i, length, head, q, cache, scratch, state, helper):
+    """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front
+    (``head`` the list's head before).
+
+    Returns the slot, which is the new head; counts the entries computed in ``state``
+    (a ``KERNEL_STATE`` record)."""
+    cols, col_len, slot_of, owner = cache.cols, cache.col_len, cache.slot_of, cache.owner
+    prev, nxt = cache.prev, cache.nxt
+    s = slot_of[i]
+    if s < 0:
+        s = prev[head]  # least recently used slot
+        if owner[s] >= 0:
+            slot_of[owner[s]] = -1
+        owner[s] = i
+        slot_of[i] = s
+        col_len[s] = 0
+    if col_len[s] < length:
+        state.column_entries += length - col_len[s]
+        column_fill(i, col_len[s], length, s, q, cols, scratch, helper)
+        col_len[s] = length
+    if s != head:
+        nxt[prev[s]] = nxt[s]
+        prev[nxt[s]] = prev[s]
+        tail = prev[head]
+        nxt[tail] = s
+        prev[s] = tail
+        nxt[s] = head
+        prev[head] = s
+    return s

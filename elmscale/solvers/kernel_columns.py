@@ -1,0 +1,110 @@
+"""Q's columns as the kernel solver sees them: where they come from (``QMatrix``: the rows
+through ``core.jit.q_segment``, or a kept Gram matrix), their dtype, and a step's scratch."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from elmscale.core.jit import SEGMENT_BLOCK, q_segment
+from elmscale.solvers.kernel_passes import BLOCK
+
+
+def column_dtype(largest_diagonal, tol):
+    """float32 for Q's cached columns, as LIBSVM's, unless their rounding (2^-24 of Q's
+    largest entry, its diagonal's) would pass ``tol / 10``: then float64.
+
+    Without a bias, Q keeps the kernel's constant part, which scaling does not remove
+    for a polynomial kernel: on features near 100, (1 + u.v)^2 reaches 4e8, float32
+    columns are off by 24, and the steps never come within tol (measured: 1,000,000
+    steps, a violation of 38, on 80 rows; LIBSVM's equality constraint cancels the
+    constant part).  Gaussian and laplacian columns (diagonal 1) stay float32.
+    """
+    return np.dtype(np.float64 if largest_diagonal * 2.0**-24 > 0.1 * tol else np.float32)
+
+
+# Q as the kernel solver sees it (LIBSVM's QMatrix): where its columns come from
+# (``source``, a SOURCE_* code, and the arrays that source reads), its signs ``t32`` and
+# diagonal (``diag``, ``dinv`` = 1 / diag, ``unit_diag`` when all ones), all in the
+# solver's order (``perm[p]``: the row at position p), which shrinking permutes (LIBSVM's
+# swap_index).  Another source (another model's Q) is another code, its arrays, and a
+# branch in ``column_segment``; the cache and the steps stay as they are.
+SOURCE_ROWS = 0  # K computed from the rows: ``Xt`` (d x n, float32), kind / sigma / degree
+SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X's order)
+QMatrix = namedtuple(
+    "QMatrix",
+    [
+        "source",
+        "Xt",
+        "t32",
+        "perm",
+        "gram",
+        "kind",
+        "sigma",
+        "degree",
+        "sigma_star",
+        "tau",
+        "diag",
+        "dinv",
+        "unit_diag",
+    ],
+)
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _gram_segment(gram, perm, t32, i, start, end, out):
+    """``out[p] = t_i t_p K[row i, row p]`` (float32) for positions ``[start, end)`` from a
+    precomputed Gram matrix (``perm`` maps the solver's positions to rows)."""
+    row = gram[perm[i]]
+    ti = t32[i]
+    for p in range(start, end):
+        out[p] = ti * t32[p] * row[perm[p]]
+
+
+# A step's scratch (``step_scratch``; the solver's thread and the helper each have
+# their own): ``xi`` (d floats) for a column's row, ``q_segment``'s block buffers, and
+# the passes' ``score`` and ``viol`` blocks
+Scratch = namedtuple("Scratch", ["xi", "acc32", "kbuf32", "acc64", "kbuf64", "score", "viol"])
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def step_scratch(d):
+    """A step's buffers (``Scratch``) for rows of ``d`` features."""
+    return Scratch(
+        np.empty(d, np.float32),
+        np.empty(SEGMENT_BLOCK, np.float32),
+        np.empty(SEGMENT_BLOCK, np.int32),
+        np.empty(SEGMENT_BLOCK),
+        np.empty(SEGMENT_BLOCK, np.int64),
+        np.empty(BLOCK),
+        np.empty(BLOCK),
+    )
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def column_segment(q, i, start, end, scratch, out):
+    """Q's column i over positions ``[start, end)`` (``q`` a ``QMatrix``), from its
+    source: read from the kept Gram matrix, or computed from the rows (``q_segment``)."""
+    if q.source == SOURCE_GRAM:
+        _gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
+    else:
+        q_segment(
+            q.Xt,
+            q.t32,
+            i,
+            start,
+            end,
+            q.kind,
+            q.sigma,
+            q.degree,
+            q.sigma_star,
+            q.tau,
+            scratch.xi,
+            scratch.acc32,
+            scratch.kbuf32,
+            scratch.acc64,
+            scratch.kbuf64,
+            out,
+        )
