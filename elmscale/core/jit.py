@@ -38,6 +38,8 @@ a signature of its own.
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -192,6 +194,66 @@ def atomic_store_release(typingctx, arr, index, value):
     def codegen(context, builder, signature, args):
         pointer = _int64_pointer(context, builder, signature.args[0], args[0], args[1])
         builder.store_atomic(args[2], pointer, "release", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def atomic_cas(typingctx, arr, index, expected, new):
+    """Compare-and-swap of ``arr[index]`` (int64, 1-D): ``new`` written only if it holds
+    ``expected``, atomically (acquire-release); True if it was written."""
+    sig = types.boolean(arr, index, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        pointer = _int64_pointer(context, builder, signature.args[0], args[0], args[1])
+        pair = builder.cmpxchg(pointer, args[2], args[3], "acq_rel", "acquire")
+        return builder.extract_value(pair, 1)
+
+    return sig, codegen
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+@intrinsic
+def cpu_relax(typingctx):
+    """A spin loop's pause (x86's ``pause``: the other hyper-thread runs, less power);
+    nothing elsewhere."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            pause = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse2.pause")
+            builder.call(pause, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def yield_cpu(typingctx):
+    """libc's ``sched_yield()``: let another runnable thread have this core."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        builder.call(cgutils.get_or_insert_function(builder.module, fnty, "sched_yield"), [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def sleep_us(typingctx, microseconds):
+    """libc's ``usleep``: block this thread for about ``microseconds`` (int64)."""
+    sig = types.void(types.int64)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32)])
+        usleep = cgutils.get_or_insert_function(builder.module, fnty, "usleep")
+        builder.call(usleep, [builder.trunc(args[0], ir.IntType(32))])
         return context.get_dummy_value()
 
     return sig, codegen

@@ -77,7 +77,7 @@ class KernelSolverState:
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def fetch_column(i, length, head, q, cache, scratch, state, helper):
+def fetch_column(i, length, head, q, sol, cache, scratch, state, helper):
     """Slot holding Q[:length, i] (computed or extended as needed), moved to the LRU front
     (``head`` the list's head before).
 
@@ -95,7 +95,7 @@ def fetch_column(i, length, head, q, cache, scratch, state, helper):
         col_len[s] = 0
     if col_len[s] < length:
         state.column_entries += length - col_len[s]
-        column_fill(i, col_len[s], length, s, q, cols, scratch, helper)
+        column_fill(i, col_len[s], length, s, q, sol, cols, scratch, helper)
         col_len[s] = length
     if s != head:
         nxt[prev[s]] = nxt[s]

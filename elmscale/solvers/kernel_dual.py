@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from elmscale.core.jit import KERNEL_CODES, signed_block, weighted_row_sum
+from elmscale.core.threads import available_cores
 from elmscale.features.kernels import Kernel
 from elmscale.solvers.column_cache import KernelSolverState, fetch_column, kernel_key
 from elmscale.solvers.dual_common import (
@@ -31,6 +32,7 @@ from elmscale.solvers.solver_helper import (
     HELPER_MIN_ROWS,
     NO_HELPER,
     column_fill,
+    helper_counts,
     select_partner,
     start_helper,
     stop_helper,
@@ -370,7 +372,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
                     continue
         n_iter += 1
         i = i_sel
-        s = fetch_column(i, n_active, head, q, cache, scratch, state, helper)
+        s = fetch_column(i, n_active, head, q, sol, cache, scratch, state, helper)
         head = s
         j = -1
         if pair_steps:
@@ -380,7 +382,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
             dj = 0.0
             s2 = s
         else:
-            s2 = fetch_column(j, n_active, head, q, cache, scratch, state, helper)
+            s2 = fetch_column(j, n_active, head, q, sol, cache, scratch, state, helper)
             head = s2
             di, dj = solve_pair(
                 alpha[i], alpha[j], g[i], g[j], diag[i], diag[j], np.float64(cols[s][j]), C
@@ -397,9 +399,9 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
                 state.g_bar_updates += 1
                 if col_len[sv] < n:
                     state.g_bar_entries += n - col_len[sv]
-                    column_fill(v, col_len[sv], n, sv, q, cols, scratch, helper)
+                    column_fill(v, col_len[sv], n, sv, q, sol, cols, scratch, helper)
                     col_len[sv] = n
-                update_g_bar(g_bar, C if new >= C else -C, cols, sv, n, helper)
+                update_g_bar(C if new >= C else -C, sv, n, q, sol, cols, scratch, helper)
         i_sel, max_v = update_select_split(
             n_active, sol, q, cols, s, di, s2, dj, j >= 0, scratch, helper
         )
@@ -411,9 +413,10 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
     return status
 
 
-def _run_phase(settings, q, sol, cache, state, helper):
+def _run_phase(settings, q, sol, cache, state, helper, counts):
     """``_kernel_phase``, with a helper thread for the far halves of its passes when
-    ``helper``: started here, and stopped however the phase ends."""
+    ``helper``: started here, and stopped however the phase ends; what it did is added to
+    ``counts``."""
     if not helper:
         return _kernel_phase(settings, q, sol, cache, state, NO_HELPER)
     control, thread = start_helper(q, sol, cache)
@@ -421,6 +424,8 @@ def _run_phase(settings, q, sol, cache, state, helper):
         return _kernel_phase(settings, q, sol, cache, state, control)
     finally:
         stop_helper(control, thread)
+        for name, value in helper_counts(control).items():
+            counts[name] = counts.get(name, 0) + value
 
 
 def solve_kernel_dual(
@@ -481,7 +486,10 @@ def solve_kernel_dual(
     if that QP solved the start), ``exact_checks``, ``column_entries`` (kernel column
     entries computed), ``shrinks`` (shrinking rounds), ``shrunk_active_sum`` (the
     active sizes they left, summed), ``g_bar_updates`` and ``g_bar_entries`` (column
-    entries computed for them) and ``helper`` (1 if a helper thread ran).
+    entries computed for them), ``helper`` (1 if a helper thread ran) and, with one,
+    ``helper_jobs`` (far halves posted), ``helper_taken_back`` (done by the solver's
+    thread because the helper had not claimed them), ``helper_late`` (waited for past
+    the spins) and ``helper_solo_passes`` (run whole while the helper did not pay).
     """
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
@@ -499,7 +507,10 @@ def solve_kernel_dual(
     if face_qp_max_free is None:
         face_qp_max_free = FACE_QP_MAX_FREE
     if helper is None:
-        helper = numba.get_num_threads() >= 2 and n >= HELPER_MIN_ROWS
+        # a second thread pays only with a second core this process may use (its
+        # affinity) inside its thread budget; whether that core is free is measured
+        # while it runs (``solver_helper``)
+        helper = n >= HELPER_MIN_ROWS and numba.get_num_threads() >= 2 and available_cores() >= 2
     helper = bool(helper)
     C = float(C)
     tol = float(tol)
@@ -583,7 +594,7 @@ def solve_kernel_dual(
     settings = _Settings(C, tol, bool(shrinking), bool(pair_steps), int(max_iter), int(tail_size))
     progress = new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
     while True:
-        status = _run_phase(settings, q, sol, state.cache, progress, helper)
+        status = _run_phase(settings, q, sol, state.cache, progress, helper, counts)
         if status == PHASE_TAIL:
             counts["tails"] += _solve_tail(
                 exact_q, C, tol, alpha, bound, g, g_bar, perm, int(progress["n_active"])

@@ -10,7 +10,14 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from elmscale.core.jit import atomic_load_acquire, atomic_store_release
+from elmscale.core.jit import (
+    atomic_cas,
+    atomic_load_acquire,
+    atomic_store_release,
+    cpu_relax,
+    sleep_us,
+    yield_cpu,
+)
 from elmscale.solvers.kernel_columns import column_segment, step_scratch
 from elmscale.solvers.kernel_passes import (
     BLOCK,
@@ -29,9 +36,22 @@ from elmscale.solvers.kernel_passes import (
 # ``ctrl`` (int64, slots _CTRL_*) and ``fargs`` (float64, slots _F_*); no helper: both
 # empty.  A hand-over measured 0.2-0.85 us (a bare round trip between two threads 0.06
 # us), so passes shorter than ``SPLIT_MIN`` stay whole.
+#
+# Shared cores.  The solver's thread never waits for a helper that is not running: a job
+# is claimed by compare-and-swap of ``_CTRL_CLAIMED``, by the helper when it sees it, or
+# by the solver's thread itself once its own half is done, which then does the far half
+# too (a job taken back).  Only a job the helper has claimed is waited for, spinning
+# ``WAIT_SPINS`` polls and then yielding the core (``sched_yield``).  The helper spins
+# ``IDLE_SPINS`` polls for the next job and then sleeps ``IDLE_SLEEP_US`` at a time, so
+# that between phases, or while the solver's thread runs alone, it holds no core.  When
+# more than ``MISS_SHARE`` of a window of ``WINDOW`` jobs were taken back or waited for
+# past the spins (another process has the second core), the solver's thread runs its
+# passes whole for ``SOLO_PASSES`` of them (doubling while it keeps failing), and the
+# helper goes to sleep; then it tries again.  Before, both threads spun without ever
+# yielding: two fits at once on two cores took 3.8-14x their time alone.
 Helper = namedtuple("Helper", ["ctrl", "fargs"])
 _CTRL_POSTED = 0  # the number of the job posted (the solver's thread writes it)
-_CTRL_DONE = 1  # of the job done (the helper's)
+_CTRL_DONE = 1  # of the job the helper has done
 _CTRL_JOB = 2  # its kind (_JOB_*)
 _CTRL_VAR = 3  # the variable whose column is computed; for an update, 1 if two columns
 _CTRL_START = 4  # the helper's part of the pass: [start, end)
@@ -39,7 +59,18 @@ _CTRL_END = 5
 _CTRL_SLOT = 6  # the cache slot of the (first) column
 _CTRL_SLOT2 = 7  # of the second column (an update's)
 _CTRL_RESULT = 8  # an index found (partner, selected variable)
-_CTRL_SIZE = 9
+_CTRL_CLAIMED = 9  # the number of the last job claimed, by either thread
+# the solver's thread's own bookkeeping of whether the helper pays
+_CTRL_WINDOW = 10  # jobs posted in the current window
+_CTRL_MISSES = 11  # of them, taken back or waited for past WAIT_SPINS
+_CTRL_SOLO = 12  # split passes still to run whole
+_CTRL_BACKOFF = 13  # the next solo stretch
+# counters for ``info``
+_CTRL_N_POSTED = 14  # jobs posted
+_CTRL_N_TAKEN_BACK = 15  # done by the solver's thread itself
+_CTRL_N_LATE = 16  # waited for past WAIT_SPINS
+_CTRL_N_SOLO = 17  # passes run whole because the helper did not pay
+_CTRL_SIZE = 18
 _F_ARG = 0  # the float arguments: gi (partner), the step's di (update), w (G_bar)
 _F_ARG2 = 1  # qii (partner), dj (update)
 _F_BEST = 2  # the best score found in the helper's part
@@ -53,6 +84,13 @@ _JOB_G_BAR = 4
 SPLIT_MIN = 4096
 HELPER_MIN_ROWS = 2 * SPLIT_MIN  # problems smaller than this never start a helper
 NO_HELPER = Helper(np.zeros(0, np.int64), np.zeros(0))
+WAIT_SPINS = 4096  # polls (with a pause) before the solver's thread yields its core
+IDLE_SPINS = 4096  # polls before an idle helper sleeps
+IDLE_SLEEP_US = 200
+WINDOW = 64
+MISS_SHARE = 0.25
+SOLO_PASSES = 1024  # the first solo stretch; doubled while the helper keeps missing
+SOLO_PASSES_MAX = 65536
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -64,93 +102,147 @@ def _post(ctrl, job, var, start, end, slot, slot2):
     ctrl[_CTRL_END] = end
     ctrl[_CTRL_SLOT] = slot
     ctrl[_CTRL_SLOT2] = slot2
+    ctrl[_CTRL_N_POSTED] += 1
     atomic_store_release(ctrl, _CTRL_POSTED, ctrl[_CTRL_POSTED] + 1)
 
 
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def _wait(ctrl):
-    """Spin until the helper has done the last job posted."""
+@njit(cache=True, nogil=True, error_model="numpy")
+def _run_job(ctrl, fargs, q, sol, cols, scratch):
+    """Do the job posted in ``ctrl`` (either thread: the helper, or the solver's thread
+    taking it back), its results written to ``ctrl`` / ``fargs``."""
+    job = ctrl[_CTRL_JOB]
+    var, start, end = ctrl[_CTRL_VAR], ctrl[_CTRL_START], ctrl[_CTRL_END]
+    s, s2 = ctrl[_CTRL_SLOT], ctrl[_CTRL_SLOT2]
+    if job == _JOB_COLUMN:
+        column_segment(q, var, start, end, scratch, cols[s])
+    elif job == _JOB_PARTNER:
+        j, best = select_partner_range(
+            fargs[_F_ARG],
+            fargs[_F_ARG2],
+            start,
+            end,
+            sol.g,
+            sol.bound,
+            q.diag,
+            cols[s],
+            scratch.score,
+        )
+        ctrl[_CTRL_RESULT] = j
+        fargs[_F_BEST] = best
+    elif job == _JOB_UPDATE:
+        i_sel, best, max_v = update_select_range(
+            start,
+            end,
+            sol.g,
+            sol.bound,
+            q.dinv,
+            cols[s],
+            fargs[_F_ARG],
+            cols[s2],
+            fargs[_F_ARG2],
+            var != 0,
+            q.unit_diag,
+            scratch.score,
+            scratch.viol,
+        )
+        ctrl[_CTRL_RESULT] = i_sel
+        fargs[_F_BEST] = best
+        fargs[_F_MAX_V] = max_v
+    elif job == _JOB_G_BAR:
+        add_column(sol.g_bar, fargs[_F_ARG], cols[s], start, end)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _finish(helper, q, sol, cols, scratch):
+    """Wait until the far half of the job posted is done: done here if the helper has not
+    claimed it, else waited for (spinning, then yielding the core).  Counts the misses
+    that decide whether the helper pays (see the comment above ``Helper``)."""
+    ctrl = helper.ctrl
     posted = ctrl[_CTRL_POSTED]
-    while atomic_load_acquire(ctrl, _CTRL_DONE) != posted:
-        pass
+    miss = False
+    if atomic_cas(ctrl, _CTRL_CLAIMED, posted - 1, posted):
+        _run_job(ctrl, helper.fargs, q, sol, cols, scratch)
+        ctrl[_CTRL_N_TAKEN_BACK] += 1
+        miss = True
+    else:
+        spins = 0
+        while atomic_load_acquire(ctrl, _CTRL_DONE) != posted:
+            spins += 1
+            if spins < WAIT_SPINS:
+                cpu_relax()
+            else:
+                yield_cpu()
+        if spins >= WAIT_SPINS:
+            ctrl[_CTRL_N_LATE] += 1
+            miss = True
+    ctrl[_CTRL_WINDOW] += 1
+    if miss:
+        ctrl[_CTRL_MISSES] += 1
+    if ctrl[_CTRL_WINDOW] >= WINDOW:
+        if ctrl[_CTRL_MISSES] > MISS_SHARE * WINDOW:
+            backoff = max(ctrl[_CTRL_BACKOFF], SOLO_PASSES)
+            ctrl[_CTRL_SOLO] = backoff
+            ctrl[_CTRL_BACKOFF] = min(2 * backoff, SOLO_PASSES_MAX)
+        else:
+            ctrl[_CTRL_BACKOFF] = SOLO_PASSES
+        ctrl[_CTRL_WINDOW] = 0
+        ctrl[_CTRL_MISSES] = 0
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _split_point(helper, start, end):
     """Where a pass over ``[start, end)`` is cut (a multiple of ``BLOCK`` from ``start``);
-    ``start`` when there is no helper or the pass is short."""
-    if helper.ctrl.shape[0] == 0 or end - start < SPLIT_MIN:
+    ``start`` when there is no helper, the pass is short, or the helper does not pay now."""
+    ctrl = helper.ctrl
+    if ctrl.shape[0] == 0 or end - start < SPLIT_MIN:
+        return start
+    if ctrl[_CTRL_SOLO] > 0:
+        ctrl[_CTRL_SOLO] -= 1
+        ctrl[_CTRL_N_SOLO] += 1
         return start
     return start + (end - start) // 2 // BLOCK * BLOCK
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _helper_loop(helper, q, sol, cache):
-    """The helper thread's body: do the jobs posted in ``helper.ctrl`` until ``_JOB_STOP``.
-    It spins between jobs; it runs only while a phase of steps runs (see ``_run_phase``)."""
+    """The helper thread's body: do the jobs posted in ``helper.ctrl`` until ``_JOB_STOP``,
+    spinning ``IDLE_SPINS`` polls between jobs, then sleeping ``IDLE_SLEEP_US`` at a time.
+    It runs only while a phase of steps runs (see ``kernel_dual._run_phase``)."""
     ctrl, fargs = helper.ctrl, helper.fargs
     cols = cache.cols
     scratch = step_scratch(q.Xt.shape[0])
-    done = atomic_load_acquire(ctrl, _CTRL_DONE)
+    # 0, not the number posted now: the solver's thread may have posted before this
+    # thread started, the stop job included (a job already taken back fails its claim)
+    seen = 0
+    idle = 0
     while True:
         posted = atomic_load_acquire(ctrl, _CTRL_POSTED)
-        if posted == done:
+        if posted == seen:
+            idle += 1
+            if idle < IDLE_SPINS:
+                cpu_relax()
+            else:
+                sleep_us(IDLE_SLEEP_US)
             continue
-        job = ctrl[_CTRL_JOB]
-        if job == _JOB_STOP:
+        seen = posted
+        idle = 0
+        if not atomic_cas(ctrl, _CTRL_CLAIMED, posted - 1, posted):
+            continue  # the solver's thread took it back
+        if ctrl[_CTRL_JOB] == _JOB_STOP:
             atomic_store_release(ctrl, _CTRL_DONE, posted)
             return
-        var, start, end = ctrl[_CTRL_VAR], ctrl[_CTRL_START], ctrl[_CTRL_END]
-        s, s2 = ctrl[_CTRL_SLOT], ctrl[_CTRL_SLOT2]
-        if job == _JOB_COLUMN:
-            column_segment(q, var, start, end, scratch, cols[s])
-        elif job == _JOB_PARTNER:
-            j, best = select_partner_range(
-                fargs[_F_ARG],
-                fargs[_F_ARG2],
-                start,
-                end,
-                sol.g,
-                sol.bound,
-                q.diag,
-                cols[s],
-                scratch.score,
-            )
-            ctrl[_CTRL_RESULT] = j
-            fargs[_F_BEST] = best
-        elif job == _JOB_UPDATE:
-            i_sel, best, max_v = update_select_range(
-                start,
-                end,
-                sol.g,
-                sol.bound,
-                q.dinv,
-                cols[s],
-                fargs[_F_ARG],
-                cols[s2],
-                fargs[_F_ARG2],
-                var != 0,
-                q.unit_diag,
-                scratch.score,
-                scratch.viol,
-            )
-            ctrl[_CTRL_RESULT] = i_sel
-            fargs[_F_BEST] = best
-            fargs[_F_MAX_V] = max_v
-        elif job == _JOB_G_BAR:
-            add_column(sol.g_bar, fargs[_F_ARG], cols[s], start, end)
-        done = posted
+        _run_job(ctrl, fargs, q, sol, cols, scratch)
         atomic_store_release(ctrl, _CTRL_DONE, posted)
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def column_fill(i, start, end, s, q, cols, scratch, helper):
+def column_fill(i, start, end, s, q, sol, cols, scratch, helper):
     """``cols[s][start:end]`` = Q's column i there, the far half on the helper if any."""
     mid = _split_point(helper, start, end)
     if mid > start:
         _post(helper.ctrl, _JOB_COLUMN, i, mid, end, s, 0)
         column_segment(q, i, start, mid, scratch, cols[s])
-        _wait(helper.ctrl)
+        _finish(helper, q, sol, cols, scratch)
     else:
         column_segment(q, i, start, end, scratch, cols[s])
 
@@ -173,7 +265,7 @@ def select_partner(i, n_active, sol, q, cols, s, scratch, helper):
     j, best = select_partner_range(
         gi, qii, np.int64(0), mid, g, bound, diag, cols[s], scratch.score
     )
-    _wait(ctrl)
+    _finish(helper, q, sol, cols, scratch)
     return ctrl[_CTRL_RESULT] if fargs[_F_BEST] > best else j
 
 
@@ -217,23 +309,23 @@ def update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, hel
         scratch.score,
         scratch.viol,
     )
-    _wait(ctrl)
+    _finish(helper, q, sol, cols, scratch)
     if fargs[_F_BEST] > best:
         i_sel = ctrl[_CTRL_RESULT]
     return i_sel, np.sqrt(max(max_v, fargs[_F_MAX_V]))
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def update_g_bar(g_bar, w, cols, s, n, helper):
+def update_g_bar(w, s, n, q, sol, cols, scratch, helper):
     """``g_bar[:n] += w * cols[s][:n]``, the far half on the helper if any."""
     mid = _split_point(helper, 0, n)
     if mid == 0:
-        add_column(g_bar, w, cols[s], 0, n)
+        add_column(sol.g_bar, w, cols[s], 0, n)
         return
     helper.fargs[_F_ARG] = w
     _post(helper.ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
-    add_column(g_bar, w, cols[s], 0, mid)
-    _wait(helper.ctrl)
+    add_column(sol.g_bar, w, cols[s], 0, mid)
+    _finish(helper, q, sol, cols, scratch)
 
 
 def start_helper(q, sol, cache):
@@ -250,6 +342,18 @@ def start_helper(q, sol, cache):
 
 
 def stop_helper(control, thread):
-    """End the helper's loop and wait for its thread."""
+    """End the helper's loop and wait for its thread (the stop job is never taken back)."""
     _post(control.ctrl, _JOB_STOP, 0, 0, 0, 0, 0)
     thread.join()
+
+
+def helper_counts(control) -> dict:
+    """What the helper did in a phase: jobs posted, taken back by the solver's thread,
+    waited for past the spins, and passes run whole because it did not pay."""
+    ctrl = control.ctrl
+    return {
+        "helper_jobs": int(ctrl[_CTRL_N_POSTED]),
+        "helper_taken_back": int(ctrl[_CTRL_N_TAKEN_BACK]),
+        "helper_late": int(ctrl[_CTRL_N_LATE]),
+        "helper_solo_passes": int(ctrl[_CTRL_N_SOLO]),
+    }
