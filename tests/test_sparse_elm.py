@@ -575,3 +575,46 @@ def test_a_polynomial_kernel_on_unscaled_features_gets_float64_columns_and_conve
     assert converged and kkt_violation(alpha, exact, 1.0) <= 1e-3
     reference = box_qp(Q, -np.ones(80), 1.0, np.zeros(80), 1e-4)
     assert dual_objective(Q, alpha) == pytest.approx(dual_objective(Q, reference), rel=1e-6)
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0, 100.0])
+def test_the_dense_solver_reaches_the_kernel_solvers_optimum(C):
+    """Small problems are solved on a kept K in one compiled call (``solve_dense_dual``):
+    the same optimum as the cached-column solver (objective to 1e-4 relative, exact KKT
+    within tol), also on a pair's rows read in place from a larger K."""
+    from elmscale.solvers.dense_dual import solve_dense_dual
+
+    X, y = nonlinear_problem(400, d=3, seed=21)
+    t = np.where(y == 1, 1.0, -1.0)
+    kernel = Kernel("gaussian", sigma=0.5)
+    K = kernel.block(X.astype(np.float32), X.astype(np.float32))
+    Q = np.outer(t, t) * K
+    ref, _, ref_ok, _ = solve_kernel_dual(X, t, kernel=kernel, C=C)
+    alpha, steps, ok, g = solve_dense_dual(K, t, C=C)
+    assert ok and ref_ok and steps > 0
+    np.testing.assert_allclose(g, Q @ alpha - 1.0, atol=1e-10)
+    assert kkt_violation(alpha, g, C) <= 1e-3
+    f, f_ref = dual_objective(Q, alpha), dual_objective(Q, ref)
+    assert abs(f - f_ref) <= 1e-4 * abs(f_ref)
+    # a subset of rows read through ``rows`` equals the same rows' K copied out
+    rows = np.flatnonzero(np.arange(400) % 3 != 0)
+    sub, _, _, _ = solve_dense_dual(K, t[rows], C=C, rows=rows)
+    copied, _, _, _ = solve_dense_dual(K[np.ix_(rows, rows)], t[rows], C=C)
+    np.testing.assert_array_equal(sub, copied)
+    with pytest.raises(ValueError, match="square kernel matrix"):
+        solve_dense_dual(K[:10], t, C=C)
+
+
+def test_a_small_fit_and_a_large_fit_path_agree():
+    """A fit below ``DENSE_ROWS`` rows (the dense solver) and the same problem through the
+    cached-column solver give the same predictions and support vectors, up to tol."""
+    from elmscale.models.sparse_elm_pairs import DENSE_ROWS
+
+    X, y = nonlinear_problem(600, d=4, n_classes=3, seed=4)
+    assert X.shape[0] <= DENSE_ROWS
+    dense = SparseELMClassifier(sigma=0.7, C=10.0).fit(X, y)
+    # cache_size below K's size: no K kept, the cached-column solver
+    cached = SparseELMClassifier(sigma=0.7, C=10.0, cache_size=0.5).fit(X, y)
+    assert np.all(dense.converged_) and np.all(cached.converged_)
+    np.testing.assert_allclose(dense.objective_, cached.objective_, rtol=1e-4)
+    assert np.mean(dense.predict(X) == cached.predict(X)) >= 0.99

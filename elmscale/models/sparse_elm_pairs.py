@@ -20,6 +20,7 @@ import numpy as np
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
+from elmscale.solvers.dense_dual import solve_dense_dual
 from elmscale.solvers.sparse_dual import (
     KernelSolverState,
     kkt_violation,
@@ -85,11 +86,23 @@ def fit_binary(
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
     ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
     call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
-    ``K(X, X)`` in float64 when the caller solves the same rows many times, and
+    ``K(X, X)`` in float64 when the caller solves the same rows many times (or a small
+    problem once: then, without ``state``, the dense solver ``solve_dense_dual`` takes it,
+    and it may be ``(K, rows)``, this problem's rows of a larger K), and
     ``state``, the kernel solver's state kept from the last call on them (see
     ``solve_kernel_dual``).
     """
-    if is_kernel(feature_map):
+    if is_kernel(feature_map) and gram is not None and state is None:
+        # a small problem with K kept: the whole solve in one compiled call (``dense_dual``)
+        gram_rows = None
+        if isinstance(gram, tuple):  # (K of more rows, this problem's rows of it)
+            gram, gram_rows = gram
+        alpha, n_iter, converged, g = solve_dense_dual(
+            gram, t, C=C, rows=gram_rows, tol=tol, max_iter=max_iter, alpha0=alpha0
+        )
+        f = t * (g + 1.0)
+        beta = None
+    elif is_kernel(feature_map):
         alpha, n_iter, converged, g = solve_kernel_dual(
             X,
             t,
@@ -159,19 +172,24 @@ def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
 
 
 def pair_path(
-    pair, *, X, feature_map: PairMap, Cs, seed, tol, cache_size, shrinking, max_iter
+    pair, *, X, feature_map: PairMap, Cs, seed, tol, cache_size, shrinking, max_iter, K=None
 ) -> list[BinarySolution]:
     """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
 
     ``pair`` is ``(rows, t)``: the rows of ``X`` in the problem and their +1 / -1 targets.
-    A pure function of its arguments, so it runs in a thread or in a Ray task alike.
+    ``K``: the kernel matrix of every row of ``X`` when the caller keeps it (small
+    one-vs-one problems: one kernel evaluation for all pairs).  A pure function of its
+    arguments, so it runs in a thread or in a Ray task alike.
     """
     rows, t = pair
     Xp = X[rows]
     kernel = is_kernel(feature_map)
     H = None if kernel else feature_map.transform(Xp)
     gram = None
-    if (
+    dense = kernel and len(Cs) == 1 and rows.size <= DENSE_ROWS
+    if K is not None and kernel:
+        gram = (K, rows) if dense else K[np.ix_(rows, rows)]
+    elif (
         kernel
         and (len(Cs) > 1 or rows.size <= DENSE_ROWS)
         and fits_gram_budget(rows.size, rows.size, cache_size)
@@ -179,17 +197,22 @@ def pair_path(
         # small enough to keep K whole (float64): every C of the path (or a small
         # problem's one C) reads its columns and exact products instead of computing them
         gram = feature_map.block(Xp, Xp)
-    # the solver's column cache, kept along the path: Q's columns do not depend on C
+    # one C on a small problem with K kept: the dense solver (no column cache); a path:
+    # the solver's column cache, kept along it (Q's columns do not depend on C)
+    dense = dense and gram is not None
     column_cache = cache_size if gram is None else min(cache_size, GRAM_COLUMN_CACHE_MB)
-    state = KernelSolverState(Xp, t, feature_map, column_cache, tol) if kernel else None
+    state = (
+        KernelSolverState(Xp, t, feature_map, column_cache, tol) if kernel and not dense else None
+    )
     alpha, gradient, path, previous_C = None, None, [], None
-    if gram is not None:
+    if gram is not None and not dense:
         # Q 1: at a path's first (smallest) C most variables end at the bound, so every
         # variable starts there when that beats the zero start, 1/2 C^2 1'Q1 - n C < 0;
         # the start is then one box QP's, not a thousand steps' (COD-RNA, 2,400 rows,
         # C = 0.01: 5-12 ms against 18-23)
         q1 = t * (gram @ t)
-        state.known_bar = (np.ones(t.size), q1)  # (u, Q u), exact, for the first G_bar
+        if state is not None:
+            state.known_bar = (np.ones(t.size), q1)  # (u, Q u), exact, for the first G_bar
         first = float(Cs[0])
         if 0.5 * first**2 * q1.sum() < t.size * first:
             alpha, gradient, previous_C = np.full(t.size, first), first * q1 - 1.0, first
