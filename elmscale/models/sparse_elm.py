@@ -80,10 +80,14 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         Steps (kernels) or passes (random nodes) per binary problem; -1: LIBSVM's cap
         of max(10^7, 100 n) steps for kernels, 100,000 passes for random nodes.
         A ``ConvergenceWarning`` is raised when it stops the solver.
-    n_threads, random_state : as in ``ELMClassifier``.  With two threads or more, one
-        binary problem of 8,192 rows or more uses two: a helper thread takes half of
-        each long pass of the solver's steps (the same solution to the bit); several
-        one-vs-one pairs run side by side, one thread each.
+    n_threads, random_state : as in ``ELMClassifier``.  With two threads or more (and two
+        cores in the process's CPU affinity), one binary problem of 8,192 rows or more
+        uses two: a helper thread takes half of each long pass of the solver's steps (the
+        same solution to the bit), and the solver's thread takes a half back, or runs
+        alone for a while, when the helper has no core (another process has it); several
+        one-vs-one pairs run side by side, one thread each.  Up to 1,024 rows, K is
+        computed once and each pair solved on it in one compiled call (``dense_dual``),
+        one pair after another.
 
     Attributes
     ----------

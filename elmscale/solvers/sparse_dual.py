@@ -4,8 +4,10 @@ Problem (eq. 17): minimise ``1/2 a'Qa - 1'a`` subject to ``0 <= a_i <= C``,
 ``Q_ij = t_i t_j K(x_i, x_j)``.  There is no equality constraint, so one
 variable can move alone: ``a_i <- clip(a_i - g_i / Q_ii, 0, C)`` (Algorithm 1).
 
-Two solvers, both pure functions of arrays (no Dask, no Ray), so that a
-one-vs-one pair or a cross-validation fold can run anywhere:
+Three solvers, all pure functions of arrays (no Dask, no Ray), so that a
+one-vs-one pair or a cross-validation fold can run anywhere.  None is the paper's
+Algorithm 1 step for step: each takes better steps to the same optimum (two variables per
+step, exact tails), as the docs of each say.
 
 ``solve_kernel_dual``
     LIBSVM-style: kernel columns (float32, see ``_jit.q_segment`` for their
@@ -27,6 +29,11 @@ one-vs-one pair or a cross-validation fold can run anywhere:
     gradient is recomputed exactly in float64 from the support vectors and the
     solver continues if the largest violation exceeds ``tol``.  A small
     problem solved many times (a C path) may pass its float64 Gram matrix.
+``solve_dense_dual`` (``dense_dual``)
+    A small problem (up to ``DENSE_ROWS`` = 1,024 rows) on its kept float64 K: the
+    kernel solver's steps, exact columns read from K, the whole solve in one compiled
+    call (no cache, shrinking or helper), so that a fit on a few hundred rows costs
+    what LIBSVM's does.
 ``solve_explicit_dual``
     For random hidden nodes (``Q = (t h)(t h)'``): dual coordinate descent of
     LIBLINEAR (Hsieh et al. 2008) on ``beta = sum_i a_i t_i h(x_i)``: O(L) per
@@ -41,26 +48,30 @@ most L): that reduced problem, the others fixed, is solved exactly by
 solution; the exact final check is unchanged.  On a C path with K kept whole, a
 warm start with few free variables (wide kernels) goes to ``box_qp``'s method over
 every row before any step (``face_qp_max_free``).  With two cores a helper thread
-takes the far half of each long pass of a step (``helper``), to the same result.
+takes the far half of each long pass of a step (``helper``), to the same result; it
+never makes the solver's thread wait on a core another process holds
+(``solver_helper``).
 
 The modules, one seam each: ``kernel_dual`` (the kernel solver's phases, shrinking and
 driver), ``kernel_passes`` (its vectorised passes and two-variable step), ``kernel_columns``
 (where Q's columns come from), ``column_cache`` (the LRU cache and the state a C path
 keeps), ``solver_helper`` (the helper thread), ``exact_tail`` (``box_qp``),
-``explicit_dual`` (random nodes), ``dual_common`` (what both share).  This module gathers
+``dense_dual`` (small problems), ``explicit_dual`` (random nodes), ``dual_common`` (what
+they share).  This module gathers
 their public names.
 
 Inside, the numba phases take their state in named groups, never by slot number: named
 tuples of arrays and scalars (the kernel solver's ``_Settings``, ``QMatrix``, Q as a
-column source with a ``SOURCE_*`` code, ``_Solution``, ``ColumnCache``, ``_Helper``; the
-explicit solver's ``_ExplicitSettings``, ``_ExplicitProblem``, ``_ExplicitSolution``,
-``_PassOrder``), one record of integer state each (``KERNEL_STATE``,
+column source with a ``SOURCE_*`` code, ``_Solution``, ``ColumnCache``, ``Helper``; the
+explicit solver's ``ExplicitSettings``, ``ExplicitProblem``, ``ExplicitSolution``,
+``PassOrder``), one record of integer state each (``KERNEL_STATE``,
 ``EXPLICIT_STATE``), and the bound flags ``LOWER_BOUND``, ``FREE``, ``UPPER_BOUND``.
 """
 
 from __future__ import annotations
 
 from elmscale.solvers.column_cache import KernelSolverState, kernel_key
+from elmscale.solvers.dense_dual import solve_dense_dual
 from elmscale.solvers.dual_common import dual_objective, kkt_violation
 from elmscale.solvers.exact_tail import box_qp
 from elmscale.solvers.explicit_dual import (
@@ -96,6 +107,7 @@ __all__ = [
     "explicit_passes",
     "kernel_key",
     "kkt_violation",
+    "solve_dense_dual",
     "solve_explicit_dual",
     "solve_kernel_dual",
 ]
