@@ -44,7 +44,21 @@ def _exact_gradient(K, rows, t, alpha, g):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _dense_solve(K, rows, t, C, tol, max_steps, pair_steps, alpha, g):
+def _signed_column(K, rows, identity, t, i, out):
+    """``out[p] = t_i t_p K[rows[i], rows[p]]``: a plain (vectorised) pass when ``rows`` is
+    every row of ``K`` in order, a gather otherwise."""
+    row = K[rows[i]]
+    ti = t[i]
+    if identity:
+        for p in range(t.size):
+            out[p] = ti * t[p] * row[p]
+    else:
+        for p in range(t.size):
+            out[p] = ti * t[p] * row[rows[p]]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _dense_solve(K, rows, identity, t, C, tol, max_steps, pair_steps, alpha, g):
     """Steps on ``Q = t t' K[rows][:, rows]`` from ``alpha`` until every violation of the
     exact gradient (recomputed from ``K`` whenever the steps' own says done) is within
     ``tol``, or ``max_steps`` are taken; ``g`` is left exact.  Returns
@@ -75,10 +89,7 @@ def _dense_solve(K, rows, t, C, tol, max_steps, pair_steps, alpha, g):
             return steps, max_v
         while max_v > tol and steps < max_steps:
             steps += 1
-            row = K[rows[i]]
-            ti = t[i]
-            for p in range(n):
-                col_i[p] = ti * t[p] * row[rows[p]]
+            _signed_column(K, rows, identity, t, i, col_i)
             j = -1
             if pair_steps:
                 j = select_partner_range(
@@ -88,10 +99,7 @@ def _dense_solve(K, rows, t, C, tol, max_steps, pair_steps, alpha, g):
                 di = min(max(alpha[i] - g[i] / diag[i], 0.0), C) - alpha[i]
                 dj = 0.0
             else:
-                row = K[rows[j]]
-                tj = t[j]
-                for p in range(n):
-                    col_j[p] = tj * t[p] * row[rows[p]]
+                _signed_column(K, rows, identity, t, j, col_j)
                 di, dj = solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j], col_i[j], C)
             for v, dv in ((i, di), (j, dj)):
                 if v < 0:
@@ -115,7 +123,8 @@ def solve_dense_dual(K, t, *, C, rows=None, tol=1e-3, max_iter=-1, alpha0=None, 
     K = np.ascontiguousarray(K, dtype=np.float64)
     t = np.ascontiguousarray(t, dtype=np.float64)
     n = t.size
-    rows = np.arange(n) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    identity = rows is None
+    rows = np.arange(n) if identity else np.ascontiguousarray(rows, dtype=np.int64)
     if K.ndim != 2 or K.shape[0] != K.shape[1] or rows.size != n or K.shape[0] < n:
         raise ValueError(
             f"K must be a square kernel matrix and rows ({rows.size}) one index per target "
@@ -125,7 +134,9 @@ def solve_dense_dual(K, t, *, C, rows=None, tol=1e-3, max_iter=-1, alpha0=None, 
     cap = max(10_000_000, 100 * n) if max_iter < 0 else int(max_iter)
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
     g = np.empty(n)
-    steps, violation = _dense_solve(K, rows, t, C, float(tol), cap, bool(pair_steps), alpha, g)
+    steps, violation = _dense_solve(
+        K, rows, identity, t, C, float(tol), cap, bool(pair_steps), alpha, g
+    )
     return alpha, int(steps), bool(violation <= tol), g
 
 
