@@ -67,23 +67,26 @@ def _dense_solve(K, rows, identity, t, C, tol, max_steps, pair_steps, alpha, g):
     diag = np.empty(n)
     dinv = np.empty(n)
     bound = np.empty(n, np.int8)
-    unit_diag = True
+    not_unit = 0
     for p in range(n):
         diag[p] = max(K[rows[p], rows[p]], 1e-12)
         dinv[p] = 1.0 / diag[p]
-        unit_diag = unit_diag and diag[p] == 1.0
+        not_unit += diag[p] != 1.0
         a = alpha[p]
         bound[p] = LOWER_BOUND if a <= 0.0 else (UPPER_BOUND if a >= C else FREE)
+    unit_diag = not_unit == 0  # (a computed bool: a literal True would be a signature)
     col_i = np.zeros(n)
     col_j = np.zeros(n)
     score = np.empty(BLOCK)
     viol = np.empty(BLOCK)
+    zero = 0.0
     steps = 0
     while True:
         # the exact gradient: the check, and the start of the next steps
         _exact_gradient(K, rows, t, alpha, g)
+        # (no literal arguments: numba compiles a literal's value as a signature of its own)
         i, max_v = update_select(
-            n, g, bound, dinv, col_i, 0.0, col_j, 0.0, False, unit_diag, score, viol
+            n, g, bound, dinv, col_i, zero, col_j, zero, np.bool_(False), unit_diag, score, viol
         )
         if max_v <= tol or steps >= max_steps:
             return steps, max_v
