@@ -87,9 +87,37 @@ def test_kernel_blocks_match_scipy(kind):
     np.testing.assert_allclose(k.block(A, B), ref, rtol=1e-13, atol=1e-15)
     assert k.block(A, B, dtype=np.float32).dtype == np.float32
     coef = rng.standard_normal((70, 2))
-    np.testing.assert_allclose(
-        k.block_matvec(A, B, coef, block_rows=7), ref @ coef, rtol=1e-12, atol=1e-12
-    )
+    np.testing.assert_allclose(k.block_matvec(A, B, coef), ref @ coef, rtol=1e-12, atol=1e-12)
+
+
+def test_kernel_blocks_on_threads_equal_one_thread_to_the_bit():
+    """The kernel blocks run rows side by side in chunks (``core.threads.parallel_rows``):
+    every chunking gives the one-thread result to the bit, and an error in a chunk is
+    raised."""
+    from elmscale.core.threads import ROWS_PER_CHUNK, parallel_rows, thread_budget
+
+    rng = np.random.default_rng(5)
+    A = rng.uniform(-1, 1, size=(8 * ROWS_PER_CHUNK + 13, 5))
+    B = rng.uniform(-1, 1, size=(300, 5))
+    coef = rng.standard_normal((300, 3))
+    k = Kernel("gaussian", sigma=0.6)
+    with thread_budget(1):
+        block1, scores1 = k.block(A, B), k.block_matvec(A, B, coef)
+    with thread_budget(2):
+        block2, scores2 = k.block(A, B), k.block_matvec(A, B, coef)
+    np.testing.assert_array_equal(block1, block2)
+    np.testing.assert_array_equal(scores1, scores2)
+    seen = []
+
+    def chunk(start, stop):
+        seen.append((start, stop))
+        if start > 0:
+            raise RuntimeError("a failing chunk")
+
+    with pytest.raises(RuntimeError, match="a failing chunk"):
+        parallel_rows(chunk, 4 * ROWS_PER_CHUNK, n_threads=2)
+    covered = sorted(seen)
+    assert covered[0][0] == 0 and all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
 
 
 def test_bad_kernel_parameters_are_named():

@@ -445,7 +445,7 @@ def hidden_block_scores(X, W, b, kind, coef, out):
 # ---------------------------------------------------------------------------
 
 KERNEL_CODES = {"gaussian": 0, "laplacian": 1, "polynomial": 2, "mg": 3}
-_MATVEC_COLUMNS = 1024  # kernel_block_matvec's columns at a time: 8 KB of float64 scratch
+_MATVEC_COLUMNS = 1024  # kernel_rows_matvec's columns at a time: 8 KB of float64 scratch
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -534,9 +534,15 @@ def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, ac
     _vexp64(acc, kbuf)
 
 
-@njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_block(A, Bt, kind, sigma, degree, sigma_star, tau, out):
-    """``out[i, j] = K(A[i], B[j])`` for the kernel ``kind`` (see ``KERNEL_CODES``).
+# The kernel blocks are serial over a range of rows and run side by side on threads by
+# ``features.kernels`` (``core.threads.parallel_rows``), not parallel loops: numba compiles
+# a parallel loop in 4-5 s where the same serial body takes 1.3 s (a first fit and its first
+# predict compiled two of them), and threads taking chunks as they free up share cores with
+# a busy process better than a static split.
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def kernel_rows(A, Bt, kind, sigma, degree, sigma_star, tau, out, start, stop):
+    """``out[i, j] = K(A[i], B[j])`` for the rows ``i`` in ``[start, stop)``, the kernel
+    ``kind`` (see ``KERNEL_CODES``).
 
     gaussian: exp(-|u-v|^2 / (2 sigma^2)) (eq. 29); laplacian: exp(-|u-v| / sigma)
     (eq. 30); polynomial: (1 + u.v)^degree (eq. 31); mg (memorization-generalization,
@@ -544,43 +550,40 @@ def kernel_block(A, Bt, kind, sigma, degree, sigma_star, tau, out):
     + tau exp(-|u-v|^2 / (2 sigma_star^2)).  ``out`` may be float32 or float64; values
     are computed in float64.
     """
-    n = A.shape[0]
     m = Bt.shape[1]
-    for i in prange(n):
-        acc = np.empty(m, np.float64)
-        kbuf = np.empty(m, np.int64)
+    acc = np.empty(m, np.float64)
+    kbuf = np.empty(m, np.int64)
+    for i in range(start, stop):
         _kernel_row(A[i], Bt, np.int64(0), m, kind, sigma, degree, sigma_star, tau, acc, kbuf)
+        row = out[i]
         for j in range(m):
-            out[i, j] = acc[j]
+            row[j] = acc[j]
 
 
-@njit(cache=True, parallel=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_block_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef, out):
-    """``out[i, :] = sum_j K(A[i], B[j]) * coef[j, :]`` without storing the block.
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def kernel_rows_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop):
+    """``out[i, :] = sum_j K(A[i], B[j]) * coef_t[:, j]`` for the rows ``i`` in ``[start,
+    stop)``, without storing the block.
 
-    The fused scoring kernel: memory O(m) per thread, cost O(n m d).  Each row goes
-    through B's columns ``_MATVEC_COLUMNS`` at a time, so that its scratch stays in L1
-    (measured: the exact product of 5,204 support vectors with 29,768 rows, one
-    thread, 275 ms against 305 ms with whole rows).
+    The fused scoring kernel: memory O(m), cost O(n m d).  Each row goes through B's
+    columns ``_MATVEC_COLUMNS`` at a time, so that its scratch stays in L1 (measured: the
+    exact product of 5,204 support vectors with 29,768 rows, one thread, 275 ms against
+    305 ms with whole rows).  ``coef_t`` is (outputs, m), C-contiguous.
     """
-    n = A.shape[0]
     m = Bt.shape[1]
-    n_out = coef.shape[1]
-    coef_t = np.ascontiguousarray(coef.T)
-    n_chunks = min(n, _PARALLEL_CHUNKS)
+    n_out = coef_t.shape[0]
     width = min(m, _MATVEC_COLUMNS)
-    for c in prange(n_chunks):
-        acc = np.empty(width, np.float64)
-        kbuf = np.empty(width, np.int64)
-        for i in range(c * n // n_chunks, (c + 1) * n // n_chunks):
+    acc = np.empty(width, np.float64)
+    kbuf = np.empty(width, np.int64)
+    for i in range(start, stop):
+        for o in range(n_out):
+            out[i, o] = 0.0
+        for s in range(0, m, width):
+            e = min(s + width, m)
+            a = acc[: e - s]
+            _kernel_row(A[i], Bt, s, e, kind, sigma, degree, sigma_star, tau, a, kbuf[: e - s])
             for o in range(n_out):
-                out[i, o] = 0.0
-            for s in range(0, m, width):
-                e = min(s + width, m)
-                a = acc[: e - s]
-                _kernel_row(A[i], Bt, s, e, kind, sigma, degree, sigma_star, tau, a, kbuf[: e - s])
-                for o in range(n_out):
-                    out[i, o] += dot(a, coef_t[o, s:e])
+                out[i, o] += dot(a, coef_t[o, s:e])
 
 
 SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1

@@ -112,3 +112,57 @@ def iter_in_threads(fn, items, n_threads: int) -> Iterator[tuple[int, object]]:
         finally:
             for future in futures:
                 future.cancel()
+
+
+# A pool kept for ``parallel_rows`` (threads are started once, not per call: a pool's start
+# costs about 0.1 ms, more than a small block's work).
+_row_pool_lock = threading.Lock()
+_row_pool: ThreadPoolExecutor | None = None
+ROWS_PER_CHUNK = 256  # a chunk's rows at least: below, a hand-over costs more than the work
+
+
+def _rows_pool() -> ThreadPoolExecutor:
+    global _row_pool
+    with _row_pool_lock:
+        if _row_pool is None:
+            _row_pool = ThreadPoolExecutor(
+                max_workers=max(2, available_cores()), thread_name_prefix="elmscale-rows"
+            )
+        return _row_pool
+
+
+def parallel_rows(fn, n_rows: int, n_threads: int | None = None) -> None:
+    """``fn(start, stop)`` over ``[0, n_rows)`` in chunks, on up to ``n_threads`` threads
+    (default: numba's thread count for this thread, which ``thread_budget`` sets).
+
+    For numba kernels that release the GIL (``nogil``) and work on a range of rows.  The
+    chunks (four per thread) are taken as threads free up, so a thread that shares its
+    core with another process takes fewer; the calling thread takes chunks too.  The first
+    exception is raised once every chunk has stopped.
+    """
+    n = numba.get_num_threads() if n_threads is None else max(1, int(n_threads))
+    n = min(n, max(1, n_rows // ROWS_PER_CHUNK))
+    if n <= 1:
+        fn(0, n_rows)
+        return
+    n_chunks = 4 * n
+    bounds = [n_rows * k // n_chunks for k in range(n_chunks + 1)]
+    next_chunk = iter(range(n_chunks))
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                k = next(next_chunk, None)
+            if k is None:
+                return
+            fn(bounds[k], bounds[k + 1])
+
+    helpers = [_rows_pool().submit(work) for _ in range(n - 1)]
+    try:
+        work()
+    finally:
+        errors = [f.exception() for f in helpers]
+    for error in errors:
+        if error is not None:
+            raise error

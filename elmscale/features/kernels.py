@@ -10,11 +10,11 @@ import numpy as np
 
 from elmscale.core import jit as _jit
 from elmscale.core.memory import empty_huge
+from elmscale.core.threads import parallel_rows
 from elmscale.features.base import (
     _as_float32_rows,
     _check_out,
     check_width,
-    iter_row_blocks,
     register_feature_map,
 )
 
@@ -76,13 +76,15 @@ class Kernel:
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
         shape = (A32.shape[0], Bt.shape[1])
         out = empty_huge(shape, dtype) if out is None else _check_out(out, shape, dtype)
-        _jit.kernel_block(A32, Bt, *self._params(), out)
+        params = self._params()
+        parallel_rows(
+            lambda start, stop: _jit.kernel_rows(A32, Bt, *params, out, start, stop), shape[0]
+        )
         return out
 
-    def block_matvec(
-        self, A: np.ndarray, B: np.ndarray, coef: np.ndarray, block_rows: int = 4096
-    ) -> np.ndarray:
-        """``K(A, B) @ coef`` without storing the kernel block (fused, parallel)."""
+    def block_matvec(self, A: np.ndarray, B: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        """``K(A, B) @ coef`` without storing the kernel block (fused, rows side by side on
+        the thread budget)."""
         A32 = _as_float32_rows(A)
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
         coef2 = np.ascontiguousarray(coef, dtype=np.float64)
@@ -91,8 +93,11 @@ class Kernel:
             coef2 = coef2[:, None]
         out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
         params = self._params()
-        for rows in iter_row_blocks(A32.shape[0], block_rows):
-            _jit.kernel_block_matvec(A32[rows], Bt, *params, coef2, out[rows])
+        coef_t = np.ascontiguousarray(coef2.T)
+        parallel_rows(
+            lambda start, stop: _jit.kernel_rows_matvec(A32, Bt, *params, coef_t, out, start, stop),
+            A32.shape[0],
+        )
         return out[:, 0] if squeeze else out
 
     def to_dict(self) -> dict:
