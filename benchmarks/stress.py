@@ -598,7 +598,10 @@ def load_two_scores(case: Case, args, work: Path) -> None:
     once the first has written a file (it must be refused while the first runs).  Either
     way every file is scored by exactly one run and equals the reference."""
     n_files = 8
-    model, inputs = _scoring_inputs(work, n_files, 250_000)  # the first outlasts a start
+    # the first must outlast the second's start (its imports take seconds): with 250,000
+    # rows a file, a CI-size run on 2026-12-02 found the first done before the second
+    # started (codes [0, 0]); 1,000,000 rows a file: the case takes 28 s
+    model, inputs = _scoring_inputs(work, n_files, 1_000_000)
     reference = work / "reference"
     _reference_scores(model, inputs, reference)
 
