@@ -23,7 +23,6 @@ from elmscale.solvers.kernel_passes import (
     BLOCK,
     add_column,
     select_partner_range,
-    update_select,
     update_select_range,
 )
 
@@ -242,12 +241,14 @@ def _helper_loop(helper, q, sol, cache):
 def column_fill(i, start, end, s, q, sol, cols, scratch, helper):
     """``cols[s][start:end]`` = Q's column i there, the far half on the helper if any."""
     mid = _split_point(helper, start, end)
-    if mid > start:
+    split = mid > start
+    if split:
         _post(helper.ctrl, _JOB_COLUMN, i, mid, end, s, 0)
-        column_segment(q, i, start, mid, scratch, cols[s])
-        _finish(helper, q, sol, cols, scratch)
     else:
-        column_segment(q, i, start, end, scratch, cols[s])
+        mid = end
+    column_segment(q, i, start, mid, scratch, cols[s])
+    if split:
+        _finish(helper, q, sol, cols, scratch)
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
@@ -256,79 +257,74 @@ def select_partner(i, n_active, sol, q, cols, s, scratch, helper):
     g, bound, diag = sol.g, sol.bound, q.diag
     gi = g[i]
     qii = diag[i]
-    mid = _split_point(helper, 0, n_active)
-    if mid == 0:
-        return select_partner_range(
-            gi, qii, np.int64(0), n_active, g, bound, diag, cols[s], scratch.score
-        )[0]
     ctrl, fargs = helper.ctrl, helper.fargs
-    fargs[_F_ARG] = gi
-    fargs[_F_ARG2] = qii
-    _post(ctrl, _JOB_PARTNER, 0, mid, n_active, s, 0)
+    mid = _split_point(helper, 0, n_active)
+    split = mid > 0
+    if split:
+        fargs[_F_ARG] = gi
+        fargs[_F_ARG2] = qii
+        _post(ctrl, _JOB_PARTNER, 0, mid, n_active, s, 0)
+    else:
+        mid = n_active
     j, best = select_partner_range(
         gi, qii, np.int64(0), mid, g, bound, diag, cols[s], scratch.score
     )
-    _finish(helper, q, sol, cols, scratch)
-    return ctrl[_CTRL_RESULT] if fargs[_F_BEST] > best else j
+    if split:
+        _finish(helper, q, sol, cols, scratch)
+        if fargs[_F_BEST] > best:
+            j = ctrl[_CTRL_RESULT]
+    return j
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def update_select_split(n_active, sol, q, cols, s, di, s2, dj, two, scratch, helper):
     """``update_select`` with Q's columns in slots ``s`` and ``s2``, the far half of the
     active variables on the helper if any."""
-    g, bound, dinv, unit_diag = sol.g, sol.bound, q.dinv, q.unit_diag
-    mid = _split_point(helper, 0, n_active)
-    if mid == 0:
-        return update_select(
-            n_active,
-            g,
-            bound,
-            dinv,
-            cols[s],
-            di,
-            cols[s2],
-            dj,
-            two,
-            unit_diag,
-            scratch.score,
-            scratch.viol,
-        )
     ctrl, fargs = helper.ctrl, helper.fargs
-    fargs[_F_ARG] = di
-    fargs[_F_ARG2] = dj
-    _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
+    mid = _split_point(helper, 0, n_active)
+    split = mid > 0
+    if split:
+        fargs[_F_ARG] = di
+        fargs[_F_ARG2] = dj
+        _post(ctrl, _JOB_UPDATE, 1 if two else 0, mid, n_active, s, s2)
+    else:
+        mid = n_active
     i_sel, best, max_v = update_select_range(
         np.int64(0),
         mid,
-        g,
-        bound,
-        dinv,
+        sol.g,
+        sol.bound,
+        q.dinv,
         cols[s],
         di,
         cols[s2],
         dj,
         two,
-        unit_diag,
+        q.unit_diag,
         scratch.score,
         scratch.viol,
     )
-    _finish(helper, q, sol, cols, scratch)
-    if fargs[_F_BEST] > best:
-        i_sel = ctrl[_CTRL_RESULT]
-    return i_sel, np.sqrt(max(max_v, fargs[_F_MAX_V]))
+    if split:
+        _finish(helper, q, sol, cols, scratch)
+        if fargs[_F_BEST] > best:
+            i_sel = ctrl[_CTRL_RESULT]
+        max_v = max(max_v, fargs[_F_MAX_V])
+    return i_sel, np.sqrt(max_v)
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def update_g_bar(w, s, n, q, sol, cols, scratch, helper):
     """``g_bar[:n] += w * cols[s][:n]``, the far half on the helper if any."""
     mid = _split_point(helper, 0, n)
-    if mid == 0:
-        add_column(sol.g_bar, w, cols[s], 0, n)
-        return
-    helper.fargs[_F_ARG] = w
-    _post(helper.ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
+    split = mid > 0
+    if split:
+        helper.fargs[_F_ARG] = w
+        _post(helper.ctrl, _JOB_G_BAR, 0, mid, n, s, 0)
+    else:
+        mid = n
     add_column(sol.g_bar, w, cols[s], 0, mid)
-    _finish(helper, q, sol, cols, scratch)
+    if split:
+        _finish(helper, q, sol, cols, scratch)
 
 
 def start_helper(q, sol, cache):
