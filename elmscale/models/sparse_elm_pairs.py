@@ -79,6 +79,7 @@ def fit_binary(
     gradient0=None,
     gradient0_alpha=None,
     gram=None,
+    gram_rows=None,
     state=None,
 ) -> BinarySolution:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
@@ -88,15 +89,12 @@ def fit_binary(
     call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
     ``K(X, X)`` in float64 when the caller solves the same rows many times (or a small
     problem once: then, without ``state``, the dense solver ``solve_dense_dual`` takes it,
-    and it may be ``(K, rows)``, this problem's rows of a larger K), and
+    and ``gram_rows`` may name this problem's rows of a larger ``gram``), and
     ``state``, the kernel solver's state kept from the last call on them (see
     ``solve_kernel_dual``).
     """
     if is_kernel(feature_map) and gram is not None and state is None:
         # a small problem with K kept: the whole solve in one compiled call (``dense_dual``)
-        gram_rows = None
-        if isinstance(gram, tuple):  # (K of more rows, this problem's rows of it)
-            gram, gram_rows = gram
         alpha, n_iter, converged, g = solve_dense_dual(
             gram, t, C=C, rows=gram_rows, tol=tol, max_iter=max_iter, alpha0=alpha0
         )
@@ -185,13 +183,16 @@ def pair_path(
     Xp = X[rows]
     kernel = is_kernel(feature_map)
     H = None if kernel else feature_map.transform(Xp)
-    gram = None
-    dense = kernel and len(Cs) == 1 and rows.size <= DENSE_ROWS
+    gram, gram_rows = None, None
+    small_once = kernel and len(Cs) == 1 and rows.size <= DENSE_ROWS
     if K is not None and kernel:
-        gram = (K, rows) if dense else K[np.ix_(rows, rows)]
+        if small_once:  # the dense solver reads the pair's rows of K in place
+            gram, gram_rows = K, rows
+        else:
+            gram = K[np.ix_(rows, rows)]
     elif (
         kernel
-        and (len(Cs) > 1 or rows.size <= DENSE_ROWS)
+        and (len(Cs) > 1 or small_once)
         and fits_gram_budget(rows.size, rows.size, cache_size)
     ):
         # small enough to keep K whole (float64): every C of the path (or a small
@@ -199,7 +200,7 @@ def pair_path(
         gram = feature_map.block(Xp, Xp)
     # one C on a small problem with K kept: the dense solver (no column cache); a path:
     # the solver's column cache, kept along it (Q's columns do not depend on C)
-    dense = dense and gram is not None
+    dense = small_once and gram is not None
     column_cache = cache_size if gram is None else min(cache_size, GRAM_COLUMN_CACHE_MB)
     state = (
         KernelSolverState(Xp, t, feature_map, column_cache, tol) if kernel and not dense else None
@@ -211,8 +212,7 @@ def pair_path(
         # the start is then one box QP's, not a thousand steps' (COD-RNA, 2,400 rows,
         # C = 0.01: 5-12 ms against 18-23)
         q1 = t * (gram @ t)
-        if state is not None:
-            state.known_bar = (np.ones(t.size), q1)  # (u, Q u), exact, for the first G_bar
+        state.known_bar = (np.ones(t.size), q1)  # (u, Q u), exact, for the first G_bar
         first = float(Cs[0])
         if 0.5 * first**2 * q1.sum() < t.size * first:
             alpha, gradient, previous_C = np.full(t.size, first), first * q1 - 1.0, first
@@ -240,6 +240,7 @@ def pair_path(
             gradient0=gradient,
             gradient0_alpha=alpha,
             gram=gram,
+            gram_rows=gram_rows,
             state=state,
         )
         gradient = r.gradient  # only the next C needs it

@@ -7,8 +7,8 @@ steps.  Here every step of a solve runs in one compiled call on the float64 ``K`
 same steps as the kernel solver's (i by the largest violation, its partner by the gain of
 the exact joint step, ``kernel_passes``), with exact float64 columns read from ``K``, so
 the gradient stays exact to rounding; no cache, no shrinking, no helper thread.  The end is
-checked as the kernel solver's: the gradient recomputed from ``K`` (one BLAS product), and
-the steps go on while the largest violation exceeds ``tol``.
+checked as the kernel solver's: the gradient recomputed from ``K`` over the nonzero
+variables, and the steps go on while the largest violation exceeds ``tol``.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from elmscale.core.jit import weighted_row_sum
+from elmscale.solvers.dual_common import TAU, kernel_step_cap
+from elmscale.solvers.kernel_columns import gram_segment
 from elmscale.solvers.kernel_passes import (
     BLOCK,
-    FREE,
-    LOWER_BOUND,
-    UPPER_BOUND,
+    bound_flag,
     select_partner_range,
+    single_step,
     solve_pair,
     update_select,
 )
@@ -30,35 +32,14 @@ from elmscale.solvers.kernel_passes import (
 @njit(cache=True, nogil=True, error_model="numpy")
 def _exact_gradient(K, rows, t, alpha, g):
     """``g = Q alpha - 1`` exactly (``Q = t t' K[rows][:, rows]``), over the nonzero alpha."""
-    n = t.size
-    for p in range(n):
-        g[p] = -1.0
-    for k in range(n):
-        a = alpha[k]
-        if a == 0.0:
-            continue
-        row = K[rows[k]]
-        w = a * t[k]
-        for p in range(n):
-            g[p] += w * t[p] * row[rows[p]]
+    nz = np.flatnonzero(alpha)
+    weighted_row_sum(K, rows[nz], alpha[nz] * t[nz], rows, g)
+    for p in range(t.size):
+        g[p] = t[p] * g[p] - 1.0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _signed_column(K, rows, identity, t, i, out):
-    """``out[p] = t_i t_p K[rows[i], rows[p]]``: a plain (vectorised) pass when ``rows`` is
-    every row of ``K`` in order, a gather otherwise."""
-    row = K[rows[i]]
-    ti = t[i]
-    if identity:
-        for p in range(t.size):
-            out[p] = ti * t[p] * row[p]
-    else:
-        for p in range(t.size):
-            out[p] = ti * t[p] * row[rows[p]]
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _dense_solve(K, rows, identity, t, C, tol, max_steps, pair_steps, alpha, g):
+def _dense_solve(K, rows, t, C, tol, max_steps, pair_steps, alpha, g):
     """Steps on ``Q = t t' K[rows][:, rows]`` from ``alpha`` until every violation of the
     exact gradient (recomputed from ``K`` whenever the steps' own says done) is within
     ``tol``, or ``max_steps`` are taken; ``g`` is left exact.  Returns
@@ -69,11 +50,10 @@ def _dense_solve(K, rows, identity, t, C, tol, max_steps, pair_steps, alpha, g):
     bound = np.empty(n, np.int8)
     not_unit = 0
     for p in range(n):
-        diag[p] = max(K[rows[p], rows[p]], 1e-12)
+        diag[p] = max(K[rows[p], rows[p]], TAU)
         dinv[p] = 1.0 / diag[p]
         not_unit += diag[p] != 1.0
-        a = alpha[p]
-        bound[p] = LOWER_BOUND if a <= 0.0 else (UPPER_BOUND if a >= C else FREE)
+        bound[p] = bound_flag(alpha[p], C)
     unit_diag = not_unit == 0  # (a computed bool: a literal True would be a signature)
     col_i = np.zeros(n)
     col_j = np.zeros(n)
@@ -92,24 +72,24 @@ def _dense_solve(K, rows, identity, t, C, tol, max_steps, pair_steps, alpha, g):
             return steps, max_v
         while max_v > tol and steps < max_steps:
             steps += 1
-            _signed_column(K, rows, identity, t, i, col_i)
+            gram_segment(K, rows, t, i, np.int64(0), n, col_i)
             j = -1
             if pair_steps:
                 j = select_partner_range(
                     g[i], diag[i], np.int64(0), n, g, bound, diag, col_i, score
                 )[0]
             if j < 0:
-                di = min(max(alpha[i] - g[i] / diag[i], 0.0), C) - alpha[i]
+                di = single_step(alpha[i], g[i], diag[i], C)
                 dj = 0.0
             else:
-                _signed_column(K, rows, identity, t, j, col_j)
+                gram_segment(K, rows, t, j, np.int64(0), n, col_j)
                 di, dj = solve_pair(alpha[i], alpha[j], g[i], g[j], diag[i], diag[j], col_i[j], C)
             for v, dv in ((i, di), (j, dj)):
                 if v < 0:
                     continue
                 new = min(max(alpha[v] + dv, 0.0), C)
                 alpha[v] = new
-                bound[v] = LOWER_BOUND if new <= 0.0 else (UPPER_BOUND if new >= C else FREE)
+                bound[v] = bound_flag(new, C)
             i, max_v = update_select(
                 n, g, bound, dinv, col_i, di, col_j, dj, j >= 0, unit_diag, score, viol
             )
@@ -126,20 +106,17 @@ def solve_dense_dual(K, t, *, C, rows=None, tol=1e-3, max_iter=-1, alpha0=None, 
     K = np.ascontiguousarray(K, dtype=np.float64)
     t = np.ascontiguousarray(t, dtype=np.float64)
     n = t.size
-    identity = rows is None
-    rows = np.arange(n) if identity else np.ascontiguousarray(rows, dtype=np.int64)
+    rows = np.arange(n) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
     if K.ndim != 2 or K.shape[0] != K.shape[1] or rows.size != n or K.shape[0] < n:
         raise ValueError(
             f"K must be a square kernel matrix and rows ({rows.size}) one index per target "
             f"({n}); got K of shape {K.shape}"
         )
     C = float(C)
-    cap = max(10_000_000, 100 * n) if max_iter < 0 else int(max_iter)
+    cap = kernel_step_cap(max_iter, n)
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
     g = np.empty(n)
-    steps, violation = _dense_solve(
-        K, rows, identity, t, C, float(tol), cap, bool(pair_steps), alpha, g
-    )
+    steps, violation = _dense_solve(K, rows, t, C, float(tol), cap, bool(pair_steps), alpha, g)
     return alpha, int(steps), bool(violation <= tol), g
 
 

@@ -11,6 +11,17 @@ import numpy as np
 import scipy.linalg  # noqa: F401
 
 TAU = 1e-12  # guard for a non-positive diagonal
+DEFAULT_STEP_CAP = 10_000_000  # kernel solvers' steps when max_iter < 0 (LIBSVM's cap)
+
+
+def kernel_step_cap(max_iter, n_rows) -> int:
+    """The kernel solvers' step cap: ``max_iter``, or LIBSVM's max(1e7, 100 n) when it is
+    negative (a problem whose scale puts tol below the float32 columns' resolution, say a
+    polynomial kernel on unscaled features with Q near 1e13, would otherwise step for ever;
+    the caller reports it as not converged)."""
+    return max(DEFAULT_STEP_CAP, 100 * int(n_rows)) if max_iter < 0 else int(max_iter)
+
+
 # What a phase returns (the kernel solver's all four, the explicit solver's 0, 1 and 3)
 PHASE_OPTIMAL = 0  # every variable within tol (the kernel's: a candidate, checked exactly)
 PHASE_MAX_ITER = 1  # the step (pass) cap reached

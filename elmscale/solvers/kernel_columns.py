@@ -54,9 +54,10 @@ QMatrix = namedtuple(
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
-def _gram_segment(gram, perm, t32, i, start, end, out):
-    """``out[p] = t_i t_p K[row i, row p]`` (float32) for positions ``[start, end)`` from a
-    precomputed Gram matrix (``perm`` maps the solver's positions to rows)."""
+def gram_segment(gram, perm, t32, i, start, end, out):
+    """``out[p] = t_i t_p K[row i, row p]`` for positions ``[start, end)`` from a
+    precomputed Gram matrix (``perm`` maps the solver's positions to rows): a cached column
+    (float32), or the dense solver's (float64, ``dense_dual``)."""
     row = gram[perm[i]]
     ti = t32[i]
     for p in range(start, end):
@@ -88,7 +89,7 @@ def column_segment(q, i, start, end, scratch, out):
     """Q's column i over positions ``[start, end)`` (``q`` a ``QMatrix``), from its
     source: read from the kept Gram matrix, or computed from the rows (``q_segment``)."""
     if q.source == SOURCE_GRAM:
-        _gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
+        gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
     else:
         q_segment(
             q.Xt,

@@ -22,12 +22,21 @@ from elmscale.solvers.dual_common import (
     PHASE_OPTIMAL,
     PHASE_TAIL,
     PHASE_UNSHRINK,
+    kernel_step_cap,
     kkt_violation,
     new_record,
 )
 from elmscale.solvers.exact_tail import box_qp_signed, tail_solution
 from elmscale.solvers.kernel_columns import SOURCE_GRAM, SOURCE_ROWS, QMatrix, step_scratch
-from elmscale.solvers.kernel_passes import FREE, LOWER_BOUND, UPPER_BOUND, solve_pair, update_select
+from elmscale.solvers.kernel_passes import (
+    FREE,
+    LOWER_BOUND,
+    UPPER_BOUND,
+    bound_flag,
+    single_step,
+    solve_pair,
+    update_select,
+)
 from elmscale.solvers.solver_helper import (
     HELPER_MIN_ROWS,
     NO_HELPER,
@@ -47,7 +56,6 @@ TAU = 1e-12  # guard for a non-positive diagonal
 # reduced problem over them is solved exactly (``box_qp``).  Single and pair steps
 # crawl there when Q is ill-conditioned (wide kernels, large C): on 2,400 COD-RNA rows
 # at sigma = 1000, C = 500, 3.8 M steps were spent on the last 117 active variables.
-DEFAULT_STEP_CAP = 10_000_000  # steps when max_iter < 0 (LIBSVM's max(1e7, 100 n))
 TAIL_SIZE = 1024
 TAIL_STEPS_PER_VARIABLE = 10
 # A warm start with a kept K (a C path) and at most FACE_QP_MAX_FREE free variables is
@@ -378,7 +386,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
         if pair_steps:
             j = select_partner(i, n_active, sol, q, cols, s, scratch, helper)
         if j < 0:
-            di = min(max(alpha[i] - g[i] / diag[i], 0.0), C) - alpha[i]
+            di = single_step(alpha[i], g[i], diag[i], C)
             dj = 0.0
             s2 = s
         else:
@@ -393,7 +401,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
             old = alpha[v]
             new = min(max(old + dv, 0.0), C)
             alpha[v] = new
-            bound[v] = LOWER_BOUND if new <= 0.0 else (UPPER_BOUND if new >= C else FREE)
+            bound[v] = bound_flag(new, C)
             if (old >= C) != (new >= C):
                 # G_bar = sum over a_j = C of C Q[:, j], over every variable
                 state.g_bar_updates += 1
@@ -514,11 +522,7 @@ def solve_kernel_dual(
     helper = bool(helper)
     C = float(C)
     tol = float(tol)
-    if max_iter < 0:
-        # LIBSVM's own cap: a problem whose scale puts tol below the float32 columns'
-        # resolution (say, a polynomial kernel on unscaled features, Q near 1e13) would
-        # otherwise step for ever; the caller reports it as not converged
-        max_iter = max(DEFAULT_STEP_CAP, 100 * n)
+    max_iter = kernel_step_cap(max_iter, n)
     counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(helper)}
     kept = state is not None
     if not kept:

@@ -159,6 +159,18 @@ def _pair_objective(di, dj, gi, gj, qii, qjj, q):
     return gi * di + gj * dj + 0.5 * (qii * di * di + 2.0 * q * di * dj + qjj * dj * dj)
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def bound_flag(a, C):
+    """The bound flag of a variable's value (``LOWER_BOUND``, ``FREE``, ``UPPER_BOUND``)."""
+    return LOWER_BOUND if a <= 0.0 else (UPPER_BOUND if a >= C else FREE)
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def single_step(a, g, qii, C):
+    """The exact step of one variable (Algorithm 1's): ``clip(a - g / Q_ii, 0, C) - a``."""
+    return min(max(a - g / qii, 0.0), C) - a
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def solve_pair(ai, aj, gi, gj, qii, qjj, q, C):
     """Exact minimiser ``(d_i, d_j)`` of the objective over the box for two variables.

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 from elmscale.solvers.column_cache import KernelSolverState, kernel_key
 from elmscale.solvers.dense_dual import solve_dense_dual
-from elmscale.solvers.dual_common import dual_objective, kkt_violation
+from elmscale.solvers.dual_common import DEFAULT_STEP_CAP, dual_objective, kkt_violation
 from elmscale.solvers.exact_tail import box_qp
 from elmscale.solvers.explicit_dual import (
     EXPLICIT_MAX_PASSES,
@@ -82,7 +82,6 @@ from elmscale.solvers.explicit_dual import (
 )
 from elmscale.solvers.kernel_columns import column_dtype
 from elmscale.solvers.kernel_dual import (
-    DEFAULT_STEP_CAP,
     SHRINK_EVERY,
     TAIL_SIZE,
     ExactQ,
