@@ -107,21 +107,6 @@ class ChildError(RuntimeError):
 # -- data, models ------------------------------------------------------------------------
 
 
-def codrna_half(rows=HALF):
-    """``(X_tr, y_tr, X_te, y_te)``: sparse_elm_vs_svc.py's split (seeded permutation, the
-    first 29,768 rows train), the first ``rows`` of each part, scaled on the training part."""
-    data = load(vs.CODRNA)
-    order = np.random.default_rng(0).permutation(data.n_samples)
-    train, test = order[:HALF][:rows], order[HALF:][:rows]
-    scaler = Scaler().fit(data.X[train])
-    return (
-        scaler.transform(data.X[train]),
-        data.y[train],
-        scaler.transform(data.X[test]),
-        data.y[test],
-    )
-
-
 def make(model, sigma, C):
     if model == "ours":
         return SparseELMClassifier(sigma=sigma, C=C, cache_size=200)
@@ -242,7 +227,7 @@ def child():
     recorder, lock = CompileRecorder(), CompilerLock()
     event.register("numba:compile", recorder)
     event.register("numba:compiler_lock", lock)
-    X, y, _, _ = codrna_half(spec["rows"])
+    X, y, _, _ = vs.codrna_split(load(vs.CODRNA), spec["rows"])
     model = lambda: make(spec["model"], spec["sigma"], spec["C"])  # noqa: E731
     out = {}
     if role == "first":  # the first fit of a fresh process; then a second one
@@ -379,7 +364,7 @@ class Context:
 
     def codrna(self):
         if self.data is None:
-            self.data = codrna_half(self.rows)
+            self.data = vs.codrna_split(load(vs.CODRNA), self.rows)
         return self.data
 
     def prewarm(self):
