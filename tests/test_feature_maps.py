@@ -98,3 +98,24 @@ def test_kernel_features_are_the_kernel_against_the_basis(kind):
     np.testing.assert_allclose(features.scores(X, coef), ref @ coef, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="basis rows have 6"):
         features.transform(X[:, :4])
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        Kernel("gaussian", sigma=0.7),
+        Kernel("laplacian", sigma=0.7),
+        Kernel("polynomial", degree=3),
+        Kernel("mg", sigma=0.7, sigma_star=0.1, tau=0.3),
+    ],
+    ids=lambda k: k.kind,
+)
+def test_a_kernel_of_rows_with_themselves_is_the_full_block_to_the_bit(kernel):
+    # K(A, A) computes half and mirrors it; rows over 256 a chunk run on two threads
+    A = np.random.default_rng(3).uniform(-1, 1, (700, 11))
+    half = kernel.block(A, A)
+    np.testing.assert_array_equal(half, kernel.block(A, A.copy()))
+    np.testing.assert_array_equal(half, half.T)
+    out = np.full((700, 700), np.nan, np.float32)
+    assert kernel.block(A, A, dtype=np.float32, out=out) is out
+    np.testing.assert_array_equal(out, half.astype(np.float32))

@@ -605,6 +605,33 @@ def test_the_dense_solver_reaches_the_kernel_solvers_optimum(C):
         solve_dense_dual(K[:10], t, C=C)
 
 
+def test_the_dense_solver_solves_many_pairs_in_one_call_as_one_by_one():
+    """``solve_dense_duals`` (a small fit's one-vs-one pairs in one compiled call) gives
+    each pair what ``solve_dense_dual`` gives it alone, to the bit, steps and gradient too;
+    rows outside K are refused."""
+    from elmscale.solvers.dense_dual import solve_dense_dual, solve_dense_duals
+
+    X, _ = nonlinear_problem(300, d=4, seed=5)
+    K = Kernel("gaussian", sigma=0.7).block(X, X)
+    y = np.arange(300) % 3
+    problems = [
+        (rows, np.where(y[rows] == a, 1.0, -1.0))
+        for a, b in ((0, 1), (0, 2), (1, 2))
+        for rows in [np.flatnonzero((y == a) | (y == b))]
+    ]
+    together = solve_dense_duals(K, problems, C=10.0, tol=1e-3, max_iter=-1)
+    for (rows, t), (alpha, steps, ok, g) in zip(problems, together):
+        one = solve_dense_dual(K, t, C=10.0, rows=rows)
+        np.testing.assert_array_equal(alpha, one[0])
+        np.testing.assert_array_equal(g, one[3])
+        assert (steps, ok) == (one[1], one[2]) and steps > 0 and ok
+    capped = solve_dense_duals(K, problems, C=10.0, tol=1e-3, max_iter=3)
+    assert [steps for _, steps, _, _ in capped] == [3, 3, 3]
+    assert not any(ok for _, _, ok, _ in capped)
+    with pytest.raises(ValueError, match="rows of K"):
+        solve_dense_duals(K, [(np.array([0, 300]), np.array([1.0, -1.0]))], C=1.0)
+
+
 def test_a_small_fit_and_a_large_fit_path_agree():
     """A fit below ``DENSE_ROWS`` rows (the dense solver) and the same problem through the
     cached-column solver give the same predictions and support vectors, up to tol."""

@@ -540,9 +540,12 @@ def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, ac
 # predict compiled two of them), and threads taking chunks as they free up share cores with
 # a busy process better than a static split.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_rows(A, Bt, kind, sigma, degree, sigma_star, tau, out, start, stop):
+def kernel_rows(A, Bt, kind, sigma, degree, sigma_star, tau, out, start, stop, symmetric):
     """``out[i, j] = K(A[i], B[j])`` for the rows ``i`` in ``[start, stop)``, the kernel
-    ``kind`` (see ``KERNEL_CODES``).
+    ``kind`` (see ``KERNEL_CODES``).  ``symmetric`` (B is A): row ``i`` computes the
+    columns ``j >= i`` and writes each value at ``(i, j)`` and ``(j, i)``, half the work
+    and the same values to the bit (|u - v| = |v - u|, summed in the same order); rows
+    side by side write apart, each below the diagonal only in its own columns.
 
     gaussian: exp(-|u-v|^2 / (2 sigma^2)) (eq. 29); laplacian: exp(-|u-v| / sigma)
     (eq. 30); polynomial: (1 + u.v)^degree (eq. 31); mg (memorization-generalization,
@@ -554,10 +557,17 @@ def kernel_rows(A, Bt, kind, sigma, degree, sigma_star, tau, out, start, stop):
     acc = np.empty(m, np.float64)
     kbuf = np.empty(m, np.int64)
     for i in range(start, stop):
-        _kernel_row(A[i], Bt, np.int64(0), m, kind, sigma, degree, sigma_star, tau, acc, kbuf)
+        first = np.int64(i) if symmetric else np.int64(0)
+        width = m - first  # the exp runs over the scratch it is given: only this row's part
+        _kernel_row(
+            A[i], Bt, first, m, kind, sigma, degree, sigma_star, tau, acc[:width], kbuf[:width]
+        )
         row = out[i]
-        for j in range(m):
-            row[j] = acc[j]
+        for j in range(width):
+            row[first + j] = acc[j]
+        if symmetric:
+            for j in range(1, width):
+                out[first + j, i] = acc[j]
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})

@@ -71,14 +71,17 @@ class Kernel:
         self, A: np.ndarray, B: np.ndarray, dtype=np.float64, out: np.ndarray | None = None
     ) -> np.ndarray:
         """The kernel block ``K(A, B)``, ``(len(A), len(B))``, in ``dtype`` or written into
-        ``out`` (C-contiguous, that shape).  Caller bounds the size."""
+        ``out`` (C-contiguous, that shape).  ``B`` the same object as ``A``: K(A, A), its
+        upper half computed and mirrored.  Caller bounds the size."""
+        symmetric = B is A
         A32 = _as_float32_rows(A)
         Bt = np.ascontiguousarray(_as_float32_rows(B).T)
         shape = (A32.shape[0], Bt.shape[1])
         out = empty_huge(shape, dtype) if out is None else _check_out(out, shape, dtype)
         params = self._params()
         parallel_rows(
-            lambda start, stop: _jit.kernel_rows(A32, Bt, *params, out, start, stop), shape[0]
+            lambda start, stop: _jit.kernel_rows(A32, Bt, *params, out, start, stop, symmetric),
+            shape[0],
         )
         return out
 

@@ -25,13 +25,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_selection import SelectorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.distributed.executors import make_executor
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
+from elmscale.models.elm import check_class_labels
 from elmscale.models.sparse_elm import decision_to_class_index, ovo_decision
 from elmscale.models.sparse_elm_pairs import pair_problem
 from elmscale.solvers.feature_flips import (
@@ -103,7 +103,7 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         if self.n_threads == 0:
             raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
+        check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
             raise ValueError(

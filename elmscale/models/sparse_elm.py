@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context, clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
+from sklearn.utils.multiclass import _ovr_decision_function
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import thread_budget
@@ -23,11 +23,13 @@ from elmscale.distributed.executors import make_executor
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
 from elmscale.features.kernels import KERNEL_KINDS, Kernel, mg_params
 from elmscale.features.layers import HIDDEN_KINDS
+from elmscale.models.elm import check_class_labels
 from elmscale.models.grid_plan import GridPlan
 
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
     DENSE_ROWS,
+    fit_dense_pairs,
     fits_gram_budget,
     is_kernel,
     mapping_from_dict,
@@ -86,8 +88,8 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         same solution to the bit), and the solver's thread takes a half back, or runs
         alone for a while, when the helper has no core (another process has it); several
         one-vs-one pairs run side by side, one thread each.  Up to 1,024 rows, K is
-        computed once and each pair solved on it in one compiled call (``dense_dual``),
-        one pair after another.
+        computed once (its upper half, mirrored) and every pair solved on it in one
+        compiled call (``dense_dual``), one pair after another.
 
     Attributes
     ----------
@@ -194,7 +196,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         if self.n_threads == 0:
             raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
+        check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         if n_classes < 2:
@@ -228,18 +230,28 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         shared = {"X": X32}
         n_threads = self.n_threads
         if (
-            len(rows_of) > 1
-            and is_kernel(feature_map)
+            is_kernel(feature_map)
             and X32.shape[0] <= DENSE_ROWS
             and fits_gram_budget(X32.shape[0], X32.shape[0], self.cache_size)
+            and (len(rows_of) > 1 or (len(Cs) == 1 and ray_address is None))
         ):
-            # small one-vs-one problems: K of every row once, each pair reads its block
-            # (a kernel evaluation per pair cost more than its solve), and the pairs one
-            # after another (each takes tens of microseconds: a thread pool's start and
-            # the GIL between two threads cost more; satimage, 250 rows, 15 pairs: 8.3 ms
-            # on two threads, 5.5 ms on one)
+            # small problems: K of every row once, each pair reads its block (a kernel
+            # evaluation per pair cost more than its solve), and the pairs one after
+            # another (each takes tens of microseconds: a thread pool's start and the GIL
+            # between two threads cost more; satimage, 250 rows, 15 pairs: 8.3 ms on two
+            # threads, 5.5 ms on one); for one C here, all in one compiled call
             with thread_budget(self.n_threads):
                 shared["K"] = feature_map.block(X32, X32)
+            if len(Cs) == 1 and ray_address is None:
+                return [
+                    fit_dense_pairs(
+                        shared["K"],
+                        rows_of,
+                        C=float(Cs[0]),
+                        tol=float(self.tol),
+                        max_iter=int(self.max_iter),
+                    )
+                ]
             n_threads = 1
         executor = make_executor(ray_address=ray_address, n_threads=n_threads)
         by_pair = executor.map(

@@ -20,7 +20,7 @@ import numpy as np
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
-from elmscale.solvers.dense_dual import solve_dense_dual
+from elmscale.solvers.dense_dual import solve_dense_dual, solve_dense_duals
 from elmscale.solvers.sparse_dual import (
     KernelSolverState,
     kkt_violation,
@@ -136,10 +136,27 @@ def fit_binary(
         for rows in iter_row_blocks(H.shape[0], DEFAULT_BLOCK_ROWS):
             f[rows] = H[rows].astype(np.float64) @ beta
         g = t * f - 1.0
+    return _solution(alpha, beta, n_iter, converged, t, f, g, C)
+
+
+def _solution(alpha, beta, n_iter, converged, t, f, g, C) -> BinarySolution:
+    """The solution with its objective and KKT violation (``f`` the scores, ``g`` the
+    exact gradient ``t f - 1``)."""
     objective = 0.5 * float(np.dot(alpha * t, f)) - float(alpha.sum())
     return BinarySolution(
         alpha, beta, n_iter, bool(converged), objective, kkt_violation(alpha, g, C), g
     )
+
+
+def fit_dense_pairs(K, problems, *, C, tol, max_iter) -> list[BinarySolution]:
+    """``fit_binary`` of each ``(rows, t)`` of ``problems`` (one C, from zero) on ``K``, the
+    kernel matrix of every row: a small fit's one-vs-one pairs, solved in one compiled
+    call (``solve_dense_duals``)."""
+    solved = solve_dense_duals(K, problems, C=C, tol=tol, max_iter=max_iter)
+    return [
+        _solution(alpha, None, n_iter, converged, t, t * (g + 1.0), g, C)
+        for (_, t), (alpha, n_iter, converged, g) in zip(problems, solved)
+    ]
 
 
 # The largest K (MB, float64) a C path keeps whole.  Larger ones cost more than they

@@ -141,7 +141,8 @@ class ExactQ:
             out = np.empty((t_rows.size, t_rows.size))
             signed_block(self.gram, np.asarray(rows, np.int64), t_rows, out)
             return out
-        K = self.kernel.block(self.X32[rows], self.X32[rows])
+        X_rows = self.X32[rows]
+        K = self.kernel.block(X_rows, X_rows)
         return (t_rows[:, None] * t_rows[None, :]) * K
 
 
