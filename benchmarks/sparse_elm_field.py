@@ -15,7 +15,8 @@ C=C, tol=1e-3, cache_size=200)`` timed in the same run:
 - ``first-fit``: a fresh process with an empty compile cache times its first fit; a second
   fresh process with that cache filled times its first and second fits; a fresh process
   times SVC's first fit.  Also the CPU seconds inside numba's compiler and the functions
-  whose compiles cost most (their own time, the compiles nested in them taken out).
+  whose compiles cost most (their own time, the compiles nested in them taken out); then
+  the same three on heart's fitting half (sigma 1, C 1), a newcomer's first set.
 - ``two-at-once``: two fresh processes, warmed up, released together, each timing one fit;
   against one such process alone; the same for SVC.
 - ``busy``: one fit beside a process running a pure-Python busy loop, against alone.
@@ -70,6 +71,7 @@ WARM_CS = (0.1, 1.0, 10.0, 100.0, 1000.0)
 # rows or more), so that every kernel the timed fit calls is loaded before the clock starts
 WARM_ROWS = 9_000
 QUICK_TIMEOUT = 300  # seconds a child may take in --quick (a cold compile here: 30-90 s)
+FIRST_SMALL = "heart"  # first-fit mode's small set
 MODES = ("warm", "first-fit", "two-at-once", "busy", "small")
 SMALL_SETS = (
     ("australian", "australian/australian.dat", {"label": "last"}, None),
@@ -227,7 +229,10 @@ def child():
     recorder, lock = CompileRecorder(), CompilerLock()
     event.register("numba:compile", recorder)
     event.register("numba:compiler_lock", lock)
-    X, y, _, _ = vs.codrna_split(load(vs.CODRNA), spec["rows"])
+    if spec.get("small"):  # a small set's fitting half (first-fit mode's small case)
+        X, y, _, _ = small_set(spec["small"])
+    else:
+        X, y, _, _ = vs.codrna_split(load(vs.CODRNA), spec["rows"])
     model = lambda: make(spec["model"], spec["sigma"], spec["C"])  # noqa: E731
     out = {}
     if role == "first":  # the first fit of a fresh process; then a second one
@@ -443,6 +448,23 @@ def mode_first_fit(ctx):
     target = f"cold - warm in-process <= 5 s ({fmt_t(gap)})"
     add_row("first fit, fresh process, empty cache", cold["fit"], svc["fit"], target, gap <= 5)
     add_row("first fit, fresh process, filled cache", warm["fit"], svc["fit"])
+    # what most newcomers fit first: a small set (its own empty cache: the small path
+    # compiles other functions than the one above)
+    if small_set(FIRST_SMALL) is None:
+        print(f"  {FIRST_SMALL}: not found, its first fit skipped")
+        return
+    small_cache = Path(tempfile.mkdtemp(prefix="cache-", dir=ctx.tmp))
+    spec = dict(small=FIRST_SMALL, model="ours", sigma=1.0, C=1.0)
+    cold = run_child(ctx, "first", spec, child_env(small_cache))
+    warm = run_child(ctx, "first", dict(spec, again=True), child_env(small_cache))
+    svc = run_child(ctx, "first", dict(spec, model="svc"), child_env(small_cache))
+    print(
+        f"  {FIRST_SMALL} (sigma 1, C 1): cold first fit {fmt_t(cold['fit'])} ("
+        f"{cold['compile_cpu']:.1f} CPU s in numba's compiler, "
+        f"{sum(r[1] for r in cold['compiles'])} compiles); warm-cache first fit "
+        f"{fmt_t(warm['fit'])}, second {fmt_t(warm['again'])}; SVC first fit {fmt_t(svc['fit'])}"
+    )
+    add_row(f"first fit on {FIRST_SMALL}, empty cache", cold["fit"], svc["fit"])
 
 
 def source_stamp():
@@ -517,25 +539,37 @@ def mode_busy(ctx):
     add_row("beside a busy process", busy_o, busy_s, target, busy_o <= 1.5 * alone_o)
 
 
+def small_set(name):
+    """``(X_tr, y_tr, X_te, y_te)`` of the small set ``name`` (``SMALL_SETS``): a seeded
+    stratified half to fit, scaled on it, the other half to score; None when its file is
+    not there."""
+    _, path, kw, first = next(entry for entry in SMALL_SETS if entry[0] == name)
+    where = vs.SHARED / path
+    if not where.exists():
+        return None
+    data = load(where, **kw)
+    X, y = data.X, data.y
+    if first is not None:  # the file is sorted by class: its first rows are one class
+        keep = np.random.default_rng(0).permutation(len(y))[:first]
+        X, y = X[keep], y[keep]
+    tr, te = train_test_split(np.arange(len(y)), test_size=0.5, stratify=y, random_state=0)
+    scaler = Scaler().fit(X[tr])
+    return scaler.transform(X[tr]), y[tr], scaler.transform(X[te]), y[te]
+
+
 def mode_small(ctx):
     print(
         f"\n== small sets: fit on a seeded stratified half (random_state 0), accuracy on the "
         f"other half, scaled on the fitting half; fit times the best of {SMALL_REPEAT} runs in "
         "a row after a warm-up fit, both sides in the same run.  Target: ratio >= 1 on each"
     )
-    for name, path, kw, first in SMALL_SETS:
-        where = vs.SHARED / path
-        if not where.exists():
-            print(f"  {name}: {where} not found, skipped")
+    for name, path, _, _ in SMALL_SETS:
+        split = small_set(name)
+        if split is None:
+            print(f"  {name}: {vs.SHARED / path} not found, skipped")
             continue
-        data = load(where, **kw)
-        X, y = data.X, data.y
-        if first is not None:  # the file is sorted by class: its first rows are one class
-            keep = np.random.default_rng(0).permutation(len(y))[:first]
-            X, y = X[keep], y[keep]
-        tr, te = train_test_split(np.arange(len(y)), test_size=0.5, stratify=y, random_state=0)
-        scaler = Scaler().fit(X[tr])
-        X_tr, X_te, y_tr, y_te = scaler.transform(X[tr]), scaler.transform(X[te]), y[tr], y[te]
+        X_tr, y_tr, X_te, y_te = split
+        y = np.concatenate([y_tr, y_te])
         for sigma, C in SMALL_PARAMS:
             fits, accs = {}, {}
             for model in ("ours", "svc"):
@@ -545,7 +579,7 @@ def mode_small(ctx):
                 accs[model] = np.mean(est.predict(X_te) == y_te)
             ratio = fits["svc"] / fits["ours"]
             print(
-                f"  {name:15} {len(tr):4d} fit rows, {len(np.unique(y))} classes, sigma={sigma:g}"
+                f"  {name:15} {len(y_tr):4d} fit rows, {len(np.unique(y))} classes, sigma={sigma:g}"
                 f" C={C:<3g} fit: ours {fits['ours'] * 1000:7.2f} ms, SVC "
                 f"{fits['svc'] * 1000:7.2f} ms, ratio {ratio:5.2f}x | acc: ours "
                 f"{accs['ours']:.4f}, SVC {accs['svc']:.4f}"
