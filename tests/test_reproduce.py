@@ -21,8 +21,10 @@ import pytest
 from _datasets import shared_data
 
 from elmscale.app.cli import main
+from elmscale.core.errors import DataError
 from elmscale.distributed.executors import LocalExecutor, RayExecutor
 from elmscale.experiments.engine import Journal
+from elmscale.experiments.pieces import PieceResult
 from elmscale.experiments.reproduce import load_protocol, reproduce
 
 # Every test but the bad-input one reads the shared data; that one must also pass without it.
@@ -307,3 +309,34 @@ def test_bad_input_is_refused_naming_it(argv, message, tmp_path, capsys, monkeyp
     assert code != 0
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _journal_of(folder, n):
+    journal = Journal(folder)
+    for k in range(n):
+        journal.append(PieceResult(f"piece-{k}", "sparse-elm", [{"acc": 0.5 + k}], [], 1.0))
+    return journal
+
+
+@pytest.mark.parametrize("bad_line", [2, 4], ids=["middle", "last-whole-line"])
+def test_a_bad_journal_line_raises_and_keeps_every_line(tmp_path, bad_line):
+    """Only a torn last line may be dropped: an unreadable whole line (a damaged file, a
+    record of another version) raises, naming it, and no finished piece is deleted."""
+    journal = _journal_of(tmp_path, 4)
+    lines = journal.path.read_bytes().splitlines(keepends=True)
+    lines.insert(bad_line - 1, b'{"key": "old-schema"}\n')
+    journal.path.write_bytes(b"".join(lines))
+    before = journal.path.read_bytes()
+    with pytest.raises(DataError, match=rf"pieces.jsonl: line {bad_line} of 5 is not"):
+        journal.read()
+    assert journal.path.read_bytes() == before
+    with pytest.raises(DataError, match="not a finished piece's record"):
+        Journal(tmp_path).read()  # and again: nothing was cut
+
+
+def test_a_torn_last_journal_line_is_dropped_and_the_rest_kept(tmp_path):
+    journal = _journal_of(tmp_path, 3)
+    whole = journal.path.read_bytes()
+    journal.path.write_bytes(whole + b'{"key": "piece-3", "ki')
+    assert list(journal.read()) == ["piece-0", "piece-1", "piece-2"]
+    assert journal.path.read_bytes() == whole

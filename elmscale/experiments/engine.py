@@ -4,7 +4,8 @@ Results go to a journal, ``pieces.jsonl`` in the output directory: one JSON line
 finished piece, written and flushed as the piece finishes.  A run that is interrupted
 (killed, a machine lost) leaves every finished piece there; the next run with the same
 output directory reads the journal and runs only the pieces it lacks.  A line cut short
-by a kill is dropped (and its piece run again).
+by a kill is dropped (and its piece run again); any other line that cannot be read stops the
+run with an error naming it, and the journal is kept whole.
 
 Once every piece is in, the raw tables are written from the journal, sorted by piece, so
 they do not depend on the order the pieces finished in: ``results.csv`` (one row per
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from elmscale.core.errors import DataError
 from elmscale.core.files import atomic_write
 from elmscale.distributed.executors import Executor, LocalExecutor
 from elmscale.experiments.datasets import LoadedSet
@@ -41,29 +43,36 @@ class Journal:
         self.path = Path(directory) / JOURNAL
 
     def read(self) -> dict[str, PieceResult]:
-        """The finished pieces by key; a torn last line (a kill mid-write) is dropped and
-        the file cut back to its last whole line."""
+        """The finished pieces by key.  A torn last line (a kill mid-write: no newline at
+        its end) is dropped and the file cut back to its last whole line; any other line
+        that is not a piece's record (a damaged file, a record of another version) raises
+        a ``DataError`` naming it, the file left as it is: its other pieces are results."""
         if not self.path.exists():
             return {}
         done: dict[str, PieceResult] = {}
         good_bytes = 0
         with open(self.path, "rb") as fh:
-            for line in fh:
-                try:
-                    record = json.loads(line)
-                    result = PieceResult(
-                        record["key"],
-                        record["kind"],
-                        record["rows"],
-                        record["timings"],
-                        float(record.get("seconds", 0.0)),
-                    )
-                except (ValueError, KeyError):
-                    break
-                if not line.endswith(b"\n"):
-                    break
-                done[result.key] = result
-                good_bytes += len(line)
+            lines = fh.readlines()
+        for number, line in enumerate(lines, start=1):
+            if not line.endswith(b"\n"):  # only the last line can lack it: torn
+                break
+            try:
+                record = json.loads(line)
+                result = PieceResult(
+                    record["key"],
+                    record["kind"],
+                    record["rows"],
+                    record["timings"],
+                    float(record.get("seconds", 0.0)),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise DataError(
+                    f"{self.path}: line {number} of {len(lines)} is not a finished piece's "
+                    f"record ({type(exc).__name__}: {exc}); the journal is left as it is: "
+                    "mend or remove that line, or use another output folder"
+                ) from None
+            done[result.key] = result
+            good_bytes += len(line)
         if good_bytes != self.path.stat().st_size:
             with open(self.path, "r+b") as fh:
                 fh.truncate(good_bytes)
