@@ -197,3 +197,15 @@ def test_grid_search_refuses_an_unregistered_estimator():
     X, y = nonlinear_problem(60, d=4)
     with pytest.raises(TypeError, match="registered estimator"):
         GridSearchCV(ShrunkCentroidClassifier(), {"C": [1.0]}, cv=2).fit(X, y)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_estimator_refuses_zero_threads_and_takes_minus_one(name):
+    """``n_threads=0`` means neither one thread nor every core: each estimator refuses it
+    alike, naming the parameter (some refused it, others took it for one thread)."""
+    cls = registry.entry(name).load()
+    X = np.random.default_rng(0).uniform(-1, 1, (40, 3))
+    y = np.arange(40) % 2 if registry.entry(name).capabilities.task == "classifier" else X[:, 0]
+    with pytest.raises(ValueError, match="'n_threads' parameter"):
+        cls(n_threads=0).fit(X, y)
+    assert cls(n_threads=-1).fit(X, y).predict(X[:3]).shape == (3,)

@@ -50,7 +50,7 @@ from elmscale.linalg.boosting import (
     sequential_path,
 )
 from elmscale.linalg.ridge import PRECISIONS
-from elmscale.models.elm import ELMClassifier, ELMRegressor, _BaseELM
+from elmscale.models.elm import N_THREADS_CONSTRAINT, ELMClassifier, ELMRegressor, _BaseELM
 
 __all__ = [
     "ONE_PASS_ENSEMBLES",
@@ -69,7 +69,7 @@ _COMMON = {
     "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
     "C": [Interval(numbers.Real, 0, None, closed="neither")],
     "block_rows": [Interval(numbers.Integral, 1, None, closed="left")],
-    "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+    "n_threads": N_THREADS_CONSTRAINT,
 }
 
 

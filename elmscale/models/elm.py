@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
@@ -42,6 +42,15 @@ from elmscale.linalg.targets import TargetEncoder
 _KERNEL_BLOCK_BYTES = 32 * 2**20
 # precision="auto" looks at the hidden outputs of the first rows only.
 _PRECISION_SAMPLE_ROWS = 4096
+
+
+#: every estimator's ``n_threads``: a count of threads, or -1 / None for all cores (0 is
+#: refused, not taken for one thread or for all)
+N_THREADS_CONSTRAINT = [
+    Interval(numbers.Integral, 1, None, closed="left"),
+    Options(numbers.Integral, {-1}),
+    None,
+]
 
 
 def check_class_labels(y: np.ndarray) -> None:
@@ -106,7 +115,7 @@ class _BaseELM(BaseEstimator):
         "tau": [Interval(numbers.Real, 0, 1, closed="both")],
         "precision": [StrOptions({"auto", *PRECISIONS})],
         "block_rows": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
     }
 
@@ -304,8 +313,6 @@ class _BaseELM(BaseEstimator):
         """``(feature map, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
         from elmscale.data.parquet import ParquetDataset
 
-        if self.n_threads == 0:
-            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         if isinstance(X, ParquetDataset):
             if y is not None:
                 raise ValueError(

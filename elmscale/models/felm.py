@@ -31,7 +31,8 @@ from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.distributed.executors import make_executor
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
-from elmscale.models.elm import check_class_labels
+from elmscale.linalg.targets import one_vs_one_pairs
+from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
 from elmscale.models.sparse_elm import decision_to_class_index, ovo_decision
 from elmscale.models.sparse_elm_pairs import pair_problem
 from elmscale.solvers.feature_flips import (
@@ -81,7 +82,7 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         "max_sweeps": [Interval(numbers.Integral, 0, None, closed="left")],
         "initial_selection": ["boolean"],
         "resolve_start": [StrOptions({"warm", "cold"})],
-        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
     }
 
@@ -100,8 +101,6 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         (``n_threads``); otherwise each block of candidates is a Ray task on the Ray
         already initialised or the cluster at this address.  The model is the same.
         """
-        if self.n_threads == 0:
-            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
@@ -114,7 +113,7 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
         self._prepare_mapping(X.shape[1], seed)
         n_classes = self.classes_.size
-        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+        pairs = one_vs_one_pairs(n_classes)
         every_row = np.arange(y_idx.size)
         n_threads = resolve_n_threads(self.n_threads)
         results, rows_of = [], []

@@ -35,7 +35,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from elmscale.core.threads import thread_budget
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
-from elmscale.models.elm import encode_class_labels
+from elmscale.models.elm import N_THREADS_CONSTRAINT, encode_class_labels
 from elmscale.solvers.forward_selection import CandidateColumns, coefficients, forward_select
 
 __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
@@ -56,7 +56,7 @@ class _BaseFLSASVM(BaseEstimator):
         ],
         "tol": [Interval(numbers.Real, 0, 1, closed="left")],
         "fit_intercept": ["boolean"],
-        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
     }
 

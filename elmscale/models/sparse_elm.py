@@ -23,7 +23,8 @@ from elmscale.distributed.executors import make_executor
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
 from elmscale.features.kernels import KERNEL_KINDS, Kernel, mg_params
 from elmscale.features.layers import HIDDEN_KINDS
-from elmscale.models.elm import check_class_labels
+from elmscale.linalg.targets import one_vs_one_pairs
+from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
 from elmscale.models.grid_plan import GridPlan
 
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
@@ -118,7 +119,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         "cache_size": [Interval(numbers.Real, 0, None, closed="neither")],
         "shrinking": ["boolean"],
         "max_iter": [Interval(numbers.Integral, -1, None, closed="left")],
-        "n_threads": [Interval(numbers.Integral, -1, None, closed="left"), None],
+        "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
     }
 
@@ -193,8 +194,6 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         }, seed
 
     def _prepare(self, X, y):
-        if self.n_threads == 0:
-            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
@@ -207,7 +206,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         description, seed = self._feature_map_description(X.shape[1])
         feature_map = mapping_from_dict(description)
-        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+        pairs = one_vs_one_pairs(n_classes)
         every_row = np.arange(y_idx.size)
         rows_of = [pair_problem(every_row, y_idx, a, b) for a, b in pairs]
         return X32, y_idx, feature_map, pairs, rows_of, seed
@@ -277,7 +276,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
                 f"scoring={scoring!r}: the sparse ELM's grid search scores accuracy only"
             )
         classes, y_idx = np.unique(y, return_inverse=True)
-        pairs = [(a, b) for a in range(classes.size) for b in range(a + 1, classes.size)]
+        pairs = one_vs_one_pairs(classes.size)
         pieces = [
             (k, s, pair) for k in range(len(splits)) for s in range(len(settings)) for pair in pairs
         ]
@@ -426,8 +425,6 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         from elmscale.distributed import dataplane
         from elmscale.distributed.cocoa import fit_cocoa
 
-        if self.n_threads == 0:
-            raise ValueError("n_threads must be >= 1, or -1 / None for all cores; got 0")
         for name, value, low in (("local_passes", local_passes, 1), ("cache_mb", cache_mb, 0)):
             if not isinstance(value, numbers.Real) or value < low:
                 raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
@@ -457,7 +454,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             n_threads=self.n_threads,
         )
         n_classes = self.classes_.size
-        pairs = [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+        pairs = one_vs_one_pairs(n_classes)
         self.hidden_layer_ = layer
         self.coef_ = result.beta.T.copy()
         self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
