@@ -12,6 +12,7 @@ from sklearn.base import clone
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import write_generated_parquet
 from elmscale.distributed import dataplane
+from elmscale.distributed.cocoa import fit_cocoa
 
 TOL = 1e-3
 
@@ -98,6 +99,10 @@ def test_state_folder_is_emptied_and_bad_calls_are_named(binary_set, tmp_path, d
         _model().fit(binary_set, local_passes=0)
     with pytest.raises(ValueError, match="n_blocks"):
         _model().fit(binary_set, n_blocks=0)
+    layer = {"kind": "sigmoid", "n_features": 6, "n_hidden": 20, "seed": 0}
+    for cap in (-1, 2.5):  # -1 reached unbound variables after running no round
+        with pytest.raises(ValueError, match="max_rounds must be an integer >= 0"):
+            fit_cocoa(binary_set, layer, [0, 1], C=1.0, tol=TOL, max_rounds=cap)
 
 
 def test_a_kernel_model_gathers_the_rows(tmp_path, dask_client):

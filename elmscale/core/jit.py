@@ -54,6 +54,25 @@ _LN2_HI_64 = 6.93147180369123816490e-01
 _LN2_LO_64 = 1.90821492927058770002e-10
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _exp32_parts(x):
+    """``(p, k)`` with ``exp(x) = p 2^k`` for a float32 ``x`` (clamped to [-87, 88]): the
+    one float32 exp polynomial (``_vexp32``, ``_exp32_one``; inlined, so it takes each
+    caller's fastmath flags)."""
+    x = min(max(x, np.float32(-87.0)), np.float32(88.0))
+    k = np.floor(x * np.float32(_LOG2E) + np.float32(0.5))
+    r = x - k * _LN2_HI_32 - k * _LN2_LO_32
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    return p, k
+
+
 # Not inlined: the exps carry their own fastmath flag ("contract": the Horner steps
 # become fused multiply-adds, 1.9x faster in float64, no less accurate), which an
 # inlined body would take from its caller instead.
@@ -62,17 +81,7 @@ def _vexp32(buf, kbuf):
     """In place ``buf = exp(buf)`` for a 1-D float32 array (``kbuf``: int32 scratch)."""
     n = buf.shape[0]
     for j in range(n):
-        x = min(max(buf[j], np.float32(-87.0)), np.float32(88.0))
-        k = np.floor(x * np.float32(_LOG2E) + np.float32(0.5))
-        r = x - k * _LN2_HI_32 - k * _LN2_LO_32
-        p = np.float32(1.0 / 5040.0)
-        p = p * r + np.float32(1.0 / 720.0)
-        p = p * r + np.float32(1.0 / 120.0)
-        p = p * r + np.float32(1.0 / 24.0)
-        p = p * r + np.float32(1.0 / 6.0)
-        p = p * r + np.float32(0.5)
-        p = p * r + np.float32(1.0)
-        p = p * r + np.float32(1.0)
+        p, k = _exp32_parts(buf[j])
         buf[j] = p
         kbuf[j] = np.int32(k) << 23
     bits = buf.view(np.int32)
@@ -721,17 +730,7 @@ def _prefer_512_bit_vectors(typingctx):
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _exp32_one(x):
     """``exp(x)`` for one float32: ``_vexp32``'s arithmetic, to the bit."""
-    x = min(max(x, np.float32(-87.0)), np.float32(88.0))
-    k = np.floor(x * np.float32(_LOG2E) + np.float32(0.5))
-    r = x - k * _LN2_HI_32 - k * _LN2_LO_32
-    p = np.float32(1.0 / 5040.0)
-    p = p * r + np.float32(1.0 / 720.0)
-    p = p * r + np.float32(1.0 / 120.0)
-    p = p * r + np.float32(1.0 / 24.0)
-    p = p * r + np.float32(1.0 / 6.0)
-    p = p * r + np.float32(0.5)
-    p = p * r + np.float32(1.0)
-    p = p * r + np.float32(1.0)
+    p, k = _exp32_parts(x)
     return _i32_as_f32(_f32_as_i32(p) + (np.int32(k) << 23))
 
 

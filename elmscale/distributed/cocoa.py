@@ -25,6 +25,7 @@ here: a fresh worker starts fast.
 
 from __future__ import annotations
 
+import numbers
 import os
 import shutil
 import tempfile
@@ -42,6 +43,7 @@ import numpy as np
 from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.data.parquet import ParquetDataset, WorkUnit
 from elmscale.features.base import feature_map_from_dict
+from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.solvers.cocoa_local import (
     duality_gap,
     local_passes,
@@ -370,8 +372,12 @@ def fit_cocoa(
     folder by default, removed at the end); ``on_round(round, gaps)`` is called after each
     round.  The result does not depend on where the blocks run.
     """
+    if isinstance(max_rounds, bool) or not isinstance(max_rounds, numbers.Integral):
+        raise ValueError(f"max_rounds must be an integer >= 0; got {max_rounds!r}")
+    if max_rounds < 0:  # round 0 always runs; a negative cap would run none
+        raise ValueError(f"max_rounds must be an integer >= 0; got {max_rounds}")
     classes = tuple(np.asarray(classes).tolist())
-    pairs = tuple((a, b) for a in range(len(classes)) for b in range(a + 1, len(classes)))
+    pairs = tuple(one_vs_one_pairs(len(classes)))
     workers = []
     if client is not None:
         from elmscale.distributed.executors import DaskExecutor

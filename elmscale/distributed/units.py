@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from elmscale.core.pipelines import final_estimator
+from elmscale.core.seeding import GAMMA, mix64
 from elmscale.core.threads import thread_budget
 from elmscale.data.parquet import WorkUnit
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
@@ -61,11 +62,8 @@ def fold_of_rows(start: int, n_rows: int, n_folds: int, seed: int = 0) -> np.nda
     (row, seed), so any cut of the rows into units gives every row the same fold."""
     z = np.arange(start, start + n_rows, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = z + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(n_folds)).astype(np.int64)
+        z = z + np.uint64(seed) * np.uint64(GAMMA) + np.uint64(GAMMA)
+    return (mix64(z) % np.uint64(n_folds)).astype(np.int64)
 
 
 def add_arrays(*parts: np.ndarray) -> np.ndarray:

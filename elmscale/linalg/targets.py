@@ -26,6 +26,12 @@ import numpy as np
 CODINGS = ("plus_minus", "one_of_j", "values")
 
 
+def one_vs_one_pairs(n_classes: int) -> list[tuple[int, int]]:
+    """The one-vs-one class pairs ``(a, b)``, ``a < b``, in LIBSVM's order (0-1, 0-2, ...,
+    1-2, ...): the order of every one-vs-one model's pairs, their coefficients and votes."""
+    return [(a, b) for a in range(n_classes) for b in range(a + 1, n_classes)]
+
+
 def merge_classes(*class_arrays: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """The sorted union of the class arrays, and for each its classes' positions in it."""
     classes = np.unique(np.concatenate(class_arrays))

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from elmscale.core.seeding import GAMMA, mix64
 from elmscale.solvers.dual_common import new_record
 from elmscale.solvers.explicit_dual import (
     EXPLICIT_STATE,
@@ -54,10 +55,8 @@ class BlockTerms(NamedTuple):
 def pass_seed(seed: int, round_index: int, unit_index: int) -> int:
     """The shuffle's seed of one unit in one round (splitmix64 of the three), so that a
     rerun of a round (a worker lost and its task run again) takes the same steps."""
-    z = (int(seed) * 0x9E3779B97F4A7C15 + round_index * 0xBF58476D1CE4E5B9 + unit_index + 1) % 2**64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
-    return (z ^ (z >> 31)) or 1
+    z = (int(seed) * GAMMA + round_index * 0xBF58476D1CE4E5B9 + unit_index + 1) % 2**64
+    return mix64(z) or 1
 
 
 def scale_rows(H: np.ndarray, sigma_prime: float) -> np.ndarray:

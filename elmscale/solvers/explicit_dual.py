@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from elmscale.core.jit import dot, prefetch, prefetch_row, shuffle_prefix
+from elmscale.core.seeding import xorshift_state
 from elmscale.solvers.dual_common import PHASE_MAX_ITER, PHASE_OPTIMAL, PHASE_TAIL, TAU, new_record
 from elmscale.solvers.exact_tail import tail_solution
 
@@ -249,8 +250,7 @@ def solve_explicit_dual(
     explicit_init(H32, t64, alpha, beta, diag)
     active = np.arange(n)
     progress = new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
-    # xorshift state from the seed (splitmix64's odd constant keeps it nonzero)
-    rng = np.array([(int(random_state) * 0x9E3779B97F4A7C15 + 1) % 2**64 or 1], dtype=np.uint64)
+    rng = np.array([xorshift_state(random_state)], dtype=np.uint64)
     max_iter = EXPLICIT_MAX_PASSES if max_iter < 0 else int(max_iter)
     settings = ExplicitSettings(C, float(tol), bool(shrinking), max_iter, int(tail_size))
     problem = ExplicitProblem(H32, t64, diag)
