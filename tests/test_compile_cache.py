@@ -159,3 +159,52 @@ def test_warmup_rejects_an_unknown_step():
 
     with pytest.raises(ValueError, match="unknown warmup step"):
         warmup.warmup(only=["nope"], report=None)
+
+
+def test_a_change_to_any_kernel_source_drops_every_cached_kernel(tmp_path):
+    """numba checks only a kernel's own file; a kernel inlines others' code, so a change to
+    any kernel source must drop them all (the package-wide fingerprint)."""
+    sources = [tmp_path / "src" / name for name in ("passes.py", "phase.py")]
+    for path in sources:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("x = 1\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stamp = tmp_path / "stamp"
+
+    def fill():
+        for name in ("phase._kernel_phase-1.py311.nbi", "phase._kernel_phase-1.py311.1.nbc"):
+            (cache / name).write_bytes(b"code")
+        (cache / "other.txt").write_text("kept")
+
+    fill()
+    assert compile_cache.drop_stale_kernels([cache], stamp, sources)  # no stamp yet
+    assert sorted(p.name for p in cache.iterdir()) == ["other.txt"]
+    fill()
+    assert not compile_cache.drop_stale_kernels([cache], stamp, sources)  # nothing changed
+    assert len(list(cache.iterdir())) == 3
+    st = sources[0].stat()
+    os.utime(sources[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # passes.py edited
+    assert compile_cache.drop_stale_kernels([cache], stamp, sources)
+    assert sorted(p.name for p in cache.iterdir()) == ["other.txt"]
+    assert not list(tmp_path.glob("stamp.*.tmp"))
+
+
+@pytest.mark.timeout(300)
+def test_the_fingerprint_guards_the_folders_numba_really_uses(tmp_path):
+    cache = tmp_path / "cache"
+    env = _env(ELMSCALE_CACHE_DIR=str(cache))
+    first = _python(COMPILE_ONE, env, tmp_path)
+    assert first.returncode == 0, first.stderr
+    folders = compile_cache.kernel_folders(cache / "numba")
+    cached = [p for folder in folders for p in _cache_files(folder)]
+    assert any(name.startswith("jit.dot-") for name in cached), cached
+    stamp = compile_cache.stamp_path(cache / "numba")
+    assert stamp.read_text() == compile_cache.fingerprint(compile_cache.kernel_sources())
+    stamp.write_text("a fingerprint of other sources")
+    index = next(p for p in folders[0].glob("jit.dot-*.nbi"))
+    index.write_bytes(b"stale")  # what an old build left: dropped, not loaded
+    again = _python(COMPILE_ONE, env, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert stamp.read_text() == compile_cache.fingerprint(compile_cache.kernel_sources())
+    assert index.read_bytes() != b"stale"  # compiled and cached again

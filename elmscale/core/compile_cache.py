@@ -19,10 +19,18 @@ reads it when it compiles; worker processes started from here inherit it), so ot
 code in this process caches there too, each module in a sub-folder of its own.
 numba keys each cached kernel by its source file's path and content, so installs in other
 places, or of other versions, never load each other's code.
+
+But numba checks only the file a kernel is written in, and a kernel holds the code of the
+kernels it calls from other files (inlined, or compiled into it): a change to
+``kernel_passes.py`` alone would leave ``kernel_dual.py``'s cached phase running the old
+passes.  So :func:`configure` also keeps a fingerprint of every kernel source file (path,
+size, modification time) beside the cache, and when any of them changed it removes this
+install's cached kernels (:func:`drop_stale_kernels`) before numba reads them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -79,9 +87,14 @@ def choose() -> tuple[Path | None, str]:
 
 
 def configure() -> Path | None:
-    """Point numba's cache at :func:`choose`'s folder for this process (and its children);
-    returns the folder, None when numba's default is kept."""
+    """Point numba's cache at :func:`choose`'s folder for this process (and its children),
+    its kernels dropped if any kernel source changed since they were cached; returns the
+    folder, None when numba's default is kept."""
     folder, _ = choose()
+    try:
+        drop_stale_kernels(kernel_folders(folder), stamp_path(folder), kernel_sources())
+    except OSError:  # a cache that cannot be read or cleared: numba's own checks remain
+        pass
     if folder is None:
         return None
     os.environ[NUMBA_ENV] = str(folder)
@@ -89,6 +102,61 @@ def configure() -> Path | None:
     if config is not None:  # numba imported before elmscale: its settings are read already
         config.CACHE_DIR = str(folder)
     return folder
+
+
+def kernel_sources() -> list[Path]:
+    """The source files of the packages that hold elmscale's compiled kernels."""
+    return sorted(p for name in KERNEL_PACKAGES for p in (_PACKAGE / name).glob("*.py"))
+
+
+def kernel_folders(folder: Path | None) -> list[Path]:
+    """Where numba caches the kernels of ``KERNEL_PACKAGES``: their ``__pycache__`` (numba's
+    default), or in ``folder`` the sub-folder numba names after each package's directory
+    (its name and the SHA-1 of its absolute path, numba's ``_UserProvidedCacheLocator``)."""
+    dirs = [(_PACKAGE / name).resolve() for name in KERNEL_PACKAGES]
+    if folder is None:
+        return [d / "__pycache__" for d in dirs]
+    return [Path(folder) / f"{d.name}_{hashlib.sha1(str(d).encode()).hexdigest()}" for d in dirs]
+
+
+def stamp_path(folder: Path | None) -> Path:
+    """The fingerprint file of this install's kernel sources, beside their cache."""
+    if folder is None:
+        return _PACKAGE / KERNEL_PACKAGES[0] / "__pycache__" / "elmscale-kernels.stamp"
+    install = hashlib.sha1(str(_PACKAGE).encode()).hexdigest()[:16]
+    return Path(folder) / f"elmscale-kernels-{install}.stamp"
+
+
+def fingerprint(sources: list[Path]) -> str:
+    """A digest of the files' paths, sizes and modification times (what numba compares
+    for one file, here for all of them at once)."""
+    digest = hashlib.sha1()
+    for path in sources:
+        st = path.stat()
+        digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def drop_stale_kernels(folders: list[Path], stamp: Path, sources: list[Path]) -> bool:
+    """Remove numba's cached kernels (``*.nbi``, ``*.nbc``) in ``folders`` unless
+    ``stamp`` holds the fingerprint of ``sources``, then write it there (to a temporary
+    name, then renamed); returns whether they were removed."""
+    now = fingerprint(sources)
+    try:
+        if stamp.read_text() == now:
+            return False
+    except FileNotFoundError:
+        pass
+    for folder in folders:
+        if folder.is_dir():
+            for cached in folder.iterdir():
+                if cached.suffix in (".nbi", ".nbc"):
+                    cached.unlink(missing_ok=True)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+    tmp.write_text(now)
+    os.replace(tmp, stamp)
+    return True
 
 
 def cache_folder() -> Path:
