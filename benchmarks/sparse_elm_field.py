@@ -414,12 +414,8 @@ def mode_first_fit(ctx):
         f"(sigma={SIGMA}, C=1) vs SVC; one fit each (a first fit happens once), each child "
         f"under a {ctx.timeout} s timeout.  Target: cold minus warm in-process <= 5 s"
     )
-    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=ctx.tmp))  # empty: a cold start
     sources = source_stamp()
-    spec = dict(rows=ctx.rows, model="ours", sigma=SIGMA, C=1.0)
-    cold = run_child(ctx, "first", spec, child_env(cache))
-    warm = run_child(ctx, "first", dict(spec, again=True), child_env(cache))
-    svc = run_child(ctx, "first", dict(spec, model="svc"), child_env(cache))
+    cold, warm, svc = first_fits(ctx, dict(rows=ctx.rows, model="ours", sigma=SIGMA, C=1.0))
     gap = cold["fit"] - warm["again"]
     if source_stamp() != sources:  # numba keys its cache by the source file's stamp
         print(
@@ -453,11 +449,7 @@ def mode_first_fit(ctx):
     if small_set(FIRST_SMALL) is None:
         print(f"  {FIRST_SMALL}: not found, its first fit skipped")
         return
-    small_cache = Path(tempfile.mkdtemp(prefix="cache-", dir=ctx.tmp))
-    spec = dict(small=FIRST_SMALL, model="ours", sigma=1.0, C=1.0)
-    cold = run_child(ctx, "first", spec, child_env(small_cache))
-    warm = run_child(ctx, "first", dict(spec, again=True), child_env(small_cache))
-    svc = run_child(ctx, "first", dict(spec, model="svc"), child_env(small_cache))
+    cold, warm, svc = first_fits(ctx, dict(small=FIRST_SMALL, model="ours", sigma=1.0, C=1.0))
     print(
         f"  {FIRST_SMALL} (sigma 1, C 1): cold first fit {fmt_t(cold['fit'])} ("
         f"{cold['compile_cpu']:.1f} CPU s in numba's compiler, "
@@ -465,6 +457,16 @@ def mode_first_fit(ctx):
         f"{fmt_t(warm['fit'])}, second {fmt_t(warm['again'])}; SVC first fit {fmt_t(svc['fit'])}"
     )
     add_row(f"first fit on {FIRST_SMALL}, empty cache", cold["fit"], svc["fit"])
+
+
+def first_fits(ctx, spec):
+    """``(cold, warm, svc)``: the children's results of a first fit with an empty compile
+    cache of its own, of one with that cache filled (and a second fit), and of SVC's."""
+    cache = Path(tempfile.mkdtemp(prefix="cache-", dir=ctx.tmp))  # empty: a cold start
+    cold = run_child(ctx, "first", spec, child_env(cache))
+    warm = run_child(ctx, "first", dict(spec, again=True), child_env(cache))
+    svc = run_child(ctx, "first", dict(spec, model="svc"), child_env(cache))
+    return cold, warm, svc
 
 
 def source_stamp():
@@ -569,7 +571,6 @@ def mode_small(ctx):
             print(f"  {name}: {vs.SHARED / path} not found, skipped")
             continue
         X_tr, y_tr, X_te, y_te = split
-        y = np.concatenate([y_tr, y_te])
         for sigma, C in SMALL_PARAMS:
             fits, accs = {}, {}
             for model in ("ours", "svc"):
@@ -579,8 +580,8 @@ def mode_small(ctx):
                 accs[model] = np.mean(est.predict(X_te) == y_te)
             ratio = fits["svc"] / fits["ours"]
             print(
-                f"  {name:15} {len(y_tr):4d} fit rows, {len(np.unique(y))} classes, sigma={sigma:g}"
-                f" C={C:<3g} fit: ours {fits['ours'] * 1000:7.2f} ms, SVC "
+                f"  {name:15} {len(y_tr):4d} fit rows, {len(np.unique(y_tr))} classes, "
+                f"sigma={sigma:g} C={C:<3g} fit: ours {fits['ours'] * 1000:7.2f} ms, SVC "
                 f"{fits['svc'] * 1000:7.2f} ms, ratio {ratio:5.2f}x | acc: ours "
                 f"{accs['ours']:.4f}, SVC {accs['svc']:.4f}"
             )
