@@ -228,20 +228,21 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         """
         shared = {"X": X32}
         n_threads = self.n_threads
-        if (
+        small = (
             is_kernel(feature_map)
             and X32.shape[0] <= DENSE_ROWS
             and fits_gram_budget(X32.shape[0], X32.shape[0], self.cache_size)
-            and (len(rows_of) > 1 or (len(Cs) == 1 and ray_address is None))
-        ):
+        )
+        here_once = len(Cs) == 1 and ray_address is None
+        if small and (here_once or len(rows_of) > 1):
             # small problems: K of every row once, each pair reads its block (a kernel
             # evaluation per pair cost more than its solve), and the pairs one after
             # another (each takes tens of microseconds: a thread pool's start and the GIL
             # between two threads cost more; satimage, 250 rows, 15 pairs: 8.3 ms on two
-            # threads, 5.5 ms on one); for one C here, all in one compiled call
+            # threads, 5.5 ms on one)
             with thread_budget(self.n_threads):
                 shared["K"] = feature_map.block(X32, X32)
-            if len(Cs) == 1 and ray_address is None:
+            if here_once:  # one C here: every pair in one compiled call
                 return [
                     fit_dense_pairs(
                         shared["K"],

@@ -50,7 +50,6 @@ from elmscale.solvers.solver_helper import (
 )
 
 SHRINK_EVERY = 1000
-TAU = 1e-12  # guard for a non-positive diagonal
 # The tail: once shrinking has left at most TAIL_SIZE variables active and the steps
 # have gone on for TAIL_STEPS_PER_VARIABLE times that many without another shrink, the
 # reduced problem over them is solved exactly (``box_qp``).  Single and pair steps
