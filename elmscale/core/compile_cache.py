@@ -112,8 +112,10 @@ def kernel_sources() -> list[Path]:
 def kernel_folders(folder: Path | None) -> list[Path]:
     """Where numba caches the kernels of ``KERNEL_PACKAGES``: their ``__pycache__`` (numba's
     default), or in ``folder`` the sub-folder numba names after each package's directory
-    (its name and the SHA-1 of its absolute path, numba's ``_UserProvidedCacheLocator``)."""
-    dirs = [(_PACKAGE / name).resolve() for name in KERNEL_PACKAGES]
+    (its name and the SHA-1 of its absolute path, numba's ``_UserProvidedCacheLocator``).
+    The path as imported, symbolic links kept: numba takes it from the code's file name."""
+    imported = Path(os.path.abspath(__file__)).parents[1]
+    dirs = [imported / name for name in KERNEL_PACKAGES]
     if folder is None:
         return [d / "__pycache__" for d in dirs]
     return [Path(folder) / f"{d.name}_{hashlib.sha1(str(d).encode()).hexdigest()}" for d in dirs]

@@ -372,10 +372,13 @@ def fit_cocoa(
     folder by default, removed at the end); ``on_round(round, gaps)`` is called after each
     round.  The result does not depend on where the blocks run.
     """
-    if isinstance(max_rounds, bool) or not isinstance(max_rounds, numbers.Integral):
+    # round 0 always runs; a negative cap would run none
+    if (
+        isinstance(max_rounds, bool)
+        or not isinstance(max_rounds, numbers.Integral)
+        or max_rounds < 0
+    ):
         raise ValueError(f"max_rounds must be an integer >= 0; got {max_rounds!r}")
-    if max_rounds < 0:  # round 0 always runs; a negative cap would run none
-        raise ValueError(f"max_rounds must be an integer >= 0; got {max_rounds}")
     classes = tuple(np.asarray(classes).tolist())
     pairs = tuple(one_vs_one_pairs(len(classes)))
     workers = []
