@@ -119,3 +119,41 @@ def test_a_kernel_of_rows_with_themselves_is_the_full_block_to_the_bit(kernel):
     out = np.full((700, 700), np.nan, np.float32)
     assert kernel.block(A, A, dtype=np.float32, out=out) is out
     np.testing.assert_array_equal(out, half.astype(np.float32))
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "sinusoid", "multiquadric", "gaussian"])
+def test_activations_from_pre_activations_are_the_layers_nodes(kind):
+    """Feature selection keeps pre-activations and asks the layer for its nodes: they are
+    the values ``transform`` computes (additive nodes: to float32 rounding of ``a.x + b``)."""
+    layer = HiddenLayer(kind, 6, 20, seed=4)
+    X32 = X.astype(np.float32).astype(np.float64)
+    W, b = layer.weights.astype(np.float64), layer.biases.astype(np.float64)
+    if kind in ("sigmoid", "sinusoid"):
+        pre = X32 @ W + b
+    else:
+        pre = ((X32[:, :, None] - W[None, :, :]) ** 2).sum(1)
+    H = layer.activate(pre)
+    assert H.dtype == np.float64 and H.shape == (120, 20)
+    np.testing.assert_allclose(H, layer.transform(X, dtype=np.float64), rtol=2e-6, atol=2e-7)
+    with pytest.raises(ValueError, match=r"pre-activations must be \(n_rows, 20\)"):
+        layer.activate(pre[:, :5])
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        Kernel("gaussian", sigma=0.8),
+        Kernel("laplacian", sigma=1.5),
+        Kernel("mg", sigma=0.7, sigma_star=3.0, tau=0.3),
+    ],
+    ids=lambda k: k.kind,
+)
+def test_a_kernel_from_squared_distances_is_its_block(kernel):
+    A, B = X[:30].astype(np.float32), X[40:75].astype(np.float32)
+    d2 = cdist(A.astype(np.float64), B.astype(np.float64), "sqeuclidean")
+    np.testing.assert_allclose(kernel.from_sq_distances(d2), kernel.block(A, B), rtol=1e-12)
+
+
+def test_the_polynomial_kernel_has_no_distance_form():
+    with pytest.raises(ValueError, match="not a function of distances"):
+        Kernel("polynomial", degree=2).from_sq_distances(np.zeros((2, 2)))

@@ -37,7 +37,7 @@ def relevant_two(n=160, d=12, seed=0):
 
 def felm_problem(X, t, psi=0.0, C=1.0, n_hidden=100, seed=3):
     layer = HiddenLayer("sigmoid", X.shape[1], n_hidden, seed=seed)
-    return ExplicitMaskProblem(X, t, layer.weights, layer.biases, "sigmoid", C=C, psi=psi)
+    return ExplicitMaskProblem(X, t, layer, C=C, psi=psi)
 
 
 def fkelm_problem(X, t, psi=0.0, C=4.0, tau=0.5):
@@ -156,6 +156,22 @@ def test_objective_path_strictly_decreases_and_ends_at_the_model(make, psi):
     assert path[-1] == result.point.objective
     assert result.converged
     assert result.stats["kept"] == path.size - 1
+
+
+def test_selection_scores_rows_with_the_mapping_prediction_uses():
+    """The selection's node values and kernel values come from the layer and the kernel
+    that score the fitted model: its decisions on the training rows are the model's."""
+    X, t = relevant_two()
+    felm = felm_problem(X, t, psi=0.3)
+    point = select_features(felm, max_sweeps=3).point
+    here = felm.features(point.pre) @ felm.weights_of(point)
+    there = felm.layer.scores(X * point.mask, felm.weights_of(point))
+    np.testing.assert_allclose(here, there, rtol=1e-4, atol=1e-4)
+    fkelm = fkelm_problem(X, t, psi=0.3)
+    point = select_features(fkelm, max_sweeps=3).point
+    u, Xm = fkelm.weights_of(point), X[:, point.mask]
+    here = fkelm.gram(point.pre) @ u
+    np.testing.assert_allclose(here, fkelm.kernel.block_matvec(Xm, Xm, u), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("make", [felm_problem, fkelm_problem])

@@ -354,6 +354,39 @@ def exp_inplace_f32(a):
 NODE_CODES = {"sigmoid": 0, "sinusoid": 1, "multiquadric": 2, "gaussian": 3}
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _additive_nodes(row, kind, kbuf32):
+    """In place ``row = g(row)`` in float32 for additive nodes, ``row`` holding ``a.x + b``:
+    sigmoid (``kind`` 0, eq. 25) or sinusoid (1, eq. 26)."""
+    m = row.shape[0]
+    if kind == 0:
+        for j in range(m):
+            row[j] = -row[j]
+        _vexp32(row, kbuf32)
+        for j in range(m):
+            row[j] = np.float32(1.0) / (np.float32(1.0) + row[j])
+    else:
+        for j in range(m):
+            row[j] = np.sin(row[j])
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _rbf_nodes(buf, b, kind, row, kbuf64):
+    """``row = g(buf)`` for RBF nodes, ``buf`` (float64, overwritten) holding ``|x - a|^2``:
+    multiquadric (``kind`` 2, eq. 27) or gaussian (3, eq. 28)."""
+    m = row.shape[0]
+    if kind == 2:
+        for j in range(m):
+            bj = np.float64(b[j])
+            row[j] = np.sqrt(buf[j] + bj * bj)
+    else:
+        for j in range(m):
+            buf[j] = -buf[j] / np.float64(b[j])
+        _vexp64(buf, kbuf64)
+        for j in range(m):
+            row[j] = buf[j]
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
     """``row = h(x)`` (float32) for the layer ``(W, b)`` of node type ``kind``.
@@ -371,15 +404,7 @@ def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
             wk = W[k]  # a 1-D view: W[k, j] indexing defeats vectorisation
             for j in range(m):
                 row[j] += xk * wk[j]
-        if kind == 0:  # sigmoid, eq. 25
-            for j in range(m):
-                row[j] = -row[j]
-            _vexp32(row, kbuf32)
-            for j in range(m):
-                row[j] = np.float32(1.0) / (np.float32(1.0) + row[j])
-        else:  # sinusoid, eq. 26
-            for j in range(m):
-                row[j] = np.sin(row[j])
+        _additive_nodes(row, kind, kbuf32)
         return
     for j in range(m):
         buf[j] = 0.0
@@ -389,16 +414,31 @@ def _hidden_row(x, W, b, kind, row, buf, kbuf32, kbuf64):
         for j in range(m):
             diff = xk - np.float64(wk[j])
             buf[j] += diff * diff
-    if kind == 2:  # multiquadric, eq. 27
+    _rbf_nodes(buf, b, kind, row, kbuf64)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def activate_block(pre, b, kind, out):
+    """``out = g(pre)``: the node values ``hidden_block`` computes, from pre-activations
+    given (n, m) float64 (``a.x + b`` for additive nodes, rounded to float32 as there;
+    ``|x - a|^2`` for RBF nodes), the layer's ``b`` (m,).  Serial: its callers (feature
+    selection's re-solves) run side by side on threads."""
+    n, m = pre.shape
+    row = np.empty(m, np.float32)
+    buf = np.empty(m, np.float64)
+    kbuf32 = np.empty(m, np.int32)
+    kbuf64 = np.empty(m, np.int64)
+    for i in range(n):
+        if kind <= 1:
+            for j in range(m):
+                row[j] = pre[i, j]
+            _additive_nodes(row, kind, kbuf32)
+        else:
+            for j in range(m):
+                buf[j] = pre[i, j]
+            _rbf_nodes(buf, b, kind, row, kbuf64)
         for j in range(m):
-            bj = np.float64(b[j])
-            row[j] = np.sqrt(buf[j] + bj * bj)
-    else:  # gaussian, eq. 28
-        for j in range(m):
-            buf[j] = -buf[j] / np.float64(b[j])
-        _vexp64(buf, kbuf64)
-        for j in range(m):
-            row[j] = buf[j]
+            out[i, j] = row[j]
 
 
 # Parallel loops run over up to 256 chunks of rows so that scratch buffers are
@@ -500,6 +540,31 @@ def _squared_distances(x, unit, Bt, start, stop, out):
             out[j] += diff * diff
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _distance_kernel(acc, m, kind, sigma, sigma_star, tau, kbuf):
+    """In place ``acc = K(acc)`` for a kernel of the distance, ``acc`` holding squared
+    distances ``|u - v|^2`` (float64, its first ``m`` entries): gaussian, laplacian or mg
+    (``kind`` 0, 1, 3)."""
+    if kind == 3:
+        # memorization-generalization: two gaussians of one distance (scalar exps: the
+        # vector exp works in place and this needs both)
+        scale = 1.0 / (2.0 * sigma * sigma)
+        scale_star = 1.0 / (2.0 * sigma_star * sigma_star)
+        for j in range(m):
+            d2 = acc[j]
+            acc[j] = (1.0 - tau) * np.exp(-d2 * scale) + tau * np.exp(-d2 * scale_star)
+        return
+    if kind == 0:
+        scale = 1.0 / (2.0 * sigma * sigma)
+        for j in range(m):
+            acc[j] = -acc[j] * scale
+    else:
+        scale = 1.0 / sigma
+        for j in range(m):
+            acc[j] = -np.sqrt(acc[j]) * scale
+    _vexp64(acc, kbuf)
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, acc, kbuf):
     """``acc[j] = K(a_row, B[start + j])`` in float64 for the columns ``start <= j < stop``
@@ -523,24 +588,23 @@ def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, ac
             acc[j] = v
         return
     _squared_distances(a_row, 1.0, Bt, start, stop, acc)
-    if kind == 3:
-        # memorization-generalization: two gaussians of one distance (scalar exps: the
-        # vector exp works in place and this needs both)
-        scale = 1.0 / (2.0 * sigma * sigma)
-        scale_star = 1.0 / (2.0 * sigma_star * sigma_star)
+    _distance_kernel(acc, m, kind, sigma, sigma_star, tau, kbuf)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def distance_kernel_block(d2, kind, sigma, sigma_star, tau, out):
+    """``out = K(d2)``: the kernel values ``kernel_rows`` computes, from squared distances
+    given (n, m) float64, for a kernel of the distance (``kind`` 0, 1 or 3).  Serial: its
+    callers (feature selection's re-solves) run side by side on threads."""
+    n, m = d2.shape
+    acc = np.empty(m, np.float64)
+    kbuf = np.empty(m, np.int64)
+    for i in range(n):
         for j in range(m):
-            d2 = acc[j]
-            acc[j] = (1.0 - tau) * np.exp(-d2 * scale) + tau * np.exp(-d2 * scale_star)
-        return
-    if kind == 0:
-        scale = 1.0 / (2.0 * sigma * sigma)
+            acc[j] = d2[i, j]
+        _distance_kernel(acc, m, kind, sigma, sigma_star, tau, kbuf)
         for j in range(m):
-            acc[j] = -acc[j] * scale
-    else:
-        scale = 1.0 / sigma
-        for j in range(m):
-            acc[j] = -np.sqrt(acc[j]) * scale
-    _vexp64(acc, kbuf)
+            out[i, j] = acc[j]
 
 
 # The kernel blocks are serial over a range of rows and run side by side on threads by

@@ -103,6 +103,20 @@ class Kernel:
         )
         return out[:, 0] if squeeze else out
 
+    def from_sq_distances(self, d2: np.ndarray) -> np.ndarray:
+        """The kernel's values from squared distances ``|u - v|^2`` computed elsewhere
+        (float64, any 2-D shape), as :meth:`block` computes them from rows; for the
+        kernels of the distance (gaussian, laplacian, mg), not polynomial."""
+        if self.kind == "polynomial":
+            raise ValueError("the polynomial kernel is not a function of distances")
+        d2 = np.ascontiguousarray(d2, dtype=np.float64)
+        if d2.ndim != 2:
+            raise ValueError(f"squared distances must be 2-D; got shape {d2.shape}")
+        code, sigma, _, sigma_star, tau = self._params()
+        out = np.empty(d2.shape, dtype=np.float64)
+        _jit.distance_kernel_block(d2, code, sigma, sigma_star, tau, out)
+        return out
+
     def to_dict(self) -> dict:
         d = {"kind": self.kind, "sigma": float(self.sigma), "degree": int(self.degree)}
         if self.kind == "mg":

@@ -124,6 +124,20 @@ class HiddenLayer:
         _jit.hidden_block(X32, self.weights, self.biases, _jit.NODE_CODES[self.kind], H)
         return H
 
+    def activate(self, pre: np.ndarray) -> np.ndarray:
+        """The node values from pre-activations computed elsewhere, ``(n_rows, n_hidden)``
+        float64 (the float32 values :meth:`transform` gives): ``pre`` holds ``a.x + b``
+        for additive nodes, ``|x - a|^2`` for RBF nodes (feature selection keeps these
+        for masked inputs and moves them by rank-1 terms)."""
+        pre = np.ascontiguousarray(pre, dtype=np.float64)
+        if pre.ndim != 2 or pre.shape[1] != self.n_hidden:
+            raise ValueError(
+                f"pre-activations must be (n_rows, {self.n_hidden}); got shape {pre.shape}"
+            )
+        out = np.empty(pre.shape, dtype=np.float64)
+        _jit.activate_block(pre, self.biases, _jit.NODE_CODES[self.kind], out)
+        return out
+
     def scores(self, X: np.ndarray, coef: np.ndarray) -> np.ndarray:
         """``h(X) @ coef`` (float64) computed row by row without storing ``h(X)``."""
         X32 = self._check_X(X)

@@ -301,13 +301,10 @@ class FELMClassifier(_FeatureSelectingELM):
         )
 
     def _problem(self, X, t, seed):
-        layer = self.hidden_layer_
         return ExplicitMaskProblem(
             X,
             t,
-            layer.weights,
-            layer.biases,
-            layer.kind,
+            self.hidden_layer_,
             C=float(self.C),
             psi=float(self.psi),
             kkt_tol=float(self.kkt_tol),

@@ -47,6 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from elmscale.features.kernels import Kernel
+from elmscale.features.layers import HiddenLayer
 from elmscale.solvers.sparse_dual import box_qp, solve_explicit_dual, solve_kernel_dual
 
 #: up to this many rows a mask's dual is solved exactly as one dense box QP on the rows'
@@ -109,30 +110,30 @@ def _hinge_sum(t: np.ndarray, decision: np.ndarray) -> float:
 class ExplicitMaskProblem:
     """FELM: random hidden nodes on the masked inputs.
 
-    ``X`` (n, d) and ``t`` (+-1) the training rows; ``weights`` (d, L) and ``biases`` (L,)
-    the layer's (``HiddenLayer.weights`` / ``.biases``), ``node`` its kind.  Additive
+    ``X`` (n, d) and ``t`` (+-1) the training rows; ``layer`` the hidden layer.  Additive
     nodes keep ``X E W + b``; RBF nodes keep ``|x E - a|^2`` (a suppressed input is 0,
-    as ``h(x E)`` reads it).
+    as ``h(x E)`` reads it); the node values are the layer's (``HiddenLayer.activate``),
+    the ones its scoring computes.
     """
 
     X: np.ndarray
     t: np.ndarray
-    weights: np.ndarray
-    biases: np.ndarray
-    node: str
+    layer: HiddenLayer
     C: float
     psi: float
     kkt_tol: float = 1e-3
     seed: int = 0
     max_iter: int = -1
+    weights: np.ndarray = field(init=False)
+    biases: np.ndarray = field(init=False)
     additive: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
         self.t = np.ascontiguousarray(self.t, dtype=np.float64)
-        self.weights = np.ascontiguousarray(self.weights, dtype=np.float64)
-        self.biases = np.asarray(self.biases, dtype=np.float64)
-        self.additive = self.node in ("sigmoid", "sinusoid")
+        self.weights = np.ascontiguousarray(self.layer.weights, dtype=np.float64)
+        self.biases = np.asarray(self.layer.biases, dtype=np.float64)
+        self.additive = self.layer.kind in ("sigmoid", "sinusoid")
 
     def pre(self, mask: np.ndarray) -> np.ndarray:
         Xm, Wm = self.X[:, mask], self.weights[mask]
@@ -152,13 +153,9 @@ class ExplicitMaskProblem:
         return pre + delta if on else pre - delta
 
     def features(self, pre: np.ndarray) -> np.ndarray:
-        if self.node == "sigmoid":
-            return 1.0 / (1.0 + np.exp(-pre))
-        if self.node == "sinusoid":
-            return np.sin(pre)
-        if self.node == "multiquadric":
-            return np.sqrt(np.maximum(pre, 0.0) + self.biases**2)
-        return np.exp(-np.maximum(pre, 0.0) / self.biases)
+        if not self.additive:  # rank-1 moves can leave rounding below 0
+            pre = np.maximum(pre, 0.0)
+        return self.layer.activate(pre)
 
     def solve(self, mask, pre, alpha0) -> MaskPoint:
         H = self.features(pre)
@@ -231,12 +228,7 @@ class KernelMaskProblem:
         return pre + delta if on else np.maximum(pre - delta, 0.0)
 
     def gram(self, pre: np.ndarray) -> np.ndarray:
-        k = self.kernel
-        K = np.exp(pre * (-1.0 / (2.0 * k.sigma**2)))
-        if k.kind == "mg" and k.tau > 0.0:
-            K *= 1.0 - k.tau
-            K += k.tau * np.exp(pre * (-1.0 / (2.0 * k.sigma_star**2)))
-        return K
+        return self.kernel.from_sq_distances(pre)
 
     def solve(self, mask, pre, alpha0) -> MaskPoint:
         K = self.gram(pre)
