@@ -142,7 +142,7 @@ def _fmt_metrics(metrics: dict) -> str:
 
 
 def cmd_convert(args) -> int:
-    from elmscale.data.formats import write_parquet
+    from elmscale.data.parquet_io import write_parquet
 
     kw = {}
     if args.n_features is not None:
@@ -313,7 +313,7 @@ def cmd_demo(args) -> int:
     """The quick start: data generated here, a scaled ELM, evaluation and a saved model."""
     from sklearn.pipeline import make_pipeline
 
-    from elmscale.data.formats import load_parquet, write_parquet
+    from elmscale.data.parquet_io import load_parquet, write_parquet
     from elmscale.data.scaling import Scaler
     from elmscale.data.synthetic import generate_classification
     from elmscale.io.model_files import load, save

@@ -1,6 +1,8 @@
-"""Data: file formats (``formats``), Parquet data sets and their work units (``parquet``),
-column choice (``columns``), the paper's scaling (``scaling``) and synthetic data
-(``synthetic``).
+"""Data: the ``Dataset`` every reader returns (``dataset``), the LIBSVM, CSV and ARFF
+readers (``text_formats``), Parquet data sets read and written whole (``parquet_io``),
+format detection and the ``load`` dispatcher (``formats``), Parquet data sets cut into
+work units (``parquet``), column choice (``columns``), the paper's scaling (``scaling``)
+and synthetic data (``synthetic``).
 
 Every public name of the submodules is importable from here (``from elmscale.data import
 Scaler, load``); they load on first use, so that a worker that reads Parquet units does not
@@ -10,21 +12,10 @@ import the text readers or scikit-learn.
 from importlib import import_module
 
 _NAMES = {
-    "formats": (
-        "Dataset",
-        "check_finite",
-        "detect_format",
-        "encode_labels",
-        "load",
-        "load_arff",
-        "load_csv",
-        "load_libsvm",
-        "load_parquet",
-        "write_parquet",
-        "DEFAULT_NA_VALUES",
-        "MIN_ROW_GROUP",
-        "MAX_ROW_GROUP",
-    ),
+    "dataset": ("Dataset", "check_finite", "encode_labels"),
+    "formats": ("detect_format", "load"),
+    "text_formats": ("load_arff", "load_csv", "load_libsvm", "DEFAULT_NA_VALUES"),
+    "parquet_io": ("load_parquet", "write_parquet", "MIN_ROW_GROUP", "MAX_ROW_GROUP"),
     "columns": ("PARQUET_SUFFIXES", "is_numeric_type", "parquet_columns"),
     "parquet": ("ParquetDataset", "WorkUnit", "open_parquet"),
     "scaling": ("Scaler",),

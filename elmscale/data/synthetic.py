@@ -12,7 +12,8 @@ import numpy as np
 
 from elmscale.core.errors import DataError
 from elmscale.data.columns import PathLike
-from elmscale.data.formats import Dataset, write_parquet
+from elmscale.data.dataset import Dataset
+from elmscale.data.parquet_io import write_parquet
 
 #: Rows generated per seed: row i depends only on (random_state, i // _GEN_CHUNK).
 _GEN_CHUNK = 65_536

@@ -19,8 +19,9 @@ import numpy as np
 from sklearn.model_selection import KFold, StratifiedKFold, StratifiedShuffleSplit
 from sklearn.preprocessing import StandardScaler
 
+from elmscale.core.errors import DataError
 from elmscale.data import Scaler, load
-from elmscale.data.formats import DataError, detect_format
+from elmscale.data.formats import detect_format
 from elmscale.experiments.protocol import DataSet, Evaluation, Piece
 
 __all__ = [

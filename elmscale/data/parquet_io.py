@@ -1,0 +1,284 @@
+"""Parquet files of data sets, read and written whole (:func:`load_parquet`,
+:func:`write_parquet`).
+
+A data set is one file or a directory of ``*.parquet`` / ``*.pq`` files read in name order.
+Files written here hold one float32 column per feature (no dictionary encoding, zstd), then
+the label column in its own type; row groups of 128k-1M rows (work units for distributed
+readers); written to a temporary name and renamed, so a failed write leaves nothing.
+
+Reading a Parquet data set piece by piece on workers is :mod:`elmscale.data.parquet`'s job.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from elmscale.core.errors import DataError
+from elmscale.core.files import atomic_write
+from elmscale.data.columns import (
+    PARQUET_SUFFIXES,
+    LabelSpec,
+    PathLike,
+    _describe,
+    is_numeric_type,
+    parquet_columns,
+)
+from elmscale.data.dataset import Dataset, MissingPolicy, _assemble, _check_missing_policy
+
+#: Row-group size bounds (rows) for :func:`write_parquet`.
+MIN_ROW_GROUP = 131_072
+
+
+MAX_ROW_GROUP = 1_048_576
+
+
+def _parquet_files(path: PathLike) -> list[Path]:
+    p = Path(path)
+    src = os.fspath(path)
+    if not p.exists():
+        raise DataError(
+            f"{src}: no such file or directory; expected a Parquet file or a directory of them"
+        )
+    if p.is_file():
+        return [p]
+    files = sorted(
+        f
+        for f in p.iterdir()
+        if f.is_file() and f.suffix in PARQUET_SUFFIXES and not f.name.startswith((".", "_"))
+    )
+    if not files:
+        raise DataError(
+            f"{src}: directory holds no *.parquet or *.pq files; expected Parquet files"
+        )
+    return files
+
+
+def _parquet_error(file: Path, exc: Exception) -> DataError:
+    return DataError(
+        f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a Parquet file"
+    )
+
+
+def load_parquet(
+    path: PathLike,
+    label: LabelSpec | None = None,
+    features: Sequence[str] | str | None = None,
+    missing: MissingPolicy = "error",
+) -> Dataset:
+    """Read a Parquet file, or every ``*.parquet`` / ``*.pq`` file of a directory in name order.
+
+    Parameters
+    ----------
+    path : a file or a directory.
+    label : the label column: a name, a position, "first" or "last"; None (default) takes the
+        column "label" if there is one, else the last column; False: no label column.
+    features : None: every other numeric column; a list of names; or a glob pattern such as
+        "f*" matched against the column names (in file order).
+    missing : nulls / NaN: "error" or "drop", as in :func:`load_csv`.
+    """
+    files = _parquet_files(path)
+    src = os.fspath(path)
+    _check_missing_policy(missing, src)
+    try:
+        schema = pq.read_schema(files[0])
+    except (pa.ArrowException, OSError) as exc:
+        raise _parquet_error(files[0], exc) from exc
+    names = list(schema.names)
+    fnames, yname, ypos = parquet_columns(schema, label, features, src, os.fspath(files[0]))
+    wanted = [*fnames] if yname is None else [*fnames, yname]
+    tables = []
+    for f in files:
+        try:
+            file_names = pq.read_schema(f).names if f != files[0] else names
+            lacking = [c for c in wanted if c not in file_names]
+            if lacking:
+                raise DataError(
+                    f"{os.fspath(f)}: lacks the column(s) {lacking}; "
+                    "expected every file of the directory to have the same columns"
+                )
+            tables.append(pq.read_table(f, columns=wanted))
+        except (pa.ArrowException, OSError) as exc:
+            raise _parquet_error(f, exc) from exc
+    try:
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    except pa.ArrowInvalid as exc:
+        raise DataError(f"{src}: the files' schemas differ ({exc}); expected one schema") from exc
+    columns = [
+        pc.cast(table.column(n), pa.float64()).to_numpy(zero_copy_only=False) for n in fnames
+    ]
+    if table.num_rows == 0:
+        raise DataError(f"{src}: no rows; expected at least one row")
+    if yname is None:
+        return _assemble(
+            source=src,
+            columns=columns,
+            names=fnames,
+            y=None,
+            y_missing=np.zeros(table.num_rows, bool),
+            label_desc="(none)",
+            missing=missing,
+            na_note=" (null or NaN)",
+        )
+    ycol = table.column(yname)
+    y_missing = ycol.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_dictionary(ycol.type):
+        ycol = pc.cast(ycol, ycol.type.value_type)
+    if is_numeric_type(ycol.type):
+        if ycol.null_count:
+            y = pc.cast(ycol, pa.float64()).to_numpy(zero_copy_only=False)
+        else:
+            y = ycol.to_numpy()
+        if y.dtype.kind == "f":
+            y_missing = y_missing | np.isnan(y)
+    else:
+        y = np.array(ycol.to_pylist(), dtype=object)
+    if table.num_rows == 0:
+        raise DataError(f"{src}: no rows; expected at least one row")
+    return _assemble(
+        source=src,
+        columns=columns,
+        names=fnames,
+        y=y,
+        y_missing=y_missing,
+        label_desc=_describe(yname, ypos),
+        missing=missing,
+        na_note=" (null or NaN)",
+    )
+
+
+def _row_group_sizes(n_rows: int, row_group_size: int) -> list[int]:
+    """Split ``n_rows`` into near-equal row groups within [MIN_ROW_GROUP, MAX_ROW_GROUP].
+
+    The requested size is clipped to that range; data smaller than it go in one group.
+    """
+    target = min(max(int(row_group_size), MIN_ROW_GROUP), MAX_ROW_GROUP)
+    if n_rows <= target:
+        return [n_rows] if n_rows else []
+    k_min = math.ceil(n_rows / MAX_ROW_GROUP)
+    k_max = n_rows // MIN_ROW_GROUP
+    k = min(max(round(n_rows / target), k_min), k_max)
+    base, extra = divmod(n_rows, k)
+    return [base + 1] * extra + [base] * (k - extra)
+
+
+def _label_array(y: np.ndarray, src: str) -> pa.Array:
+    if y.dtype.kind in "biuf":
+        return pa.array(y)
+    if y.dtype.kind in "US" or y.dtype == object:
+        values = y.tolist()
+        if all(isinstance(v, str) for v in values):
+            return pa.array(values, type=pa.string())
+        numbers = (int, float, np.integer, np.floating)
+        if all(isinstance(v, numbers) and not isinstance(v, bool) for v in values):
+            return pa.array(np.asarray(values, dtype=np.float64))
+    raise DataError(
+        f"{src}: parameter y has values of mixed or unsupported types (dtype {y.dtype}); "
+        "expected numbers or strings"
+    )
+
+
+def write_parquet(
+    dataset_or_X: Dataset | np.ndarray | sp.spmatrix,
+    path: PathLike,
+    y: np.ndarray | Sequence[Any] | None = None,
+    feature_names: Sequence[str] | None = None,
+    label_name: str = "label",
+    row_group_size: int = 262_144,
+    compression: str = "zstd",
+) -> Path:
+    """Write features (float32 columns) and labels to one Parquet file, atomically.
+
+    Parameters
+    ----------
+    dataset_or_X : a :class:`Dataset`, or a 2-D array / sparse matrix of features.
+    path : the file to write (its directory is created if needed).
+    y : labels, one per row (overrides the Dataset's); None writes no label column when
+        ``dataset_or_X`` is an array.  Written in their own type: numbers or strings.
+    feature_names : column names; default the Dataset's, else "f1".."fd".
+    label_name : name of the label column.
+    row_group_size : rows per row group, clipped to [131072, 1048576]; the rows are split into
+        near-equal groups within that range (one group when the data are smaller).
+    compression : Parquet codec.
+
+    Features are float32 without dictionary encoding.  The file is written under a temporary
+    name in the same directory and renamed at the end: on any error nothing is left behind
+    (and an existing file at ``path`` is untouched).  Returns the path written.
+    """
+    dest = Path(path)
+    src = os.fspath(path)
+    if isinstance(dataset_or_X, Dataset):
+        X = dataset_or_X.X
+        if y is None:
+            y = dataset_or_X.y
+        if feature_names is None:
+            feature_names = dataset_or_X.feature_names
+    else:
+        X = dataset_or_X
+    if not sp.issparse(X):
+        X = np.asarray(X)
+        if X.dtype.kind not in "biuf":
+            raise DataError(f"{src}: parameter X has dtype {X.dtype}; expected numbers")
+    if X.ndim != 2:
+        raise DataError(f"{src}: parameter X has {X.ndim} dimension(s); expected a 2-D array")
+    n, d = X.shape
+    if feature_names is None:
+        names = [f"f{j + 1}" for j in range(d)]
+    else:
+        names = [str(s) for s in feature_names]
+    if len(names) != d:
+        raise DataError(
+            f"{src}: parameter feature_names has {len(names)} names for {d} columns; "
+            "expected one per column"
+        )
+    if len(set(names)) != d:
+        raise DataError(f"{src}: parameter feature_names has duplicates; expected unique names")
+    fields = [pa.field(nm, pa.float32()) for nm in names]
+    y_arr: pa.Array | None = None
+    if y is not None:
+        y_np = np.asarray(y)
+        if y_np.ndim != 1 or y_np.shape[0] != n:
+            raise DataError(
+                f"{src}: parameter y has shape {y_np.shape} but X has {n} rows; "
+                "expected one label per row"
+            )
+        if label_name in names:
+            raise DataError(
+                f"{src}: parameter label_name '{label_name}' is also a feature name; "
+                "expected a distinct name"
+            )
+        y_arr = _label_array(y_np, src)
+        fields.append(pa.field(label_name, y_arr.type))
+    if int(row_group_size) < 1:
+        raise DataError(
+            f"{src}: parameter row_group_size={row_group_size}; expected a positive integer"
+        )
+    schema = pa.schema(fields)
+
+    def write(tmp):
+        with pq.ParquetWriter(
+            tmp, schema, compression=compression, use_dictionary=False, write_statistics=True
+        ) as writer:
+            start = 0
+            for size in _row_group_sizes(n, row_group_size):
+                block = X[start : start + size]
+                block = block.toarray() if sp.issparse(block) else block
+                cols = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)
+                arrays = [pa.array(cols[j]) for j in range(d)]
+                if y_arr is not None:
+                    arrays.append(y_arr.slice(start, size))
+                writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=size)
+                start += size
+            if n == 0:
+                writer.write_table(schema.empty_table())
+
+    return atomic_write(dest, write)
