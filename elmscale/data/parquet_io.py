@@ -214,23 +214,50 @@ def write_parquet(
     name in the same directory and renamed at the end: on any error nothing is left behind
     (and an existing file at ``path`` is untouched).  Returns the path written.
     """
-    dest = Path(path)
     src = os.fspath(path)
-    if isinstance(dataset_or_X, Dataset):
-        X = dataset_or_X.X
-        if y is None:
-            y = dataset_or_X.y
-        if feature_names is None:
-            feature_names = dataset_or_X.feature_names
-    else:
-        X = dataset_or_X
+    X, y, feature_names = _unpack(dataset_or_X, y, feature_names)
+    X = _feature_matrix(X, src)
+    names = _column_names(feature_names, X.shape[1], src)
+    y_arr = None if y is None else _label_column(y, X.shape[0], label_name, names, src)
+    if int(row_group_size) < 1:
+        raise DataError(
+            f"{src}: parameter row_group_size={row_group_size}; expected a positive integer"
+        )
+    schema = _schema(names, label_name, y_arr)
+    return atomic_write(
+        Path(path),
+        lambda tmp: _write_row_groups(tmp, X, y_arr, schema, row_group_size, compression),
+    )
+
+
+def _unpack(
+    dataset_or_X: Dataset | np.ndarray | sp.spmatrix,
+    y: np.ndarray | Sequence[Any] | None,
+    feature_names: Sequence[str] | None,
+) -> tuple[Any, np.ndarray | Sequence[Any] | None, Sequence[str] | None]:
+    """The features, and the labels and names given, else a Dataset's own."""
+    if not isinstance(dataset_or_X, Dataset):
+        return dataset_or_X, y, feature_names
+    if y is None:
+        y = dataset_or_X.y
+    if feature_names is None:
+        feature_names = dataset_or_X.feature_names
+    return dataset_or_X.X, y, feature_names
+
+
+def _feature_matrix(X: Any, src: str) -> np.ndarray | sp.spmatrix:
+    """``X`` as a 2-D numeric array (a sparse matrix kept as it is)."""
     if not sp.issparse(X):
         X = np.asarray(X)
         if X.dtype.kind not in "biuf":
             raise DataError(f"{src}: parameter X has dtype {X.dtype}; expected numbers")
     if X.ndim != 2:
         raise DataError(f"{src}: parameter X has {X.ndim} dimension(s); expected a 2-D array")
-    n, d = X.shape
+    return X
+
+
+def _column_names(feature_names: Sequence[str] | None, d: int, src: str) -> list[str]:
+    """``d`` distinct feature column names: those given, else "f1".."fd"."""
     if feature_names is None:
         names = [f"f{j + 1}" for j in range(d)]
     else:
@@ -242,43 +269,58 @@ def write_parquet(
         )
     if len(set(names)) != d:
         raise DataError(f"{src}: parameter feature_names has duplicates; expected unique names")
-    fields = [pa.field(nm, pa.float32()) for nm in names]
-    y_arr: pa.Array | None = None
-    if y is not None:
-        y_np = np.asarray(y)
-        if y_np.ndim != 1 or y_np.shape[0] != n:
-            raise DataError(
-                f"{src}: parameter y has shape {y_np.shape} but X has {n} rows; "
-                "expected one label per row"
-            )
-        if label_name in names:
-            raise DataError(
-                f"{src}: parameter label_name '{label_name}' is also a feature name; "
-                "expected a distinct name"
-            )
-        y_arr = _label_array(y_np, src)
-        fields.append(pa.field(label_name, y_arr.type))
-    if int(row_group_size) < 1:
+    return names
+
+
+def _label_column(
+    y: np.ndarray | Sequence[Any], n: int, label_name: str, names: list[str], src: str
+) -> pa.Array:
+    """The labels as an Arrow array (one per row, under a name no feature has)."""
+    y_np = np.asarray(y)
+    if y_np.ndim != 1 or y_np.shape[0] != n:
         raise DataError(
-            f"{src}: parameter row_group_size={row_group_size}; expected a positive integer"
+            f"{src}: parameter y has shape {y_np.shape} but X has {n} rows; "
+            "expected one label per row"
         )
-    schema = pa.schema(fields)
+    if label_name in names:
+        raise DataError(
+            f"{src}: parameter label_name '{label_name}' is also a feature name; "
+            "expected a distinct name"
+        )
+    return _label_array(y_np, src)
 
-    def write(tmp):
-        with pq.ParquetWriter(
-            tmp, schema, compression=compression, use_dictionary=False, write_statistics=True
-        ) as writer:
-            start = 0
-            for size in _row_group_sizes(n, row_group_size):
-                block = X[start : start + size]
-                block = block.toarray() if sp.issparse(block) else block
-                cols = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)
-                arrays = [pa.array(cols[j]) for j in range(d)]
-                if y_arr is not None:
-                    arrays.append(y_arr.slice(start, size))
-                writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=size)
-                start += size
-            if n == 0:
-                writer.write_table(schema.empty_table())
 
-    return atomic_write(dest, write)
+def _schema(names: list[str], label_name: str, y_arr: pa.Array | None) -> pa.Schema:
+    """One float32 field per feature, then the label's field in its own type."""
+    fields = [pa.field(nm, pa.float32()) for nm in names]
+    if y_arr is not None:
+        fields.append(pa.field(label_name, y_arr.type))
+    return pa.schema(fields)
+
+
+def _write_row_groups(
+    tmp: Path,
+    X: np.ndarray | sp.spmatrix,
+    y_arr: pa.Array | None,
+    schema: pa.Schema,
+    row_group_size: int,
+    compression: str,
+) -> None:
+    """Write the rows to ``tmp`` in near-equal row groups (:func:`_row_group_sizes`), the
+    features as float32 without dictionary encoding; no rows: an empty table."""
+    n, d = X.shape
+    with pq.ParquetWriter(
+        tmp, schema, compression=compression, use_dictionary=False, write_statistics=True
+    ) as writer:
+        start = 0
+        for size in _row_group_sizes(n, row_group_size):
+            block = X[start : start + size]
+            block = block.toarray() if sp.issparse(block) else block
+            cols = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)
+            arrays = [pa.array(cols[j]) for j in range(d)]
+            if y_arr is not None:
+                arrays.append(y_arr.slice(start, size))
+            writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=size)
+            start += size
+        if n == 0:
+            writer.write_table(schema.empty_table())

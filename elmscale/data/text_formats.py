@@ -271,9 +271,34 @@ def load_csv(
         raise DataError(f"{src}: file is empty; expected a table of numbers")
     sep = _normalise_sep(sep, lines)
     na = list(na_values)
+    has_header = _has_header(p, src, sep, header, na)
+    df, names = _read_frame(p, src, sep, has_header, na)
+    fpos, ypos = _choose_columns(names, label, drop_columns, src)
+    columns = [_numeric_column(df, j, names, src) for j in fpos]
+    if ypos is None:
+        y, y_missing, label_desc = None, np.zeros(df.shape[0], bool), "(none)"
+    else:
+        y, y_missing = _label_values(df.iloc[:, ypos])
+        label_desc = _describe(names[ypos], ypos)
+    return _assemble(
+        source=src,
+        columns=columns,
+        names=[names[j] for j in fpos],
+        y=y,
+        y_missing=y_missing,
+        label_desc=label_desc,
+        missing=missing,
+        na_note=f" (written as one of {tuple(na)!r})" if na else "",
+    )
+
+
+def _has_header(
+    path: Path, src: str, sep: str, header: Literal["auto"] | bool | None, na: list[str]
+) -> bool:
+    """Whether the first line is a header: ``header`` as given, or detected when "auto"."""
     if header == "auto":
         sample = _read_table(
-            p,
+            path,
             src,
             sep,
             header=None,
@@ -283,13 +308,19 @@ def load_csv(
             na_filter=False,
         )
         rows = [[str(v) for v in row] for row in sample.itertuples(index=False)]
-        has_header = _detect_header(rows, na)
-    elif header in (True, False, None):
-        has_header = bool(header)
-    else:
-        raise DataError(f"{src}: parameter header={header!r}; expected 'auto', True, False or None")
+        return _detect_header(rows, na)
+    if header in (True, False, None):
+        return bool(header)
+    raise DataError(f"{src}: parameter header={header!r}; expected 'auto', True, False or None")
+
+
+def _read_frame(
+    path: Path, src: str, sep: str, has_header: bool, na: list[str]
+) -> tuple[pd.DataFrame, list[str]]:
+    """The whole table (missing values as NaN) and its column names, "col0".. without a
+    header; a table without data rows is an error."""
     df = _read_table(
-        p, src, sep, header=0 if has_header else None, na_values=na, keep_default_na=False
+        path, src, sep, header=0 if has_header else None, na_values=na, keep_default_na=False
     )
     if has_header:
         names = [str(c).strip() for c in df.columns]
@@ -297,9 +328,16 @@ def load_csv(
         names = [f"col{j}" for j in range(df.shape[1])]
     if df.shape[0] == 0:
         raise DataError(f"{src}: no data rows; expected at least one row after the header")
-    n_cols = df.shape[1]
+    return df, names
+
+
+def _choose_columns(
+    names: list[str], label: LabelSpec, drop_columns: Iterable[int | str], src: str
+) -> tuple[list[int], int | None]:
+    """Positions of the feature columns and of the label (None: no label), after
+    ``drop_columns``; at least one feature must be left."""
     drops = {_resolve_column(c, names, src, "drop_columns") for c in drop_columns}
-    available = [j for j in range(n_cols) if j not in drops]
+    available = [j for j in range(len(names)) if j not in drops]
     if not available:
         raise DataError(f"{src}: drop_columns leaves no column; expected features and a label")
     ypos = _resolve_label(label, names, available, src)
@@ -309,37 +347,17 @@ def load_csv(
             f"{src}: only the label {_describe(names[ypos], ypos)} is left; "
             "expected feature columns"
         )
-    if ypos is None:
-        return _assemble(
-            source=src,
-            columns=[_numeric_column(df, j, names, src) for j in fpos],
-            names=[names[j] for j in fpos],
-            y=None,
-            y_missing=np.zeros(df.shape[0], bool),
-            label_desc="(none)",
-            missing=missing,
-            na_note=f" (written as one of {tuple(na)!r})" if na else "",
-        )
+    return fpos, ypos
 
-    columns = [_numeric_column(df, j, names, src) for j in fpos]
 
-    ycol = df.iloc[:, ypos]
+def _label_values(ycol: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The label column as read (numbers kept, strings stripped) and where it is missing."""
     y_missing = ycol.isna().to_numpy()
     if pd.api.types.is_bool_dtype(ycol) or pd.api.types.is_numeric_dtype(ycol):
         y = ycol.to_numpy()
     else:
         y = np.array([v.strip() if isinstance(v, str) else v for v in ycol.tolist()], dtype=object)
-    na_note = f" (written as one of {tuple(na)!r})" if na else ""
-    return _assemble(
-        source=src,
-        columns=columns,
-        names=[names[j] for j in fpos],
-        y=y,
-        y_missing=y_missing,
-        label_desc=_describe(names[ypos], ypos),
-        missing=missing,
-        na_note=na_note,
-    )
+    return y, y_missing
 
 
 def _numeric_column(df: pd.DataFrame, j: int, names: Sequence[str], src: str) -> np.ndarray:
