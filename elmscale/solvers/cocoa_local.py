@@ -11,7 +11,7 @@ with ``sigma' = K`` (the safe bound for "adding" the blocks' changes, gamma = 1)
 coordinator adds the blocks' ``A_k d`` to ``beta``.  With ``h' = sqrt(sigma') h`` the
 subproblem is the single-process problem itself, started from ``v = beta / sqrt(sigma')``:
 its coordinate step has gradient ``t_i h'_i . v - 1`` and curvature ``|h'_i|^2``.  So the
-local work is the existing dual coordinate descent (``explicit_dual._explicit_phase``), run
+local work is the existing dual coordinate descent (``explicit_dual.run_explicit_dual``), run
 for a few passes on the scaled rows, and a block's change to beta is
 ``(v_end - v_start) / sqrt(sigma')``.
 
@@ -27,29 +27,17 @@ from typing import NamedTuple
 import numpy as np
 
 from elmscale.core.seeding import GAMMA, mix64
-from elmscale.solvers.dual_common import new_record
-from elmscale.solvers.explicit_dual import (
-    EXPLICIT_STATE,
-    EXPLICIT_TAIL_SIZE,
-    ExplicitProblem,
-    ExplicitSettings,
-    ExplicitSolution,
-    PassOrder,
-    explicit_init,
-    explicit_passes,
-)
+from elmscale.solvers.explicit_dual import run_explicit_dual
 
 __all__ = ["BlockTerms", "duality_gap", "local_passes", "pass_seed", "scale_rows", "start_terms"]
 
 
 class BlockTerms(NamedTuple):
     """A block's part of the gap at the round's starting beta: ``hinge`` = sum of
-    ``max(0, 1 - t_i h_i . beta)``, ``alpha_sum`` = sum of its ``a_i``, ``n_support`` = how
-    many ``a_i > 0``."""
+    ``max(0, 1 - t_i h_i . beta)``, ``alpha_sum`` = sum of its ``a_i``."""
 
     hinge: float
     alpha_sum: float
-    n_support: int
 
 
 def pass_seed(seed: int, round_index: int, unit_index: int) -> int:
@@ -73,7 +61,7 @@ def start_terms(
     margins = margins.astype(np.float64)
     margins *= t
     hinge = float(np.maximum(0.0, 1.0 - margins).sum())
-    return BlockTerms(hinge, float(alpha.sum()), int(np.count_nonzero(alpha)))
+    return BlockTerms(hinge, float(alpha.sum()))
 
 
 def local_passes(
@@ -95,22 +83,22 @@ def local_passes(
     updated in place; a block of several units passes the same ``v`` from one unit to
     the next).  Stops early when the subproblem is solved to ``tol``.  Returns the passes.
     """
-    n = H_scaled.shape[0]
-    diag = np.empty(n)
-    explicit_init(H_scaled, t, np.zeros(n), np.zeros(H_scaled.shape[1]), diag)
-    state = new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
-    rng = np.array([seed], dtype=np.uint64)
     # as solve_explicit_dual: passes, and the small active set the passes stall on solved
     # exactly (measured on 5,000 rows x 100 nodes: 123 passes with it; 5,000 passes of plain
     # coordinate descent stop 1e-3 short of the optimum: the free variables' Q = M M' has
     # rank <= L)
-    settings = ExplicitSettings(
-        float(C), float(tol), bool(shrinking), int(passes), int(EXPLICIT_TAIL_SIZE)
+    _, done, _, _ = run_explicit_dual(
+        H_scaled,
+        t,
+        alpha,
+        v,
+        C=C,
+        tol=tol,
+        max_passes=passes,
+        rng_state=seed,
+        shrinking=shrinking,
     )
-    problem = ExplicitProblem(H_scaled, t, diag)
-    sol = ExplicitSolution(alpha, v)
-    explicit_passes(settings, problem, sol, PassOrder(np.arange(n), rng), state)
-    return int(state["passes"])
+    return done
 
 
 def duality_gap(

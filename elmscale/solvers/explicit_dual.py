@@ -54,13 +54,20 @@ def _violation(a, g, C):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def explicit_init(H, t, alpha, beta, diag):
-    """``diag_i = h_i.h_i`` and ``beta = sum_i a_i t_i h_i`` (H float32, n x L)."""
-    n, L = H.shape
-    for i in range(n):
+def _row_sq_norms(H, diag):
+    """``diag_i = h_i.h_i`` (H float32, n x L)."""
+    for i in range(H.shape[0]):
         hi = H[i]
         diag[i] = dot(hi, hi)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _add_rows(H, t, alpha, beta):
+    """``beta += sum_i a_i t_i h_i`` over the nonzero ``a_i`` (H float32, n x L)."""
+    n, L = H.shape
+    for i in range(n):
         if alpha[i] > 0.0:
+            hi = H[i]
             w = alpha[i] * t[i]
             for k in range(L):
                 beta[k] += w * hi[k]
@@ -217,6 +224,41 @@ def explicit_passes(settings, problem, sol, order, state):
         state["tail_passes"] = 0
 
 
+def run_explicit_dual(
+    H32,
+    t,
+    alpha,
+    beta,
+    *,
+    C,
+    tol,
+    max_passes,
+    rng_state,
+    shrinking=True,
+    tail_size=EXPLICIT_TAIL_SIZE,
+):
+    """The explicit solver from ``(alpha, beta)``, both updated in place: at most
+    ``max_passes`` passes of dual coordinate descent over every row of ``H32`` (float32,
+    n x L) with targets ``t`` (float64 +-1), the stalled small active sets solved exactly
+    (``explicit_passes``).  ``beta`` is the vector the steps move, ``sum_i a_i t_i h_i``
+    for the single-process problem, CoCoA+'s local ``v`` for a block.  ``rng_state``: the
+    row shuffle's xorshift state (nonzero).  Returns ``(converged, passes, tails taken,
+    tails failed)``.  The one entry ``solve_explicit_dual`` and CoCoA+'s local passes share.
+    """
+    n = H32.shape[0]
+    diag = np.empty(n)
+    _row_sq_norms(H32, diag)
+    progress = new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
+    settings = ExplicitSettings(
+        float(C), float(tol), bool(shrinking), int(max_passes), int(tail_size)
+    )
+    order = PassOrder(np.arange(n), np.array([rng_state], dtype=np.uint64))
+    status, tails, failed = explicit_passes(
+        settings, ExplicitProblem(H32, t, diag), ExplicitSolution(alpha, beta), order, progress
+    )
+    return status == PHASE_OPTIMAL, int(progress["passes"]), tails, failed
+
+
 def solve_explicit_dual(
     H,
     t,
@@ -246,17 +288,19 @@ def solve_explicit_dual(
     C = float(C)
     alpha = np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
     beta = np.zeros(H32.shape[1])
-    diag = np.empty(n)
-    explicit_init(H32, t64, alpha, beta, diag)
-    active = np.arange(n)
-    progress = new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
-    rng = np.array([xorshift_state(random_state)], dtype=np.uint64)
-    max_iter = EXPLICIT_MAX_PASSES if max_iter < 0 else int(max_iter)
-    settings = ExplicitSettings(C, float(tol), bool(shrinking), max_iter, int(tail_size))
-    problem = ExplicitProblem(H32, t64, diag)
-    sol = ExplicitSolution(alpha, beta)
-    order = PassOrder(active, rng)
-    status, tails, failed = explicit_passes(settings, problem, sol, order, progress)
+    _add_rows(H32, t64, alpha, beta)
+    converged, passes, tails, failed = run_explicit_dual(
+        H32,
+        t64,
+        alpha,
+        beta,
+        C=C,
+        tol=tol,
+        max_passes=EXPLICIT_MAX_PASSES if max_iter < 0 else int(max_iter),
+        rng_state=xorshift_state(random_state),
+        shrinking=shrinking,
+        tail_size=tail_size,
+    )
     if info is not None:
-        info.update(passes=int(progress["passes"]), tails=tails, failed_tails=failed)
-    return alpha, beta, int(progress["passes"]), status == PHASE_OPTIMAL
+        info.update(passes=passes, tails=tails, failed_tails=failed)
+    return alpha, beta, passes, converged
