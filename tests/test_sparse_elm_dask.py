@@ -183,3 +183,33 @@ def test_a_pipeline_trains_the_random_node_sparse_elm_on_parquet(tmp_path):
     final = model[-1] if hasattr(model, "steps") else model
     assert final.duality_gap_.max() <= final.tol and final.support_vectors_.shape[0] == 0
     assert metrics["test"]["accuracy"] > 0.8, metrics["test"]
+
+
+def test_the_cache_budget_bounds_a_process_holding_two_blocks(tmp_path):
+    """Two blocks here, each fitting ``cache_mb`` alone but not together: the plan goes
+    unit by unit, so the hidden outputs held stay within the budget plus the unit each
+    thread works on (before: each block checked against the whole budget, both held whole,
+    twice it)."""
+    import tracemalloc
+
+    write_generated_parquet(tmp_path, 20_000, 6, 2, random_state=3, rows_per_file=1_250)
+    data = open_parquet(tmp_path, label="label")  # 16 units of 1,250 rows
+    n_hidden = 200
+    layer = {"kind": "sigmoid", "n_features": 6, "n_hidden": n_hidden, "seed": 0}
+    unit_bytes = 1_250 * (4 * n_hidden + 8)
+    budget = 1.05 * 8 * unit_bytes  # a block of 8 units fits, two do not
+
+    def fit(**kw):
+        # one pass a round: no exact tail, whose dense Q_AA would dwarf the outputs here
+        return fit_cocoa(data, layer, [0, 1], C=1.0, tol=TOL, n_blocks=2, local_passes=1, **kw)
+
+    fit(max_rounds=0, cache_mb=0.1)  # compiled before counting
+    tracemalloc.start()
+    try:
+        result = fit(cache_mb=budget / 2**20, max_rounds=2, n_threads=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not result.whole_blocks
+    assert peak <= budget + 2 * unit_bytes + 2**20, (peak, budget, unit_bytes)
+    assert fit(max_rounds=0).whole_blocks  # both blocks fit the default 1 GB together

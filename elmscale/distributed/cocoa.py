@@ -16,11 +16,12 @@ and writes the same output, so a lost worker changes nothing in the result.  Wit
 LocalCluster (or any cluster on one file system) the default temporary folder works; on
 machines without a shared file system, ``state_dir`` must be a path every worker sees.
 
-Each worker keeps the hidden outputs ``h(x)`` of its block in a cache of ``cache_mb`` MB:
-the whole block when it fits (then its local subproblem is solved over all its rows at
-once), else as many of its units as fit, the others computed again from their rows each
-round; so a worker's memory is bounded whatever the number of rows.  No scikit-learn
-here: a fresh worker starts fast.
+Each process keeps the hidden outputs ``h(x)`` of its blocks in a cache of ``cache_mb`` MB:
+the whole blocks when all it holds fit together (then each local subproblem is solved
+over all its block's rows at once), else as many units as fit, the others computed again
+from their rows each round; so a process's memory is bounded whatever the number of rows
+(the cache, and beside it the units its threads are working on).  No scikit-learn here: a
+fresh worker starts fast.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class CocoaProblem:
     state_dir: str
     fit_id: str  # names this fit's entries in the workers' caches
     cache_mb: float
+    whole_blocks: bool  # the plan: each block solved over all its rows (else unit by unit)
 
 
 class BlockResult(NamedTuple):
@@ -83,15 +85,14 @@ class BlockResult(NamedTuple):
     delta_beta: np.ndarray
     hinge: np.ndarray
     alpha_sum: np.ndarray
-    n_support: np.ndarray
     passes: int
 
 
 class CocoaResult(NamedTuple):
     """``beta`` (n_pairs x L), per pair ``primal`` / ``dual`` objectives and ``gap``
     (relative), ``rounds``, ``converged``, ``support`` (global row numbers of the rows with
-    a_i > 0 in any pair, sorted), ``support_classes`` (their class indices), and the wall
-    ``seconds`` of each round."""
+    a_i > 0 in any pair, sorted), ``support_classes`` (their class indices), the wall
+    ``seconds`` of each round, and ``whole_blocks`` (the plan: see ``fit_cocoa``)."""
 
     beta: np.ndarray
     primal: np.ndarray
@@ -102,6 +103,7 @@ class CocoaResult(NamedTuple):
     support: np.ndarray
     support_classes: np.ndarray
     seconds: list
+    whole_blocks: bool
 
 
 # -- the worker side ----------------------------------------------------------------------
@@ -214,7 +216,6 @@ class _Totals:
     def __init__(self, n_pairs: int):
         self.hinge = np.zeros(n_pairs)
         self.alpha_sum = np.zeros(n_pairs)
-        self.n_support = np.zeros(n_pairs, dtype=np.int64)
         self.passes = 0
 
 
@@ -234,7 +235,6 @@ def _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, seed_key, totals
         terms = start_terms(Hp, t, ap, beta[p], problem.sigma_prime)
         totals.hinge[p] += terms.hinge
         totals.alpha_sum[p] += terms.alpha_sum
-        totals.n_support[p] += terms.n_support
         done = local_passes(
             Hp,
             t,
@@ -262,21 +262,19 @@ def block_round(
     round, solves its local subproblem from ``beta`` (n_pairs x L), writes the next
     round's.
 
-    When the block's hidden outputs fit in ``cache_mb`` the subproblem is solved over all
-    its rows at once (kept in the cache from round to round); otherwise unit after unit,
-    each unit's outputs computed again, memory bounded by one unit, and more rounds
-    (measured on 40,000 rows in 8 units: per unit, 20 rounds left the dual 1.6e-3 above
-    the optimum).
+    With ``problem.whole_blocks`` (the fit's plan, ``fit_cocoa``) the subproblem is solved
+    over all the block's rows at once, its hidden outputs kept in the cache from round to
+    round; otherwise unit after unit, the units' outputs kept while the cache has room and
+    computed again when not, and more rounds (measured on 40,000 rows in 8 units: per
+    unit, 20 rounds left the dual 1.6e-3 above the optimum).
     """
-    n_pairs, n_hidden = beta.shape
+    n_pairs = beta.shape[0]
     root = np.sqrt(problem.sigma_prime)
     v = beta / root  # (n_pairs, L): the local subproblem's vector, rows contiguous
     v_start = v.copy()
     totals = _Totals(n_pairs)
-    n_block = sum(u.n_rows for u in units)
-    whole = n_block * (4 * n_hidden + 8) <= problem.cache_mb * 2**20
     with thread_budget(n_threads):
-        if whole:
+        if problem.whole_blocks:
             H, y_idx = _block_outputs(units, problem)
             alpha = np.concatenate([_load_alpha(problem, u, round_index) for u in units], axis=1)
             _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, units[0].index, totals)
@@ -290,13 +288,14 @@ def block_round(
                 alpha = _load_alpha(problem, unit, round_index)
                 _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, unit.index, totals)
                 _save_alpha(problem, unit, round_index + 1, alpha)
-    return BlockResult(
-        (v - v_start) / root, totals.hinge, totals.alpha_sum, totals.n_support, totals.passes
-    )
+                del H, y_idx  # before the next unit's: one unit's outputs at a time
+    return BlockResult((v - v_start) / root, totals.hinge, totals.alpha_sum, totals.passes)
 
 
 def unit_support(unit: WorkUnit, round_index: int, problem: CocoaProblem, *, n_threads: int = 1):
-    """``(global rows, class indices)`` of the unit's rows with a_i > 0 in any pair."""
+    """``(global rows, class indices)`` of the unit's rows with a_i > 0 in any pair.
+    (``n_threads``: ``map_units`` gives every unit function its budget; this reads.)"""
+    del n_threads
     alpha = _load_alpha(problem, unit, round_index)
     local = np.flatnonzero((alpha > 0).any(axis=0))
     _, y = unit.read()
@@ -310,6 +309,19 @@ def unit_support(unit: WorkUnit, round_index: int, problem: CocoaProblem, *, n_t
 def _blocks(units: list[WorkUnit], n_blocks: int) -> list[list[WorkUnit]]:
     """Units dealt round-robin into ``n_blocks`` blocks (near-equal rows for equal units)."""
     return [units[b::n_blocks] for b in range(n_blocks) if units[b::n_blocks]]
+
+
+def _hidden_bytes(block: list[WorkUnit], n_hidden: int) -> int:
+    """A block's cache entry: float32 hidden outputs and int64 class indices per row."""
+    return sum(u.n_rows for u in block) * (4 * n_hidden + 8)
+
+
+def _blocks_per_process(client, workers, blocks) -> int:
+    """The most blocks one process holds in a round: all of them here; on a cluster, those
+    ``_run_round`` sends to one worker (block i to ``workers[i % len(workers)]``)."""
+    if client is None:
+        return len(blocks)
+    return max(len(blocks[w :: len(workers)]) for w in range(min(len(workers), len(blocks))))
 
 
 def _cut_units(dataset: ParquetDataset) -> list[WorkUnit]:
@@ -370,7 +382,16 @@ def fit_cocoa(
     ``local_passes``: passes per round at most; ``cache_mb``: each process's cache of
     hidden outputs; ``state_dir``: where the dual variables live (a fresh temporary
     folder by default, removed at the end); ``on_round(round, gaps)`` is called after each
-    round.  The result does not depend on where the blocks run.
+    round.
+
+    The plan (``CocoaResult.whole_blocks``): when every block one process holds fits in
+    its ``cache_mb`` together, each block is solved over all its rows, its outputs cached
+    from round to round; otherwise unit by unit, the cache filled with units while it
+    has room (each process then holds at most ``cache_mb`` of cached outputs and, beside
+    them, the unit each of its threads is working on).  Given the plan, the result does
+    not depend on where the blocks run; the plan itself counts the blocks per process,
+    all of them here and ``ceil(blocks / workers)`` on a cluster, so near the budget a
+    cluster may solve whole blocks where one process would go unit by unit.
     """
     # round 0 always runs; a negative cap would run none
     if (
@@ -395,6 +416,9 @@ def fit_cocoa(
         raise ValueError(f"n_blocks must be >= 1; got {n_blocks}")
     units = _cut_units(dataset)
     blocks = _blocks(units, n_blocks)
+    n_hidden = int(layer["n_hidden"])
+    held = _blocks_per_process(client, workers, blocks)
+    block_bytes = max(_hidden_bytes(block, n_hidden) for block in blocks)
     own_dir = state_dir is None
     state = Path(tempfile.mkdtemp(prefix="elmscale-cocoa-")) if own_dir else Path(state_dir)
     state.mkdir(parents=True, exist_ok=True)
@@ -410,8 +434,8 @@ def fit_cocoa(
         state_dir=str(state),
         fit_id=uuid.uuid4().hex,
         cache_mb=float(cache_mb),
+        whole_blocks=held * block_bytes <= float(cache_mb) * 2**20,
     )
-    n_hidden = int(layer["n_hidden"])
     beta = np.zeros((len(pairs), n_hidden))
     seconds = []
     r = 0
@@ -460,6 +484,7 @@ def fit_cocoa(
         support=support,
         support_classes=support_classes,
         seconds=seconds,
+        whole_blocks=problem.whole_blocks,
     )
 
 
