@@ -436,6 +436,26 @@ def _run_phase(settings, q, sol, cache, state, helper, counts):
             counts[name] = counts.get(name, 0) + value
 
 
+# The driver's groups (plain Python, built once per call, never per step).  The arguments
+# as the solver takes them (``_arguments``); an exact point: alpha in row order, its
+# gradient ``Q alpha - 1`` and ``G_bar`` exactly in float64 (``g_bar`` None until
+# needed: ``_exact_g_bar``), with ``upper``, the alpha at the bound that G_bar is Q times.
+_Arguments = namedtuple(
+    "_Arguments",
+    ["X32", "t64", "gram", "C", "tol", "max_iter", "tail_size", "face_qp_max_free", "helper"],
+)
+_ExactPoint = namedtuple("_ExactPoint", ["alpha", "g", "upper", "g_bar"])
+# the phase's counters that ``info`` receives beside the driver's
+_INFO_COUNTERS = (
+    "steps",
+    "column_entries",
+    "shrinks",
+    "shrunk_active_sum",
+    "g_bar_updates",
+    "g_bar_entries",
+)
+
+
 def solve_kernel_dual(
     X,
     t,
@@ -499,17 +519,43 @@ def solve_kernel_dual(
     thread because the helper had not claimed them), ``helper_late`` (waited for past
     the spins) and ``helper_solo_passes`` (run whole while the helper did not pay).
     """
+    args = _arguments(X, t, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper)
+    exact_q = ExactQ(args.X32, args.t64, kernel, args.gram)
+    counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(args.helper)}
+    kept = state is not None
+    state = _solver_state(state, args.X32, args.t64, kernel, cache_size, args.tol)
+    start = _warm_start(exact_q, args, alpha0, gradient0, gradient0_alpha, state.known_bar, counts)
+    sol = _solver_solution(start, state.perm, args.C)
+    q = _q_matrix(state, kernel, args.gram)
+    settings = _Settings(
+        args.C,
+        args.tol,
+        bool(shrinking),
+        bool(pair_steps),
+        int(args.max_iter),
+        int(args.tail_size),
+    )
+    n = args.X32.shape[0]
+    progress = new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
+    status, end, start = _run_phases(
+        settings, q, sol, state.cache, progress, exact_q, start, args.helper, counts
+    )
+    return _result(status, end, start, exact_q, state if kept else None, progress, counts, info)
+
+
+def _arguments(X, t, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper):
+    """The arguments as the solver takes them (``_Arguments``): the rows float32, the labels
+    and ``gram`` float64 (its shape checked), the defaults of ``tail_size``,
+    ``face_qp_max_free`` and ``helper`` chosen, ``max_iter`` capped (``kernel_step_cap``)."""
     X32 = np.ascontiguousarray(X, dtype=np.float32)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
     n = X32.shape[0]
-    kind_code, sigma, degree = KERNEL_CODES[kernel.kind], float(kernel.sigma), int(kernel.degree)
     if gram is not None:
         gram = np.ascontiguousarray(gram, dtype=np.float64)
         if gram.shape != (n, n):
             raise ValueError(
                 f"gram must be the ({n}, {n}) kernel matrix of X; got shape {gram.shape}"
             )
-    exact_q = ExactQ(X32, t64, kernel, gram)
     if tail_size is None:
         tail_size = TAIL_SIZE if gram is None else max(TAIL_SIZE, n)
     if face_qp_max_free is None:
@@ -523,15 +569,29 @@ def solve_kernel_dual(
     C = float(C)
     tol = float(tol)
     max_iter = kernel_step_cap(max_iter, n)
-    counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(helper)}
-    kept = state is not None
-    if not kept:
-        state = KernelSolverState(X32, t64, kernel, cache_size, tol)
-    elif state.key != kernel_key(n, kernel):
+    return _Arguments(X32, t64, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper)
+
+
+def _solver_state(state, X32, t64, kernel: Kernel, cache_size, tol):
+    """``state``, a ``KernelSolverState`` kept from a call on the same rows and kernel
+    (checked), or a new one: Q's diagonal, the rows in the solver's order and an empty
+    column cache of ``cache_size`` MB."""
+    if state is None:
+        return KernelSolverState(X32, t64, kernel, cache_size, tol)
+    if state.key != kernel_key(X32.shape[0], kernel):
         raise ValueError("state was made for other rows or another kernel")
-    perm, Xt, tp, diag, dinv = state.perm, state.Xt, state.tp, state.diag, state.dinv
+    return state
+
+
+def _warm_start(exact_q: ExactQ, args, alpha0, gradient0, gradient0_alpha, known_bar, counts):
+    """The exact start (``_ExactPoint``): ``alpha0`` clipped to the box (zeros without it)
+    with its gradient and G_bar exactly, from ``gradient0`` and ``known_bar`` when given;
+    then, on a kept K, the face QP's solution when it applies (``_face_qp``)."""
+    C = args.C
     alpha_rows = (
-        np.zeros(n) if alpha0 is None else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
+        np.zeros(args.X32.shape[0])
+        if alpha0 is None
+        else np.clip(np.array(alpha0, dtype=np.float64), 0, C)
     )
     if gradient0 is not None and alpha0 is not None:
         reference = alpha0 if gradient0_alpha is None else gradient0_alpha
@@ -541,132 +601,170 @@ def solve_kernel_dual(
             C,
             np.asarray(reference, dtype=np.float64),
             np.asarray(gradient0, dtype=np.float64),
-            state.known_bar,
+            known_bar,
         )
     else:
         g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
-    if (
-        gram is not None
-        and alpha0 is not None
-        and face_qp_max_free > 0
-        and np.count_nonzero((alpha_rows > 0.0) & (alpha_rows < C)) <= face_qp_max_free
-    ):
-        # a warm start with few free variables (a C path, wide kernels): the whole problem
-        # as a dense box QP from it, on the kept K
-        new = box_qp_signed(
-            gram,
-            t64,
-            C,
-            alpha_rows,
-            g_rows,
-            0.1 * tol,
-            FACE_QP_STEPS_PER_ROW * n,
-            2 * face_qp_max_free,
-        )
-        if new is not None:
+    if args.gram is not None and alpha0 is not None and args.face_qp_max_free > 0:
+        solved = _face_qp(exact_q, args, alpha_rows, g_rows, g_bar_rows)
+        if solved is not None:
             counts["face_qp"] = 1
-            g_rows, g_bar_rows = _gradient_from(
-                exact_q,
-                new,
-                C,
-                alpha_rows,
-                g_rows,
-                (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows),
-            )
-            alpha_rows = new
-    alpha_start, g_start = alpha_rows, g_rows  # an exact pair, for the final check
-    bar_start = (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)  # exact too
-    # the solver works in its own order (active variables first)
-    alpha, g, g_bar = alpha_rows[perm], g_rows[perm], g_bar_rows[perm]
-    bound = _bound_flags(alpha, C)
-    q = QMatrix(
+            alpha_rows, g_rows, g_bar_rows = solved
+    # an exact pair, for the final check; G_bar exact too
+    return _ExactPoint(alpha_rows, g_rows, np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)
+
+
+def _face_qp(exact_q: ExactQ, args, alpha_rows, g_rows, g_bar_rows):
+    """A warm start with few free variables (a C path, wide kernels): the whole problem as a
+    dense box QP from it, on the kept K; its ``(alpha, gradient, G_bar)`` exactly, or None
+    when the start has more than ``face_qp_max_free`` free variables or the QP gives up."""
+    C = args.C
+    if np.count_nonzero((alpha_rows > 0.0) & (alpha_rows < C)) > args.face_qp_max_free:
+        return None
+    new = box_qp_signed(
+        args.gram,
+        args.t64,
+        C,
+        alpha_rows,
+        g_rows,
+        0.1 * args.tol,
+        FACE_QP_STEPS_PER_ROW * args.X32.shape[0],
+        2 * args.face_qp_max_free,
+    )
+    if new is None:
+        return None
+    g_new, g_bar_new = _gradient_from(
+        exact_q,
+        new,
+        C,
+        alpha_rows,
+        g_rows,
+        (np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows),
+    )
+    return new, g_new, g_bar_new
+
+
+def _solver_solution(start, perm, C):
+    """The phases' ``_Solution``: the start's arrays in the solver's own order (active
+    variables first, ``perm``), copies that the phases update in place, and their bound
+    flags."""
+    alpha, g, g_bar = start.alpha[perm], start.g[perm], start.g_bar[perm]
+    return _Solution(alpha, _bound_flags(alpha, C), g, g_bar)
+
+
+def _q_matrix(state, kernel: Kernel, gram):
+    """Q as the phases' column source (``QMatrix``): the kept K when given, else the rows
+    (``state``'s, in the solver's order) and the kernel's parameters."""
+    return QMatrix(
         SOURCE_ROWS if gram is None else SOURCE_GRAM,
-        Xt,
-        tp,
-        perm,
+        state.Xt,
+        state.tp,
+        state.perm,
         gram if gram is not None else np.empty((0, 0)),
-        kind_code,
-        sigma,
-        degree,
+        KERNEL_CODES[kernel.kind],
+        float(kernel.sigma),
+        int(kernel.degree),
         float(kernel.sigma_star),
         float(kernel.tau),
-        diag,
-        dinv,
+        state.diag,
+        state.dinv,
         state.unit_diag,
     )
-    sol = _Solution(alpha, bound, g, g_bar)
-    settings = _Settings(C, tol, bool(shrinking), bool(pair_steps), int(max_iter), int(tail_size))
-    progress = new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
+
+
+def _run_phases(settings, q, sol, cache, progress, exact_q: ExactQ, start, helper, counts):
+    """Phases of steps (``_run_phase``) until the exact check passes or the step cap is
+    reached; between them the exact tails (``_solve_tail``), the shrunk variables'
+    gradients (``_unshrink``) and the restarts from exact state (``_restart``).
+
+    Returns ``(status, end, start)``: the last phase's status, the exact point at the end
+    and the exact start it was checked from (``_exact_g_bar`` may need it)."""
+    perm = q.perm
     while True:
-        status = _run_phase(settings, q, sol, state.cache, progress, helper, counts)
+        status = _run_phase(settings, q, sol, cache, progress, helper, counts)
         if status == PHASE_TAIL:
             counts["tails"] += _solve_tail(
-                exact_q, C, tol, alpha, bound, g, g_bar, perm, int(progress["n_active"])
+                exact_q, settings.C, settings.tol, sol, perm, int(progress["n_active"])
             )
             # the next tail solve only after as many steps again
             progress["last_change"] = progress["steps"]
             continue
         if status == PHASE_UNSHRINK:
-            # shrunk gradients: G_bar - 1 plus the free variables' part, exactly
-            m = int(progress["n_active"])
-            free_rows = np.zeros(n)  # free variables are never shrunk
-            free_rows[perm] = np.where(bound == FREE, alpha, 0.0)
-            g[m:] = g_bar[m:] - 1.0 + exact_q.matvec(perm[m:], free_rows)
-            progress["n_active"] = n
+            _unshrink(exact_q, sol, perm, progress)
             continue
-        # the cached columns are float32: the gradient returned, and the optimum,
-        # are checked with an exact one
-        alpha_rows = np.empty(n)
-        alpha_rows[perm] = alpha
-        change = alpha_rows - alpha_start
-        if np.count_nonzero(change) < np.count_nonzero(alpha_rows):
-            g_rows, g_bar_rows = g_start + exact_q.matvec(None, change), None
-        else:
-            g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
+        end = _exact_point(exact_q, sol.alpha, perm, settings.C, start)
         counts["exact_checks"] += 1
-        upper = np.where(alpha_rows >= C, alpha_rows, 0.0)
-        if status == PHASE_MAX_ITER or kkt_violation(alpha_rows, g_rows, C) <= tol:
-            if kept:
-                state.known_bar = (
-                    upper,
-                    g_bar_rows
-                    if g_bar_rows is not None
-                    else product_from(exact_q, upper, bar_start),
-                )
-            if info is not None:
-                info.update(
-                    counts,
-                    **{
-                        name: int(progress[name])
-                        for name in (
-                            "steps",
-                            "column_entries",
-                            "shrinks",
-                            "shrunk_active_sum",
-                            "g_bar_updates",
-                            "g_bar_entries",
-                        )
-                    },
-                )
-            return alpha_rows, int(progress["steps"]), status == PHASE_OPTIMAL, g_rows
-        # go on from exact state: every variable active, G_bar exact too (a
-        # reconstruction from the float32-accumulated G_bar could hide the violation)
-        if g_bar_rows is None:
-            g_bar_rows = product_from(exact_q, upper, bar_start)
-        alpha_start, g_start, bar_start = alpha_rows, g_rows, (upper, g_bar_rows)
-        g[:] = g_rows[perm]
-        g_bar[:] = g_bar_rows[perm]
-        progress["n_active"] = n
+        if status == PHASE_MAX_ITER or kkt_violation(end.alpha, end.g, settings.C) <= settings.tol:
+            return status, end, start
+        start = _restart(exact_q, end, start, sol, perm, progress)
 
 
-def _solve_tail(exact_q: ExactQ, C, tol, alpha, bound, g, g_bar, perm, m):
+def _unshrink(exact_q: ExactQ, sol, perm, progress):
+    """Every variable active again, the shrunk ones' gradients rebuilt: G_bar - 1 plus the
+    free variables' part, exactly."""
+    m = int(progress["n_active"])
+    n = sol.alpha.size
+    free_rows = np.zeros(n)  # free variables are never shrunk
+    free_rows[perm] = np.where(sol.bound == FREE, sol.alpha, 0.0)
+    sol.g[m:] = sol.g_bar[m:] - 1.0 + exact_q.matvec(perm[m:], free_rows)
+    progress["n_active"] = n
+
+
+def _exact_point(exact_q: ExactQ, alpha, perm, C, start):
+    """The phases' ``alpha`` (the solver's order) in row order with its exact gradient
+    (``_ExactPoint``; G_bar too when the gradient is computed whole, else None).
+
+    The cached columns are float32: the gradient returned, and the optimum, are checked
+    with an exact one: ``start``'s plus Q times the change when fewer variables changed
+    than there are support vectors."""
+    alpha_rows = np.empty(alpha.size)
+    alpha_rows[perm] = alpha
+    change = alpha_rows - start.alpha
+    if np.count_nonzero(change) < np.count_nonzero(alpha_rows):
+        g_rows, g_bar_rows = start.g + exact_q.matvec(None, change), None
+    else:
+        g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
+    return _ExactPoint(alpha_rows, g_rows, np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)
+
+
+def _exact_g_bar(exact_q: ExactQ, point, start):
+    """``point``'s G_bar exactly: its own, or from ``start``'s (see ``product_from``)."""
+    if point.g_bar is not None:
+        return point.g_bar
+    return product_from(exact_q, point.upper, (start.upper, start.g_bar))
+
+
+def _restart(exact_q: ExactQ, end, start, sol, perm, progress):
+    """Go on from exact state: every variable active, G_bar exact too (a reconstruction
+    from the float32-accumulated G_bar could hide the violation); returns the new exact
+    start, ``end`` with its G_bar."""
+    g_bar_rows = _exact_g_bar(exact_q, end, start)
+    sol.g[:] = end.g[perm]
+    sol.g_bar[:] = g_bar_rows[perm]
+    progress["n_active"] = sol.alpha.size
+    return end._replace(g_bar=g_bar_rows)
+
+
+def _result(status, end, start, exact_q: ExactQ, kept_state, progress, counts, info):
+    """``solve_kernel_dual``'s return value ``(alpha, n_iter, converged, gradient)``; the
+    exact G_bar at the end kept in ``kept_state`` (a C path's next call starts from it),
+    the counters put in ``info``."""
+    if kept_state is not None:
+        kept_state.known_bar = (end.upper, _exact_g_bar(exact_q, end, start))
+    if info is not None:
+        info.update(counts, **{name: int(progress[name]) for name in _INFO_COUNTERS})
+    return end.alpha, int(progress["steps"]), status == PHASE_OPTIMAL, end.g
+
+
+def _solve_tail(exact_q: ExactQ, C, tol, sol, perm, m):
     """Solve the problem over the active positions ``[0, m)`` exactly, the others fixed.
 
     Their gradient is recomputed exactly first (the phase's comes from float32
     columns), then ``box_qp`` on ``Q_AA``; the move is taken only if it lowers the
-    objective.  Updates alpha, bound, g (active part, exactly) and G_bar in place (the
-    solver's order).  Returns 1 if a move was taken, else 0.
+    objective.  Updates ``sol``'s alpha, bound, g (active part, exactly) and G_bar in
+    place (the solver's order).  Returns 1 if a move was taken, else 0.
     """
+    alpha, bound, g, g_bar = sol
     rows = perm[:m]
     n = alpha.size
     alpha_rows = np.empty(n)
