@@ -129,15 +129,15 @@ class _RandomNodeEnsemble(_BaseELM):
         )
         return layers[0] if self.ensemble == "shared" else ConcatenatedLayers(layers)
 
-    def _layer_gram(self, layer, X, T, C_max: float):
+    def _layer_gram(self, layer, X, T, C_max: float, row_space: bool):
         """In memory with fewer rows than a solve's columns, the rows' outputs themselves
         (:class:`~elmscale.linalg.boosting.RowSpace`): the solves then work on N x N.  A
         solve's columns: S D for the global system, D for BRELM; the sequential learners
         by the cost model of :meth:`_row_space_pays`."""
-        if self._row_space_pays(X.shape[0]):
+        if row_space and self._row_space_pays(X.shape[0]):
             self.precision_ = "double"  # H H' of the float32 nodes, formed in float64
             return layer, RowSpace(layer.transform(X, dtype=np.float64)), T
-        return super()._layer_gram(layer, X, T, C_max)
+        return super()._layer_gram(layer, X, T, C_max, row_space)
 
     def _row_space_pays(self, n_rows: int) -> bool:
         """Whether N x N solves beat the Gram's: global N < S D; BRELM N < D; GBRELM when S
@@ -406,8 +406,6 @@ def fit_ensembles(estimator, X, y=None, *, Cs, client=None) -> dict[str, list]:
     from sklearn.base import clone, is_classifier
 
     from elmscale.core.threads import thread_budget
-    from elmscale.data.parquet import ParquetDataset
-    from elmscale.linalg.gram import accumulate_gram
     from elmscale.linalg.ridge import ridge_path
 
     template = clone(estimator)
@@ -419,23 +417,8 @@ def fit_ensembles(estimator, X, y=None, *, Cs, client=None) -> dict[str, list]:
     Cs = [float(c) for c in np.atleast_1d(np.asarray(Cs, dtype=np.float64))]
     if not Cs or not all(c > 0 for c in Cs):
         raise ValueError(f"Cs must be positive values; got {Cs}")
-    template._validate_params()
     with thread_budget(template.n_threads):
-        if isinstance(X, ParquetDataset):
-            layers, gram = template.dataset_gram(X, C_max=max(Cs), client=client)
-        else:
-            if client is not None:
-                raise ValueError("client is used with a ParquetDataset (elmscale.open_parquet)")
-            X, y = template._validate_X_y(X, y)
-            T = template._encode_targets(y)
-            layers = template._new_layer(X.shape[1])
-            template.precision_ = template._resolve_precision(layers, X, max(Cs))
-            gram = accumulate_gram(
-                layers, X, T, precision=template.precision_, block_rows=template.block_rows
-            )
-        # a data set's Gram sums class indicators (coded here); in memory T is coded already
-        encoder = template.target_encoder_ if gram.classes is not None else None
-        G, B, _ = gram.ridge_terms(encoder)
+        layers, G, B = template.prepare_gram(X, y, C_max=max(Cs), client=client)
         S, D = int(template.n_estimators), int(template.n_hidden)
         first = slice(0, D)
         solutions = {
@@ -445,8 +428,6 @@ def fit_ensembles(estimator, X, y=None, *, Cs, client=None) -> dict[str, list]:
             "GGBRELM": global_path(G, B, Cs),
         }
     task = "classifier" if is_classifier(template) else "regressor"
-    params = template.get_params(deep=False)
-    fitted_state = {k: v for k, v in vars(template).items() if k not in params}
     maps = {
         "ELM": ConcatenatedLayers(layers.layers[:1]),
         "BRELM": layers.layers[0],
@@ -456,10 +437,11 @@ def fit_ensembles(estimator, X, y=None, *, Cs, client=None) -> dict[str, list]:
     out: dict[str, list] = {}
     for name, coefs in solutions.items():
         cls = ENSEMBLES[("ggbrelm" if name == "ELM" else name.lower(), task)]
-        out[name] = []
-        for C, coef in zip(Cs, coefs):
-            est = cls(**{**params, "C": C, "n_estimators": 1 if name == "ELM" else S})
-            for attr, value in fitted_state.items():
-                setattr(est, attr, value)
-            out[name].append(est.set_solution(maps[name], coef))
+        n_estimators = 1 if name == "ELM" else S
+        out[name] = [
+            template.new_model(
+                maps[name], coef, estimator_class=cls, C=C, n_estimators=n_estimators
+            )
+            for C, coef in zip(Cs, coefs)
+        ]
     return out

@@ -222,16 +222,19 @@ class _BaseELM(BaseEstimator):
         mean_square = float(np.mean(np.square(sample, dtype=np.float64)))
         return choose_precision(mean_square * (X.shape[0] if n_rows is None else n_rows), C_max)
 
-    def _gram(self, X, T, C_max: float):
+    def _gram(self, X, T, C_max: float, row_space: bool):
         """``(feature map, G, B)``: the matrix G and right-hand side B of
         ``(I/C + G) x = B`` (primal ``H'H``, ``H'T``; kernels: dual ``K(X, X)``, ``T``)."""
         if self.kernel is not None:
             features = KernelFeatures(self._kernel_obj(), X)
             return features, features.transform(features.basis, dtype=np.float64), T
-        return self._layer_gram(self._new_layer(X.shape[1]), X, T, C_max)
+        return self._layer_gram(self._new_layer(X.shape[1]), X, T, C_max, row_space)
 
-    def _layer_gram(self, layer: FeatureMap, X, T, C_max: float):
-        """``_gram`` of a random layer: ``(layer, H'H, H'T)``, accumulated in blocks."""
+    def _layer_gram(self, layer: FeatureMap, X, T, C_max: float, row_space: bool):
+        """``_gram`` of a random layer: ``(layer, H'H, H'T)``, accumulated in blocks
+        (``row_space``: whether an estimator may answer with the rows' outputs instead,
+        where its solves pay on N x N: the boosting ensembles)."""
+        del row_space
         self.precision_ = self._resolve_precision(layer, X, C_max)
         HtH, HtT, _ = accumulate_gram(
             layer, X, T, precision=self.precision_, block_rows=self.block_rows
@@ -309,8 +312,37 @@ class _BaseELM(BaseEstimator):
         )
         return features, omega, T
 
-    def _any_gram(self, X, y, client, C_max: float):
-        """``(feature map, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset."""
+    def prepare_gram(self, X, y=None, *, C_max: float | None = None, client=None):
+        """The ridge system of a fit, without its solve: ``(feature_map, G, B)`` of
+        ``(I/C + G) x = B``: ``H'H`` and ``H'T`` of a new random layer (from arrays, or a
+        :class:`~elmscale.data.parquet.ParquetDataset` reduced on the Dask cluster of
+        ``client``, here without one), or ``K(X, X)`` and the targets for a kernel.
+
+        Checks the parameters and the data, and sets the fitted state that comes from the
+        data (``n_features_in_``, ``precision_``, ``classes_`` or ``n_outputs_``); a
+        solution ``x`` then becomes a model by :meth:`new_model` or :meth:`set_solution`.
+        ``C_max`` (default ``C``): the largest C to be solved, for ``precision="auto"``.
+        """
+        self._validate_params()
+        C_max = float(self.C if C_max is None else C_max)
+        return self._any_gram(X, y, client, C_max, row_space=False)
+
+    def new_model(self, feature_map: FeatureMap, coef, *, estimator_class=None, **params):
+        """A new estimator (of ``estimator_class``, default this one's), with this one's
+        parameters updated by ``params`` and its fitted state from the data (``classes_``,
+        ``n_features_in_``, ``precision_``, ...), made the model ``h(x) @ coef`` of
+        ``feature_map`` (:meth:`set_solution`): one model per C of a path, or per ensemble
+        of one Gram."""
+        own = self.get_params(deep=False)
+        est = (estimator_class or type(self))(**{**own, **params})
+        for name, value in vars(self).items():
+            if name not in own:  # fitted state: classes_, n_features_in_, ...
+                setattr(est, name, value)
+        return est.set_solution(feature_map, coef)
+
+    def _any_gram(self, X, y, client, C_max: float, row_space: bool = True):
+        """``(feature map, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset
+        (``row_space``: see ``_layer_gram``)."""
         from elmscale.data.parquet import ParquetDataset
 
         if isinstance(X, ParquetDataset):
@@ -330,7 +362,7 @@ class _BaseELM(BaseEstimator):
                 "in-memory arrays are fitted in this process"
             )
         X, y = self._validate_X_y(X, y)
-        return self._gram(X, self._encode_targets(y), C_max)
+        return self._gram(X, self._encode_targets(y), C_max, row_space)
 
     def _warn_if_single_precision_is_too_coarse(self, feature_map, G, C_max: float) -> None:
         if self.precision == "single" and not isinstance(feature_map, KernelFeatures):
@@ -424,15 +456,7 @@ class _BaseELM(BaseEstimator):
             features, G, B = self._any_gram(X, y, client, max(Cs))
             self._warn_if_single_precision_is_too_coarse(features, G, max(Cs))
             solutions = self.solve_path(G, B, Cs)
-        fitted = []
-        for c, coef in zip(Cs, solutions):
-            params = self.get_params(deep=False)
-            est = self.__class__(**{**params, "C": c})
-            for name, value in vars(self).items():
-                if name not in params:  # fitted state: classes_, n_features_in_, ...
-                    setattr(est, name, value)
-            est.set_solution(features, coef)
-            fitted.append(est)
+        fitted = [self.new_model(features, coef, C=c) for c, coef in zip(Cs, solutions)]
         self.set_params(C=Cs[-1])
         self.set_solution(features, solutions[-1])
         return fitted
