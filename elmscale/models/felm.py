@@ -38,6 +38,7 @@ from elmscale.models.sparse_elm_pairs import pair_problem
 from elmscale.solvers.feature_flips import (
     ExplicitMaskProblem,
     KernelMaskProblem,
+    MaskProblem,
     evaluate_block,
     select_features,
 )
@@ -91,6 +92,10 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         from elmscale.io.model_files import save
 
         save(self, path)
+
+    def _problem(self, X, t, seed) -> MaskProblem:  # pragma: no cover - FELM / FKELM's
+        """The selection problem of one pair's rows ``X`` and targets ``t``."""
+        raise NotImplementedError
 
     # -- fitting ------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
@@ -300,7 +305,7 @@ class FELMClassifier(_FeatureSelectingELM):
             self.hidden, n_features, int(self.n_hidden), seed, float(self.weight_scale)
         )
 
-    def _problem(self, X, t, seed):
+    def _problem(self, X, t, seed) -> ExplicitMaskProblem:
         return ExplicitMaskProblem(
             X,
             t,
@@ -397,7 +402,7 @@ class FKELMClassifier(_FeatureSelectingELM):
         del n_features, seed
         self._kernel()  # bad values fail here, naming the parameter
 
-    def _problem(self, X, t, seed):
+    def _problem(self, X, t, seed) -> KernelMaskProblem:
         del seed
         return KernelMaskProblem(
             X,

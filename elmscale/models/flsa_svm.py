@@ -36,7 +36,12 @@ from elmscale.core.threads import thread_budget
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
 from elmscale.models.elm import N_THREADS_CONSTRAINT, encode_class_labels
-from elmscale.solvers.forward_selection import CandidateColumns, coefficients, forward_select
+from elmscale.solvers.forward_selection import (
+    CandidateColumns,
+    CandidateSource,
+    coefficients,
+    forward_select,
+)
 
 __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
 
@@ -122,6 +127,7 @@ class _BaseFLSASVM(BaseEstimator):
         if T.ndim == 1:
             T = T[:, None]
         pool = self._candidate_rows(X.shape[0])
+        candidates: CandidateSource
         with thread_budget(self.n_threads):
             if client is None:
                 candidates = CandidateColumns(self._kernel_obj(), X, X[pool], T)

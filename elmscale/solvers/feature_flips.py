@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -74,6 +74,7 @@ __all__ = [
     "FlipResult",
     "KernelMaskProblem",
     "MaskPoint",
+    "MaskProblem",
     "evaluate_block",
     "select_features",
 ]
@@ -82,13 +83,35 @@ __all__ = [
 class MaskPoint(NamedTuple):
     """A mask with its solved output weights: ``pre`` the masked pre-activations
     (random nodes) or squared distances (kernel), ``alpha`` the dual, ``objective``
-    ``f(E)`` (psi term included), ``n_solver_iter`` the solve's steps or passes."""
+    ``f(E)`` (psi term included)."""
 
     mask: np.ndarray
     pre: np.ndarray
     alpha: np.ndarray
     objective: float
-    n_solver_iter: int = 0
+
+
+class MaskProblem(Protocol):
+    """What :func:`select_features` asks of a problem (:class:`ExplicitMaskProblem`,
+    :class:`KernelMaskProblem`): ``X`` the training rows; the kept quantity of a mask
+    (``pre``) and its rank-1 move when feature ``j`` goes on or off (``moved``); a mask's
+    solve, warm-started from a dual (``solve``); the weak-duality bound of a mask at a
+    dual (``dual_bound``); a mask's output weights (``weights_of``) and the objective
+    with them fixed (``fixed_weights_value``, eq. 25-26)."""
+
+    X: np.ndarray
+
+    def pre(self, mask: np.ndarray) -> np.ndarray: ...
+
+    def moved(self, pre: np.ndarray, j: int, on: bool) -> np.ndarray: ...
+
+    def solve(self, mask: np.ndarray, pre: np.ndarray, alpha0: np.ndarray | None) -> MaskPoint: ...
+
+    def dual_bound(self, mask: np.ndarray, pre: np.ndarray, alpha: np.ndarray) -> float: ...
+
+    def weights_of(self, point: MaskPoint) -> np.ndarray: ...
+
+    def fixed_weights_value(self, pre: np.ndarray, weights: np.ndarray) -> float: ...
 
 
 class Candidate(NamedTuple):
@@ -161,8 +184,8 @@ class ExplicitMaskProblem:
         H = self.features(pre)
         alpha = _dense_dual(H @ H.T, self.t, self.C) if H.shape[0] <= DENSE_MAX_ROWS else None
         if alpha is not None:
-            return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask), 0)
-        alpha, _, n_iter, _ = solve_explicit_dual(
+            return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask))
+        alpha, _, _, _ = solve_explicit_dual(
             H,
             self.t,
             C=self.C,
@@ -171,7 +194,7 @@ class ExplicitMaskProblem:
             alpha0=alpha0,
             random_state=self.seed,
         )
-        return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask), int(n_iter))
+        return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask))
 
     def beta(self, H: np.ndarray, alpha: np.ndarray) -> np.ndarray:
         return H.T @ (alpha * self.t)
@@ -185,9 +208,10 @@ class ExplicitMaskProblem:
         beta = self.beta(self.features(pre), alpha)
         return float(alpha.sum()) - 0.5 * float(beta @ beta) + self.psi * int(mask.sum())
 
-    def fixed_weights_value(self, pre, alpha, beta) -> float:
-        """Eq. 25: ``1/2 |beta|^2 + C e'(e - t h beta)_+`` with ``beta`` fixed."""
-        del alpha
+    def fixed_weights_value(self, pre, weights) -> float:
+        """Eq. 25: ``1/2 |beta|^2 + C e'(e - t h beta)_+`` with the output weights ``beta``
+        fixed."""
+        beta = weights
         H = self.features(pre)
         return 0.5 * float(beta @ beta) + self.C * _hinge_sum(self.t, H @ beta)
 
@@ -234,8 +258,8 @@ class KernelMaskProblem:
         K = self.gram(pre)
         alpha = _dense_dual(K, self.t, self.C) if K.shape[0] <= DENSE_MAX_ROWS else None
         if alpha is not None:
-            return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask), 0)
-        alpha, n_iter, _, _ = solve_kernel_dual(
+            return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask))
+        alpha, _, _, _ = solve_kernel_dual(
             self.X[:, mask],
             self.t,
             kernel=self.kernel,
@@ -245,7 +269,7 @@ class KernelMaskProblem:
             alpha0=alpha0,
             gram=K,
         )
-        return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask), int(n_iter))
+        return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask))
 
     def _objective(self, K, alpha, mask) -> float:
         u = alpha * self.t
@@ -259,11 +283,11 @@ class KernelMaskProblem:
             float(alpha.sum()) - 0.5 * float(u @ (self.gram(pre) @ u)) + self.psi * int(mask.sum())
         )
 
-    def fixed_weights_value(self, pre, alpha, beta) -> float:
-        """Eq. 26 (read as for FELM): the objective with the dual coefficients fixed."""
-        del beta
+    def fixed_weights_value(self, pre, weights) -> float:
+        """Eq. 26 (read as for FELM): the objective with the dual coefficients ``u = a t``
+        (``weights_of``) fixed."""
+        u = weights
         K = self.gram(pre)
-        u = alpha * self.t
         decision = K @ u
         return 0.5 * float(u @ decision) + self.C * _hinge_sum(self.t, decision)
 
@@ -271,11 +295,8 @@ class KernelMaskProblem:
         return point.alpha * self.t
 
 
-Problem = ExplicitMaskProblem | KernelMaskProblem
-
-
 def evaluate_block(
-    features, *, problem: Problem, current: MaskPoint, tol: float, warm: bool = True
+    features, *, problem: MaskProblem, current: MaskPoint, tol: float, warm: bool = True
 ) -> list[Candidate]:
     """Evaluate the flips of ``features`` (in order) against ``current``; stops after the
     first kept one.  A pure function of its arguments: a thread or a Ray task runs it."""
@@ -323,8 +344,70 @@ def _serial_blocks(blocks, **kwargs):
     return [evaluate_block(block, **kwargs) for block in blocks]
 
 
+class _Counts:
+    """What a selection counts (``FlipResult.stats``)."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, float] = {"candidates": 0, "screened": 0, "solves": 0, "kept": 0}
+        self.stats["solve_seconds"] = 0.0
+
+    def solve(self, problem: MaskProblem, mask, alpha0) -> MaskPoint:
+        """A solve of ``mask`` outside the flips, counted."""
+        t0 = time.perf_counter()
+        point = problem.solve(mask, problem.pre(mask), alpha0)
+        self.stats["solve_seconds"] += time.perf_counter() - t0
+        self.stats["solves"] += 1
+        return point
+
+    def first_kept(self, results: list[list[Candidate]]) -> tuple[Candidate | None, int]:
+        """The first kept candidate of the blocks' results in order, counting every one
+        evaluated up to it; ``(candidate or None, rejections before it)``."""
+        rejected = 0
+        for block in results:
+            for candidate in block:
+                self.stats["candidates"] += 1
+                self.stats["screened"] += candidate.screened
+                self.stats["solves"] += not candidate.screened
+                self.stats["solve_seconds"] += candidate.solve_seconds
+                if candidate.kept:
+                    return candidate, rejected
+                rejected += 1
+        return None, rejected
+
+
+def _initial_point(problem: MaskProblem, counts: _Counts, warm: bool, initial_selection: bool):
+    """The solve at ``E = I`` and, with ``initial_selection``, the drop of the features
+    scoring under 1/n (eq. 25-28: each feature suppressed, the output weights fixed; n
+    objective evaluations, only when the drop uses them).  ``(point, scores)``."""
+    n = problem.X.shape[1]
+    current = counts.solve(problem, np.ones(n, dtype=bool), None)
+    if not initial_selection:
+        return current, np.full(n, np.nan)
+    weights = problem.weights_of(current)
+    values = np.array(
+        [
+            problem.fixed_weights_value(problem.moved(current.pre, j, False), weights)
+            for j in range(n)
+        ]
+    )
+    total = values.sum()
+    scores = values / total if total > 0 else np.full(n, 1.0 / n)
+    keep = scores >= 1.0 / n
+    if not keep.all() and keep.any():
+        current = counts.solve(problem, keep, current.alpha if warm else None)
+    return current, scores
+
+
+def _window(position: int, width: int, n: int, n_blocks: int) -> list[list[int]]:
+    """The next ``width`` features in cyclic order from ``position``, cut into ``n_blocks``
+    blocks evaluated side by side."""
+    order = [(position + k) % n for k in range(width)]
+    size = max(1, -(-width // n_blocks))
+    return [order[k : k + size] for k in range(0, width, size)]
+
+
 def select_features(
-    problem: Problem,
+    problem: MaskProblem,
     *,
     tol: float = 1e-6,
     max_sweeps: int = 20,
@@ -345,33 +428,8 @@ def select_features(
     started = time.perf_counter()
     n = problem.X.shape[1]
     map_blocks = map_blocks or _serial_blocks
-    stats = {"candidates": 0, "screened": 0, "solves": 0, "kept": 0, "solve_seconds": 0.0}
-    mask = np.ones(n, dtype=bool)
-    t0 = time.perf_counter()
-    current = problem.solve(mask, problem.pre(mask), None)
-    stats["solve_seconds"] += time.perf_counter() - t0
-    stats["solves"] += 1
-    scores = np.full(n, np.nan)
-    if initial_selection:
-        # eq. 25-28: each feature suppressed, the output weights fixed (n objective
-        # evaluations: only when the drop uses them)
-        beta = problem.weights_of(current)
-        values = np.array(
-            [
-                problem.fixed_weights_value(
-                    problem.moved(current.pre, j, False), current.alpha, beta
-                )
-                for j in range(n)
-            ]
-        )
-        total = values.sum()
-        scores = values / total if total > 0 else np.full(n, 1.0 / n)
-        keep = scores >= 1.0 / n
-        if not keep.all() and keep.any():
-            t0 = time.perf_counter()
-            current = problem.solve(keep, problem.pre(keep), current.alpha if warm else None)
-            stats["solve_seconds"] += time.perf_counter() - t0
-            stats["solves"] += 1
+    counts = _Counts()
+    current, scores = _initial_point(problem, counts, warm, initial_selection)
     path = [current.objective]
     position, since_kept, processed = 0, 0, 0
     budget = max_sweeps * n
@@ -383,41 +441,28 @@ def select_features(
         side_by_side = n_blocks > 1 and since_kept >= block_size * n_blocks
         blocks_now = n_blocks if side_by_side else 1
         width = min(block_size * blocks_now, budget - processed, n - since_kept)
-        order = [(position + k) % n for k in range(width)]
-        kwargs = {"problem": problem, "current": current, "tol": tol, "warm": warm}
+        blocks = _window(position, width, n, blocks_now)
         if side_by_side:
-            size = max(1, -(-width // blocks_now))
-            blocks = [order[k : k + size] for k in range(0, width, size)]
-            results = map_blocks(blocks, **kwargs)
+            results = map_blocks(blocks, problem=problem, current=current, tol=tol, warm=warm)
         else:
-            results = [evaluate_block(order, **kwargs)]
-        accepted = None
-        for block in results:
-            for candidate in block:
-                stats["candidates"] += 1
-                stats["screened"] += candidate.screened
-                stats["solves"] += not candidate.screened
-                stats["solve_seconds"] += candidate.solve_seconds
-                if candidate.kept:
-                    accepted = candidate
-                    break
-                since_kept += 1
-            if accepted is not None:
-                break
-        if accepted is None:
+            results = [
+                evaluate_block(blocks[0], problem=problem, current=current, tol=tol, warm=warm)
+            ]
+        accepted, rejected = counts.first_kept(results)
+        since_kept += rejected
+        if accepted is None or accepted.point is None:  # (a kept candidate has its point)
             processed += width
             position = (position + width) % n
         else:
-            done = (accepted.feature - position) % n + 1
-            processed += done
+            processed += (accepted.feature - position) % n + 1
             position = (accepted.feature + 1) % n
             since_kept = 0
             current = accepted.point
             path.append(current.objective)
-            stats["kept"] += 1
+            counts.stats["kept"] += 1
         if since_kept >= n:
             converged = True
             break
-    stats["total_seconds"] = time.perf_counter() - started
+    counts.stats["total_seconds"] = time.perf_counter() - started
     n_sweeps = max(1, -(-processed // n))
-    return FlipResult(current, scores, np.array(path), n_sweeps, converged, stats)
+    return FlipResult(current, scores, np.array(path), n_sweeps, converged, counts.stats)

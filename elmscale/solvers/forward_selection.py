@@ -27,17 +27,32 @@ reduced FLSA-SVM) l M.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import scipy.linalg
 
 from elmscale.features.kernels import Kernel
 
-__all__ = ["CandidateColumns", "ForwardPath", "coefficients", "forward_select"]
+__all__ = ["CandidateColumns", "CandidateSource", "ForwardPath", "coefficients", "forward_select"]
 
 #: rows of candidates per kernel block (a block is CANDIDATE_BLOCK x l float64)
 CANDIDATE_BLOCK = 1024
+
+
+class CandidateSource(Protocol):
+    """What :func:`forward_select` asks of its candidates (:class:`CandidateColumns` here,
+    ``distributed.forward_selection.DaskCandidates`` over Dask workers): the best active
+    candidate after pruning at ``tol``, a candidate's kernel column, the update of every
+    candidate by a new basis vector, and marking one chosen."""
+
+    def best(self, tol: float) -> tuple[int, float]: ...
+
+    def column(self, j: int) -> np.ndarray: ...
+
+    def update(self, q: np.ndarray, qr: np.ndarray) -> None: ...
+
+    def choose(self, j: int) -> None: ...
 
 
 class CandidateColumns:
@@ -117,7 +132,7 @@ class ForwardPath(NamedTuple):
 
 
 def forward_select(
-    candidates: CandidateColumns,
+    candidates: CandidateSource,
     Y: np.ndarray,
     n_select: int,
     *,
