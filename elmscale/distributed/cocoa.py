@@ -393,6 +393,55 @@ def fit_cocoa(
     all of them here and ``ceil(blocks / workers)`` on a cluster, so near the budget a
     cluster may solve whole blocks where one process would go unit by unit.
     """
+    _check_round_cap(max_rounds)
+    workers, n_blocks = _layout(client, n_blocks)
+    units = _cut_units(dataset)
+    blocks = _blocks(units, n_blocks)
+    own_dir = state_dir is None
+    state = Path(tempfile.mkdtemp(prefix="elmscale-cocoa-")) if own_dir else Path(state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    classes = tuple(np.asarray(classes).tolist())
+    n_hidden = int(layer["n_hidden"])
+    held = _blocks_per_process(client, workers, blocks)
+    block_bytes = max(_hidden_bytes(block, n_hidden) for block in blocks)
+    problem = CocoaProblem(
+        layer=dict(layer),
+        classes=classes,
+        pairs=tuple(one_vs_one_pairs(len(classes))),
+        C=float(C),
+        sigma_prime=float(len(blocks)),
+        local_passes=int(local_passes),
+        local_tol=float(tol),
+        seed=int(seed),
+        state_dir=str(state),
+        fit_id=uuid.uuid4().hex,
+        cache_mb=float(cache_mb),
+        whole_blocks=held * block_bytes <= float(cache_mb) * 2**20,
+    )
+    rounds = _Rounds(np.zeros((len(problem.pairs), n_hidden)))
+    try:
+        _run_rounds(
+            rounds, client, workers, blocks, units, problem, tol, max_rounds, n_threads, on_round
+        )
+        support, support_classes = _support(client, units, rounds.r, problem)
+    finally:
+        _clean_up(client, units, problem, rounds.r, state if own_dir else None)
+    gaps = rounds.gaps
+    return CocoaResult(
+        beta=rounds.beta,
+        primal=np.array([g[0] for g in gaps]),
+        dual=np.array([g[1] for g in gaps]),
+        gap=np.array([g[2] for g in gaps]),
+        rounds=rounds.r,
+        converged=rounds.converged,
+        support=support,
+        support_classes=support_classes,
+        seconds=rounds.seconds,
+        whole_blocks=problem.whole_blocks,
+    )
+
+
+def _check_round_cap(max_rounds) -> None:
     # round 0 always runs; a negative cap would run none
     if (
         isinstance(max_rounds, bool)
@@ -400,9 +449,12 @@ def fit_cocoa(
         or max_rounds < 0
     ):
         raise ValueError(f"max_rounds must be an integer >= 0; got {max_rounds!r}")
-    classes = tuple(np.asarray(classes).tolist())
-    pairs = tuple(one_vs_one_pairs(len(classes)))
-    workers = []
+
+
+def _layout(client, n_blocks: int | None) -> tuple[list, int]:
+    """``(workers, blocks)``: the cluster's workers in name order (none here) and the number
+    of blocks (default: the cluster's worker threads; 2 here)."""
+    workers: list = []
     if client is not None:
         from elmscale.distributed.executors import DaskExecutor
 
@@ -414,78 +466,64 @@ def fit_cocoa(
     n_blocks = 2 if n_blocks is None else int(n_blocks)
     if n_blocks < 1:
         raise ValueError(f"n_blocks must be >= 1; got {n_blocks}")
-    units = _cut_units(dataset)
-    blocks = _blocks(units, n_blocks)
-    n_hidden = int(layer["n_hidden"])
-    held = _blocks_per_process(client, workers, blocks)
-    block_bytes = max(_hidden_bytes(block, n_hidden) for block in blocks)
-    own_dir = state_dir is None
-    state = Path(tempfile.mkdtemp(prefix="elmscale-cocoa-")) if own_dir else Path(state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    problem = CocoaProblem(
-        layer=dict(layer),
-        classes=classes,
-        pairs=pairs,
-        C=float(C),
-        sigma_prime=float(len(blocks)),
-        local_passes=int(local_passes),
-        local_tol=float(tol),
-        seed=int(seed),
-        state_dir=str(state),
-        fit_id=uuid.uuid4().hex,
-        cache_mb=float(cache_mb),
-        whole_blocks=held * block_bytes <= float(cache_mb) * 2**20,
-    )
-    beta = np.zeros((len(pairs), n_hidden))
-    seconds = []
-    r = 0
-    try:
-        for r in range(max_rounds + 1):
-            started = time.perf_counter()
-            results = _run_round(client, workers, blocks, beta, r, problem, n_threads)
-            gaps = [
-                duality_gap(
-                    beta[p],
-                    C,
-                    sum(res.hinge[p] for res in results),
-                    sum(res.alpha_sum[p] for res in results),
-                )
-                for p in range(len(pairs))
-            ]
-            seconds.append(time.perf_counter() - started)
-            if on_round is not None:
-                on_round(r, [g[2] for g in gaps])
-            converged = all(g[2] <= tol for g in gaps)
-            if converged or r == max_rounds:
-                break  # the model: beta and the dual variables of round r
-            _remove_round(problem, units, r)  # round r's inputs: no task reads them again
-            for res in results:  # the blocks' changes, added in block order
-                beta += res.delta_beta
-        support, support_classes = _support(client, units, r, problem)
-    finally:
-        if client is not None:
-            try:
-                client.run(clear_cache, problem.fit_id)
-            except Exception:  # a cluster going away must not hide the fit's own error
-                pass
-        clear_cache(problem.fit_id)
-        if own_dir:
-            shutil.rmtree(state, ignore_errors=True)
-        else:
-            for done in (r, r + 1):
-                _remove_round(problem, units, done)
-    return CocoaResult(
-        beta=beta,
-        primal=np.array([g[0] for g in gaps]),
-        dual=np.array([g[1] for g in gaps]),
-        gap=np.array([g[2] for g in gaps]),
-        rounds=r,
-        converged=converged,
-        support=support,
-        support_classes=support_classes,
-        seconds=seconds,
-        whole_blocks=problem.whole_blocks,
-    )
+    return workers, n_blocks
+
+
+class _Rounds:
+    """The coordinator's state: ``beta``, the last round ``r`` with its per-pair ``gaps``
+    (primal, dual, relative gap), whether it ``converged``, each round's ``seconds``."""
+
+    def __init__(self, beta: np.ndarray):
+        self.beta = beta
+        self.r = 0
+        self.gaps: list = []
+        self.converged = False
+        self.seconds: list = []
+
+
+def _run_rounds(
+    rounds, client, workers, blocks, units, problem, tol, max_rounds, n_threads, on_round
+):
+    """Rounds until every pair's relative gap is at most ``tol`` or ``max_rounds`` have run:
+    the model is then beta and the dual variables of the last round."""
+    for r in range(max_rounds + 1):
+        rounds.r = r
+        started = time.perf_counter()
+        results = _run_round(client, workers, blocks, rounds.beta, r, problem, n_threads)
+        rounds.gaps = [
+            duality_gap(
+                rounds.beta[p],
+                problem.C,
+                sum(res.hinge[p] for res in results),
+                sum(res.alpha_sum[p] for res in results),
+            )
+            for p in range(len(problem.pairs))
+        ]
+        rounds.seconds.append(time.perf_counter() - started)
+        if on_round is not None:
+            on_round(r, [g[2] for g in rounds.gaps])
+        rounds.converged = all(g[2] <= tol for g in rounds.gaps)
+        if rounds.converged or r == max_rounds:
+            return
+        _remove_round(problem, units, r)  # round r's inputs: no task reads them again
+        for res in results:  # the blocks' changes, added in block order
+            rounds.beta += res.delta_beta
+
+
+def _clean_up(client, units, problem: CocoaProblem, last_round: int, own_dir) -> None:
+    """The fit's cache entries dropped everywhere; its state folder removed (``own_dir``)
+    or emptied of the rounds left in it."""
+    if client is not None:
+        try:
+            client.run(clear_cache, problem.fit_id)
+        except Exception:  # a cluster going away must not hide the fit's own error
+            pass
+    clear_cache(problem.fit_id)
+    if own_dir is not None:
+        shutil.rmtree(own_dir, ignore_errors=True)
+    else:
+        for done in (last_round, last_round + 1):
+            _remove_round(problem, units, done)
 
 
 def _remove_round(problem: CocoaProblem, units, round_index: int) -> None:
