@@ -134,6 +134,18 @@ def test_binary_labels_of_any_kind():
         assert model.score(X, labels) > 0.9
 
 
+def test_labels_that_are_not_one_class_per_row_are_refused():
+    from elmscale.models.elm import encode_class_labels
+
+    model = ELMClassifier()
+    with pytest.raises(ValueError, match=r"one class label per row; got shape \(4, 2\)"):
+        encode_class_labels(model, np.array([[0, 1], [1, 0], [0, 1], [1, 1]]), "one_of_j")
+    with pytest.raises(ValueError, match="Unknown label type"):
+        encode_class_labels(model, np.array([0.5, 1.5, 0.25, 2.0]), "one_of_j")
+    T = encode_class_labels(model, np.array([[3], [5], [3]]), "one_of_j")  # a column: labels
+    assert model.classes_.tolist() == [3, 5] and T.shape[0] == 3
+
+
 def test_random_state_fixes_the_layer():
     X, y = nonlinear_problem(100, seed=8)
     a = ELMClassifier(n_hidden=20, random_state=11).fit(X, y)

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, Options, StrOptions
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import thread_budget
@@ -80,11 +80,9 @@ def encode_class_labels(estimator, y, coding: str) -> np.ndarray:
     classifiers that fit coded targets (the unified ELM's, FLSA-SVM's)."""
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
-    check_classification_targets(y)
-    if type_of_target(y) not in ("binary", "multiclass"):
-        raise ValueError(
-            f"y must hold one class label per row; got target type {type_of_target(y)!r}"
-        )
+    if y.ndim != 1:
+        raise ValueError(f"y must hold one class label per row; got shape {y.shape}")
+    check_class_labels(y)
     encoder = TargetEncoder(coding).fit(y)
     estimator.classes_ = encoder.classes
     check_two_classes(estimator)
