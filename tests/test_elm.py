@@ -173,6 +173,11 @@ def test_the_fitted_feature_map_decides_the_mode():
         ELMClassifier(kernel="gaussian").set_solution(primal.hidden_layer_, primal.coef_)
     with pytest.raises(ValueError, match="not this estimator's kernel"):
         ELMClassifier(kernel="laplacian").set_solution(features, np.zeros((200, 3)))
+    # a random-node family (no kernel parameter) refuses a kernel map by name
+    from elmscale import GGBRELMClassifier
+
+    with pytest.raises(ValueError, match="GGBRELMClassifier here fits random hidden nodes"):
+        GGBRELMClassifier().set_solution(features, np.zeros((200, 3)))
     with pytest.raises(AttributeError):
         _ = ELMClassifier().feature_map_
 

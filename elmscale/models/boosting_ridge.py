@@ -78,8 +78,6 @@ class _RandomNodeEnsemble(_BaseELM):
     "shared" (BRELM), "sequential" (GBRELM) or "global" (GGBRELM)."""
 
     ensemble = "global"
-    #: random nodes only (the unified ELM's code reads ``kernel`` to tell the two apart)
-    kernel = None
 
     _parameter_constraints: dict = {
         **_COMMON,
@@ -112,6 +110,9 @@ class _RandomNodeEnsemble(_BaseELM):
         self.block_rows = block_rows
         self.n_threads = n_threads
         self.random_state = random_state
+
+    def _is_kernel_model(self) -> bool:
+        return False  # random nodes only: the family has no ``kernel`` parameter
 
     def _new_layer(self, n_features: int):
         """BRELM: one layer; GBRELM / GGBRELM: S layers side by side, seeds drawn in turn
@@ -170,9 +171,6 @@ class _RandomNodeEnsemble(_BaseELM):
 class _KernelEnsemble(_BaseELM):
     """S kernel ridge learners on the residuals (KBRELM)."""
 
-    #: K is formed in float64 (not a parameter: the unified ELM's code reads it)
-    precision = "double"
-
     _parameter_constraints: dict = {
         **_COMMON,
         "kernel": [StrOptions(set(KERNELS))],
@@ -198,6 +196,9 @@ class _KernelEnsemble(_BaseELM):
         self.degree = degree
         self.block_rows = block_rows
         self.n_threads = n_threads
+
+    def _precision_setting(self) -> str:
+        return "double"  # K is formed in float64; the family has no ``precision`` parameter
 
     def solve_path(self, G, B, Cs):
         """The S steps' summed dual weights per C: a spectral filter of K."""

@@ -167,6 +167,15 @@ class _BaseELM(BaseEstimator):
         check_is_fitted(self, "classes_")
         return TargetEncoder(self.target_coding, self.classes_)
 
+    # -- what a family says by its class (the ensembles), else by its parameters --------
+    def _is_kernel_model(self) -> bool:
+        """Whether the model is a kernel's (dual), not a random layer's."""
+        return self.kernel is not None
+
+    def _precision_setting(self) -> str:
+        """The ``precision`` parameter: "auto", "single" or "double" for H'H."""
+        return self.precision
+
     # -- feature maps ----------------------------------------------------------
     def _validate_X_y(self, X, y):
         is_regressor = isinstance(self, RegressorMixin)
@@ -214,8 +223,8 @@ class _BaseELM(BaseEstimator):
     # -- fitting -------------------------------------------------------------
     def _resolve_precision(self, layer: FeatureMap, X, C_max: float, n_rows=None) -> str:
         """``precision``, or for "auto" the choice for ``n_rows`` rows like the first of ``X``."""
-        if self.precision != "auto":
-            return self.precision
+        if self._precision_setting() != "auto":
+            return self._precision_setting()
         sample = layer.transform(X[: min(len(X), _PRECISION_SAMPLE_ROWS)])
         mean_square = float(np.mean(np.square(sample, dtype=np.float64)))
         return choose_precision(mean_square * (X.shape[0] if n_rows is None else n_rows), C_max)
@@ -223,7 +232,7 @@ class _BaseELM(BaseEstimator):
     def _gram(self, X, T, C_max: float, row_space: bool):
         """``(feature map, G, B)``: the matrix G and right-hand side B of
         ``(I/C + G) x = B`` (primal ``H'H``, ``H'T``; kernels: dual ``K(X, X)``, ``T``)."""
-        if self.kernel is not None:
+        if self._is_kernel_model():
             features = KernelFeatures(self._kernel_obj(), X)
             return features, features.transform(features.basis, dtype=np.float64), T
         return self._layer_gram(self._new_layer(X.shape[1]), X, T, C_max, row_space)
@@ -267,7 +276,7 @@ class _BaseELM(BaseEstimator):
         from elmscale.distributed import dataplane
 
         self._validate_params()
-        if self.kernel is not None:
+        if self._is_kernel_model():
             raise ValueError("dataset_gram needs random hidden nodes (kernel=None)")
         if not isinstance(dataset, ParquetDataset):
             raise TypeError(
@@ -297,7 +306,7 @@ class _BaseELM(BaseEstimator):
         """``_gram`` for a Parquet data set, on the cluster ``client`` (None: here)."""
         from elmscale.distributed import dataplane
 
-        if self.kernel is None:
+        if not self._is_kernel_model():
             layer, gram = self.dataset_gram(dataset, C_max=C_max, client=client)
             HtH, HtT, _ = gram.ridge_terms(self.target_encoder_)
             return layer, HtH, HtT
@@ -363,7 +372,7 @@ class _BaseELM(BaseEstimator):
         return self._gram(X, self._encode_targets(y), C_max, row_space)
 
     def _warn_if_single_precision_is_too_coarse(self, feature_map, G, C_max: float) -> None:
-        if self.precision == "single" and not isinstance(feature_map, KernelFeatures):
+        if self._precision_setting() == "single" and not isinstance(feature_map, KernelFeatures):
             mean_diagonal = float(np.trace(G)) / G.shape[0]
             if choose_precision(mean_diagonal, C_max) == "double":
                 warnings.warn(
@@ -390,18 +399,22 @@ class _BaseELM(BaseEstimator):
         """
         coef = self._shape_coef(np.asarray(coef))
         if isinstance(feature_map, KernelFeatures):
-            if self.kernel is None or feature_map.kernel != self._kernel_obj():
+            if not self._is_kernel_model():
+                raise ValueError(
+                    f"{type(self).__name__} here fits random hidden nodes; expected its "
+                    "HiddenLayer map, got a KernelFeatures map"
+                )
+            if feature_map.kernel != self._kernel_obj():
                 raise ValueError(
                     f"the kernel map's {feature_map.kernel} is not this "
-                    f"estimator's kernel ({self.kernel!r}, sigma={self.sigma}, "
-                    f"degree={self.degree})"
+                    f"estimator's kernel ({self._kernel_obj()})"
                 )
             attrs, stale = (
                 {"X_fit_": feature_map.basis, "dual_coef_": coef},
                 ("hidden_layer_", "coef_"),
             )
         else:
-            if self.kernel is not None:
+            if self._is_kernel_model():
                 raise ValueError(
                     f"this estimator has kernel={self.kernel!r}; expected a "
                     f"KernelFeatures map, got {type(feature_map).__name__}"
