@@ -399,8 +399,7 @@ class FKELMClassifier(_FeatureSelectingELM):
         )
 
     def _prepare_mapping(self, n_features, seed):
-        del n_features, seed
-        self._kernel()  # bad values fail here, naming the parameter
+        del n_features, seed  # nothing drawn (its values are checked by the constraints)
 
     def _problem(self, X, t, seed) -> KernelMaskProblem:
         del seed
