@@ -78,16 +78,21 @@ def _kernel_matrix(kernel, X):
     return kernel.block(X, X)
 
 
+#: the candidates' space (their Gram in the cache) and the rows' (every step's products)
+BOTH_PATHS = pytest.mark.parametrize("cache_mb", [1024.0, 0.0], ids=["gram", "rows"])
+
+
+@BOTH_PATHS
 @pytest.mark.parametrize("intercept", [True, False])
 @pytest.mark.parametrize("kind", ["gaussian", "laplacian", "polynomial"])
-def test_regressor_selects_and_weighs_as_the_literal_steps(kind, intercept):
+def test_regressor_selects_and_weighs_as_the_literal_steps(kind, intercept, cache_mb):
     X = _data()
     y = np.sin(X[:, 0]) + 0.3 * X[:, 1] ** 2
     # degree 3 on 3 features: a kernel of rank 20, above the 12 columns chosen (past the
     # rank the candidates' leftover norms are rounding noise, and so is their order)
-    kw = {"sigma": 1.5, "degree": 3}
+    kw = {"sigma": 1.5, "degree": 3, "cache_mb": cache_mb}
     est = FLSASVMRegressor(kernel=kind, n_support=12, fit_intercept=intercept, **kw).fit(X, y)
-    K = _kernel_matrix(Kernel(kind, **kw), X)
+    K = _kernel_matrix(Kernel(kind, sigma=1.5, degree=3), X)
     chosen, coef, b = literal_fols(K, y, 12, est.tol, intercept)
     assert est.support_.tolist() == chosen
     np.testing.assert_allclose(est.dual_coef_, coef[:, 0], rtol=1e-8, atol=1e-10)
@@ -98,12 +103,13 @@ def test_regressor_selects_and_weighs_as_the_literal_steps(kind, intercept):
     assert np.all(np.diff(est.residuals_) <= 1e-12)
 
 
-def test_multiclass_selects_one_set_for_every_class_as_the_literal_steps():
+@BOTH_PATHS
+def test_multiclass_selects_one_set_for_every_class_as_the_literal_steps(cache_mb):
     rng = np.random.default_rng(3)
     X = _data(n=75, d=2, seed=3)
     y = rng.integers(0, 3, size=75)
     y[:3] = [0, 1, 2]
-    est = FLSASVMClassifier(sigma=0.8, n_support=12).fit(X, y)
+    est = FLSASVMClassifier(sigma=0.8, n_support=12, cache_mb=cache_mb).fit(X, y)
     T = np.where(y[:, None] == np.arange(3), 1.0, -1.0)
     chosen, coef, b = literal_fols(_kernel_matrix(Kernel("gaussian", 0.8), X), T, 12, est.tol, True)
     assert est.support_.tolist() == chosen
@@ -113,12 +119,15 @@ def test_multiclass_selects_one_set_for_every_class_as_the_literal_steps():
     np.testing.assert_array_equal(est.predict(X), np.argmax(est.decision_function(X), axis=1))
 
 
-def test_at_full_rank_it_interpolates_as_the_unregularised_ls_svm():
+@BOTH_PATHS
+def test_at_full_rank_it_interpolates_as_the_unregularised_ls_svm(cache_mb):
     X = _data(n=30, d=4, seed=1)
     y = np.where(X[:, 0] + X[:, 1] > 0, 1, -1)
     K = _kernel_matrix(Kernel("gaussian", 2.0), X)
     assert np.linalg.matrix_rank(K) == 30
-    est = FLSASVMClassifier(sigma=2.0, n_support=30, fit_intercept=False, tol=1e-12).fit(X, y)
+    est = FLSASVMClassifier(
+        sigma=2.0, n_support=30, fit_intercept=False, tol=1e-12, cache_mb=cache_mb
+    ).fit(X, y)
     assert est.n_support_ == 30
     order = np.argsort(est.support_)
     alpha = np.linalg.solve(K, y.astype(float))  # least-squares interpolation, no C
@@ -127,11 +136,14 @@ def test_at_full_rank_it_interpolates_as_the_unregularised_ls_svm():
     assert est.residuals_[-1] < 1e-6
 
 
-def test_dependent_columns_are_pruned_so_the_rank_bounds_the_support():
+@BOTH_PATHS
+def test_dependent_columns_are_pruned_so_the_rank_bounds_the_support(cache_mb):
     base = _data(n=10, d=2, seed=4)
     X = np.repeat(base, 3, axis=0)  # 30 rows, 10 distinct: K has rank 10
     y = np.arange(30) % 2
-    est = FLSASVMClassifier(sigma=1.0, n_support=25, fit_intercept=False, tol=1e-8).fit(X, y)
+    est = FLSASVMClassifier(
+        sigma=1.0, n_support=25, fit_intercept=False, tol=1e-8, cache_mb=cache_mb
+    ).fit(X, y)
     assert est.n_support_ == 10
     assert len(np.unique(X[est.support_], axis=0)) == 10
 
@@ -332,9 +344,15 @@ def test_candidates_on_dask_workers_give_the_local_selection(dask_client, candid
     y = rng.integers(0, 3, size=240)
     y[:3] = [0, 1, 2]
     params = dict(sigma=1.2, n_support=25, candidates=candidates, random_state=3)
-    local = FLSASVMClassifier(**params).fit(X, y)
+    # the workers run the rows' steps: the same arithmetic as the rows' steps here
+    local = FLSASVMClassifier(**params, cache_mb=0).fit(X, y)
     on_dask = FLSASVMClassifier(**params).fit(X, y, client=dask_client)
     np.testing.assert_array_equal(on_dask.support_, local.support_)
     np.testing.assert_allclose(on_dask.dual_coef_, local.dual_coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(on_dask.residuals_, local.residuals_, rtol=1e-10)
     np.testing.assert_array_equal(on_dask.predict(X), local.predict(X))
+    # and the candidates' space here (the default) the same selection, to rounding
+    gram = FLSASVMClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(gram.support_, on_dask.support_)
+    np.testing.assert_allclose(gram.dual_coef_, on_dask.dual_coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_array_equal(gram.predict(X), on_dask.predict(X))

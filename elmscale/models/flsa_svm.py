@@ -39,8 +39,11 @@ from elmscale.models.elm import N_THREADS_CONSTRAINT, encode_class_labels
 from elmscale.solvers.forward_selection import (
     CandidateColumns,
     CandidateSource,
+    candidate_gram,
     coefficients,
     forward_select,
+    forward_select_gram,
+    gram_bytes,
 )
 
 __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
@@ -61,6 +64,7 @@ class _BaseFLSASVM(BaseEstimator):
         ],
         "tol": [Interval(numbers.Real, 0, 1, closed="left")],
         "fit_intercept": ["boolean"],
+        "cache_mb": [Interval(numbers.Real, 0, None, closed="left")],
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
     }
@@ -75,6 +79,7 @@ class _BaseFLSASVM(BaseEstimator):
         candidates="all",
         tol=1e-8,
         fit_intercept=True,
+        cache_mb=1024.0,
         n_threads=None,
         random_state=None,
     ):
@@ -85,6 +90,7 @@ class _BaseFLSASVM(BaseEstimator):
         self.candidates = candidates
         self.tol = tol
         self.fit_intercept = fit_intercept
+        self.cache_mb = cache_mb
         self.n_threads = n_threads
         self.random_state = random_state
 
@@ -127,17 +133,20 @@ class _BaseFLSASVM(BaseEstimator):
         if T.ndim == 1:
             T = T[:, None]
         pool = self._candidate_rows(X.shape[0])
+        tol, intercept = float(self.tol), bool(self.fit_intercept)
         candidates: CandidateSource
         with thread_budget(self.n_threads):
+            if client is None and gram_bytes(pool.size, n_select) <= self.cache_mb * 2**20:
+                G, c0, s = candidate_gram(self._kernel_obj(), X, X[pool], T)
+                path = forward_select_gram(G, c0, s, T, n_select, tol=tol, intercept=intercept)
+                return X, pool, path
             if client is None:
                 candidates = CandidateColumns(self._kernel_obj(), X, X[pool], T)
             else:
                 from elmscale.distributed.forward_selection import DaskCandidates
 
                 candidates = DaskCandidates(client, self._kernel_obj(), X, pool, T)
-            path = forward_select(
-                candidates, T, n_select, tol=float(self.tol), intercept=bool(self.fit_intercept)
-            )
+            path = forward_select(candidates, T, n_select, tol=tol, intercept=intercept)
         return X, pool, path
 
     def _set_model(self, X, pool, path, m: int) -> None:
@@ -220,15 +229,23 @@ _PARAMS_DOC = """
         A constant column, first in the orthogonal basis (so the kernel columns are chosen
         against centred targets); its weight is ``intercept_``.  It is not a candidate and
         not counted in ``n_support``.  False: no bias, as the LS-SVM without one.
+    cache_mb : float, default=1024
+        Memory for the candidates' Gram matrix (M x M float64, with their products with the
+        basis, M x m): when it fits, the selection runs in the candidates' space
+        (``forward_select_gram``: the kernel values once, one BLAS product, then O(M m) a
+        step); otherwise, and on Dask, each step recomputes the candidates' kernel products
+        with the new basis vector (``forward_select``).  The same selection either way.
     n_threads : int or None, default=None
         Threads for the kernel products (None or -1: all cores).
     random_state : int, RandomState or None, default=None
         Seed of the candidate pool (only with ``candidates`` a number).
 
-    Time and memory, for l training rows, M candidates, d features and m steps: l M d
-    kernel operations per step (the candidates' products with the new basis vector,
-    computed, never stored) plus O(l m) for the orthogonalisation; memory O(l m + M J)
-    (J target columns) and one block of 1,024 kernel rows.
+    Time and memory, for l training rows, M candidates, d features and m steps: with the
+    Gram in ``cache_mb``, l M d kernel operations once and the l M^2 product that forms
+    the Gram, then O(M m) a step; memory 8 M (M + m) bytes.  Otherwise l M d kernel
+    operations per step (the candidates' products with the new basis vector, computed,
+    never stored) plus O(l m) for the orthogonalisation; memory O(l m + M J) (J target
+    columns) and one block of 1,024 kernel rows.
 """
 
 _ATTRS_DOC = """

@@ -34,7 +34,16 @@ import scipy.linalg
 
 from elmscale.features.kernels import Kernel
 
-__all__ = ["CandidateColumns", "CandidateSource", "ForwardPath", "coefficients", "forward_select"]
+__all__ = [
+    "CandidateColumns",
+    "CandidateSource",
+    "ForwardPath",
+    "candidate_gram",
+    "coefficients",
+    "forward_select",
+    "forward_select_gram",
+    "gram_bytes",
+]
 
 #: rows of candidates per kernel block (a block is CANDIDATE_BLOCK x l float64)
 CANDIDATE_BLOCK = 1024
@@ -191,6 +200,110 @@ def forward_select(
         if add(candidates.column(j)):
             selected.append(j)
             residuals.append(float(np.sqrt(np.einsum("ij,ij->", r, r))))
+    return ForwardPath(
+        np.asarray(selected, dtype=np.int64), R[:k, :k], z[:k], np.asarray(residuals), intercept
+    )
+
+
+#: memory of a candidate-space run's blocks of kernel values (M x rows float64)
+GRAM_BLOCK_BYTES = 64 * 2**20
+
+
+def gram_bytes(n_candidates: int, n_select: int) -> int:
+    """Memory of :func:`forward_select_gram` for M candidates: the candidates' Gram (M x M)
+    and their products with the basis (M x m), float64."""
+    return 8 * n_candidates * (n_candidates + n_select + 1)
+
+
+def candidate_gram(
+    kernel: Kernel, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(G, c0, s)`` of the candidates' kernel columns ``K = K(X, X_cand)`` (l x M):
+    ``G = K'K`` (M x M), ``c0 = K'Y`` (M x J), ``s = K'1`` (M), accumulated over blocks of
+    the training rows (one pass of kernel values; the products are BLAS)."""
+    M = X_cand.shape[0]
+    G = np.zeros((M, M))
+    c0 = np.zeros((M, Y.shape[1]))
+    s = np.zeros(M)
+    step = max(1, GRAM_BLOCK_BYTES // (8 * max(M, 1)))
+    for start in range(0, X.shape[0], step):
+        rows = slice(start, min(X.shape[0], start + step))
+        block = kernel.block(X_cand, X[rows])  # (M, rows): kernel columns as rows
+        G += block @ block.T
+        c0 += block @ Y[rows]
+        s += block.sum(axis=1)
+    return G, c0, s
+
+
+def forward_select_gram(
+    G: np.ndarray,
+    c0: np.ndarray,
+    s: np.ndarray,
+    Y: np.ndarray,
+    n_select: int,
+    *,
+    tol: float = 1e-8,
+    intercept: bool = False,
+) -> ForwardPath:
+    """:func:`forward_select` in the candidates' space: the same selection from the
+    candidates' Gram ``G = K'K``, ``c0 = K'Y`` and ``s = K'1`` (:func:`candidate_gram`),
+    never touching an l-vector.
+
+    Every basis vector is a combination of candidate columns (and the constant column), so
+    a candidate's products with the basis, ``P = K'Q`` (M x k), follow from ``G``: the new
+    basis vector of candidate j has ``K'q = (G[:, j] - P R[:, k]) / |q_unnormalised|``
+    with ``R[:, k] = P[j]`` (its products with the basis so far) and the norm
+    ``sqrt(n_j)``; correlations and leftover norms are then updated as in
+    :class:`CandidateColumns`.  A step costs O(M k), against O(l M d) kernel values and
+    O(l k) for the basis in :func:`forward_select`: a pool of M rows is paid once, by the
+    Gram's O(l M^2) BLAS product.  ``z = Q'Y`` is the candidate's correlation over its
+    norm; the residual norms follow from ``|r|^2 = |Y|^2 - |z|^2`` summed.
+    """
+    n_rows, J = Y.shape
+    M = G.shape[0]
+    k_max = n_select + int(intercept)
+    P = np.empty((M, k_max))
+    R = np.zeros((k_max, k_max))
+    z = np.empty((k_max, J))
+    norm2_start = np.diagonal(G).copy()
+    norm2 = norm2_start.copy()
+    corr = np.array(c0, dtype=np.float64, copy=True)
+    active = norm2_start > 0
+    r2 = float(np.einsum("ij,ij->", Y, Y))
+    k = 0
+    if intercept:  # q = 1 / sqrt(l): K'q = s / sqrt(l)
+        root = np.sqrt(n_rows)
+        p = s / root
+        R[0, 0] = root
+        z[0] = Y.sum(axis=0) / root
+        corr -= np.outer(p, z[0])
+        norm2 -= p * p
+        P[:, 0] = p
+        r2 -= float(z[0] @ z[0])
+        k = 1
+    residuals = [float(np.sqrt(max(r2, 0.0)))]
+    selected: list[int] = []
+    gain = np.empty(M)
+    while len(selected) < n_select:
+        active &= norm2 > tol * norm2_start
+        if not active.any():
+            break
+        gain.fill(-np.inf)
+        gain[active] = np.einsum("ij,ij->i", corr[active], corr[active]) / norm2[active]
+        j = int(np.argmax(gain))
+        active[j] = False
+        norm = float(np.sqrt(norm2[j]))
+        R[:k, k] = P[j, :k]
+        R[k, k] = norm
+        z[k] = corr[j] / norm
+        p = (G[:, j] - P[:, :k] @ P[j, :k]) / norm
+        corr -= np.outer(p, z[k])
+        norm2 -= p * p
+        P[:, k] = p
+        k += 1
+        selected.append(j)
+        r2 -= float(z[k - 1] @ z[k - 1])
+        residuals.append(float(np.sqrt(max(r2, 0.0))))
     return ForwardPath(
         np.asarray(selected, dtype=np.int64), R[:k, :k], z[:k], np.asarray(residuals), intercept
     )
