@@ -136,6 +136,26 @@ def test_at_full_rank_it_interpolates_as_the_unregularised_ls_svm(cache_mb):
     assert est.residuals_[-1] < 1e-6
 
 
+@pytest.mark.parametrize("cache_mb", [0.0, 0.005, 1.0], ids=["none", "part", "all"])
+def test_cached_float32_columns_make_the_same_selection(cache_mb):
+    """The rows' steps with some or all candidates' kernel columns kept in float32: the
+    literal reference's indices, and weights from the exact columns."""
+    from elmscale.solvers.forward_selection import CandidateColumns, coefficients, forward_select
+
+    X = _data(n=120, d=3, seed=6)
+    y = np.sin(2 * X[:, 0]) + X[:, 1] * X[:, 2]
+    Y = y[:, None].astype(np.float64)
+    kernel = Kernel("gaussian", 0.9)
+    columns = CandidateColumns(kernel, X, X, Y, cache_mb=cache_mb)
+    assert columns.n_cached == {0.0: 0, 0.005: 10, 1.0: 120}[cache_mb]
+    path = forward_select(columns, Y, 20, tol=1e-8, intercept=True)
+    chosen, coef, b = literal_fols(_kernel_matrix(kernel, X), y, 20, 1e-8, True)
+    assert path.selected.tolist() == chosen
+    alpha, b_here = coefficients(path, 20)
+    np.testing.assert_allclose(alpha[:, 0], coef[:, 0], rtol=1e-8, atol=1e-10)
+    assert b_here[0] == pytest.approx(float(b[0]), rel=1e-8, abs=1e-10)
+
+
 @BOTH_PATHS
 def test_dependent_columns_are_pruned_so_the_rank_bounds_the_support(cache_mb):
     base = _data(n=10, d=2, seed=4)

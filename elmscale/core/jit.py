@@ -314,6 +314,20 @@ def weighted_row_sum(M, rows, coef, cols, out):
                 out[j] += c * row[cols[j]]
 
 
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def rows_dot_f32(A, x, out, start, stop):
+    """``out[i] = A[i] . x`` for the rows ``[start, stop)`` of a float32 ``A``, ``x`` and the
+    sums float64: a cache of float32 kernel columns times a float64 vector, with no float32
+    rounding of the products or the sums (BLAS's sgemv would round both)."""
+    n = A.shape[1]
+    for i in range(start, stop):
+        row = A[i]
+        acc = 0.0
+        for k in range(n):
+            acc += np.float64(row[k]) * x[k]
+        out[i] = acc
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def signed_block(M, rows, signs, out):
     """``out[a, b] = signs[a] signs[b] M[rows[a], rows[b]]``: a kernel matrix's block of

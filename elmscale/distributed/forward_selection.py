@@ -28,9 +28,11 @@ __all__ = ["DaskCandidates"]
 class _CandidateActor:
     """One worker's candidates (a Dask actor): the state and its one-round-trip step."""
 
-    def __init__(self, kernel: dict, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray):
+    def __init__(
+        self, kernel: dict, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray, cache_mb: float
+    ):
         with thread_budget(1):
-            self.columns = CandidateColumns(Kernel.from_dict(kernel), X, X_cand, Y)
+            self.columns = CandidateColumns(Kernel.from_dict(kernel), X, X_cand, Y, cache_mb)
 
     def step(self, chosen, q, qr, tol: float) -> tuple[int, float]:
         """Mark ``chosen`` (a local index or None), apply the basis vector q (or None),
@@ -45,9 +47,18 @@ class _CandidateActor:
 
 class DaskCandidates:
     """The candidate rows ``X[pool]`` split over the workers of a Dask ``client``, in
-    contiguous shares in pool order (one actor per worker)."""
+    contiguous shares in pool order (one actor per worker, its share's kernel columns kept
+    in float32 up to ``cache_mb`` as :class:`CandidateColumns` keeps them)."""
 
-    def __init__(self, client, kernel: Kernel, X: np.ndarray, pool: np.ndarray, Y: np.ndarray):
+    def __init__(
+        self,
+        client,
+        kernel: Kernel,
+        X: np.ndarray,
+        pool: np.ndarray,
+        Y: np.ndarray,
+        cache_mb: float = 0.0,
+    ):
         self.kernel = kernel
         self.X = X
         self.X_cand = X[pool]
@@ -63,6 +74,7 @@ class DaskCandidates:
                 X_on_workers,
                 self.X_cand[share],
                 Y_on_workers,
+                float(cache_mb),
                 actor=True,
                 workers=[worker],
                 pure=False,

@@ -141,11 +141,15 @@ class _BaseFLSASVM(BaseEstimator):
                 path = forward_select_gram(G, c0, s, T, n_select, tol=tol, intercept=intercept)
                 return X, pool, path
             if client is None:
-                candidates = CandidateColumns(self._kernel_obj(), X, X[pool], T)
+                candidates = CandidateColumns(
+                    self._kernel_obj(), X, X[pool], T, cache_mb=float(self.cache_mb)
+                )
             else:
                 from elmscale.distributed.forward_selection import DaskCandidates
 
-                candidates = DaskCandidates(client, self._kernel_obj(), X, pool, T)
+                candidates = DaskCandidates(
+                    client, self._kernel_obj(), X, pool, T, cache_mb=float(self.cache_mb)
+                )
             path = forward_select(candidates, T, n_select, tol=tol, intercept=intercept)
         return X, pool, path
 
@@ -233,8 +237,10 @@ _PARAMS_DOC = """
         Memory for the candidates' Gram matrix (M x M float64, with their products with the
         basis, M x m): when it fits, the selection runs in the candidates' space
         (``forward_select_gram``: the kernel values once, one BLAS product, then O(M m) a
-        step); otherwise, and on Dask, each step recomputes the candidates' kernel products
-        with the new basis vector (``forward_select``).  The same selection either way.
+        step).  Otherwise, and on Dask (per worker), the rows' steps, with as many
+        candidates' kernel columns as fit kept in float32 (``CandidateColumns``); the
+        others' kernel products with each new basis vector are computed again.  The same
+        selection either way.
     n_threads : int or None, default=None
         Threads for the kernel products (None or -1: all cores).
     random_state : int, RandomState or None, default=None
