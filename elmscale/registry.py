@@ -232,13 +232,14 @@ for _ensemble in ("BRELM", "GBRELM", "GGBRELM", "KBRELM"):
         )
 
 # FLSA-SVM (elmscale.models.flsa_svm): no C; one selection run gives every number of
-# support vectors, so a grid search's path is n_support.
+# support vectors, so a grid search's path is n_support; fit(dataset, client=...) reduces the
+# candidates' Gram over the units.
 for _task in ("Classifier", "Regressor"):
     register(
         EstimatorEntry(
             f"FLSASVM{_task}",
             f"elmscale.models.flsa_svm:FLSASVM{_task}",
-            Capabilities(task=_task.lower(), c_path=True, path_param="n_support"),
+            Capabilities(task=_task.lower(), c_path=True, path_param="n_support", parquet_fit=True),
         )
     )
 

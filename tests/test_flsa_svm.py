@@ -376,3 +376,33 @@ def test_candidates_on_dask_workers_give_the_local_selection(dask_client, candid
     np.testing.assert_array_equal(gram.support_, on_dask.support_)
     np.testing.assert_allclose(gram.dual_coef_, on_dask.dual_coef_, rtol=1e-7, atol=1e-9)
     np.testing.assert_array_equal(gram.predict(X), on_dask.predict(X))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_a_parquet_data_set_gives_the_selection_of_its_rows_in_memory(
+    tmp_path, dask_client, n_classes
+):
+    from elmscale import open_parquet
+    from elmscale.data import write_generated_parquet
+
+    write_generated_parquet(tmp_path, 1_200, 4, n_classes, random_state=2, rows_per_file=300)
+    data = open_parquet(tmp_path, label="label")
+    X, y = data.read()
+    params = dict(sigma=1.0, n_support=30, candidates=200, random_state=4)
+    here = FLSASVMClassifier(**params).fit(X, y)
+    # the Gram reduced over the units (here, on the workers), the Gram too large for the
+    # cache (the rows gathered, their steps)
+    for client, cache_mb in ((None, 1024.0), (dask_client, 1024.0), (dask_client, 0.01)):
+        model = FLSASVMClassifier(**params, cache_mb=cache_mb).fit(data, client=client)
+        np.testing.assert_array_equal(model.classes_, here.classes_)
+        np.testing.assert_array_equal(model.support_, here.support_)
+        np.testing.assert_array_equal(model.support_vectors_, here.support_vectors_)
+        np.testing.assert_allclose(model.dual_coef_, here.dual_coef_, rtol=1e-7, atol=1e-9)
+        np.testing.assert_array_equal(model.predict(X), here.predict(X))
+    with pytest.raises(ValueError, match="y must be None"):
+        FLSASVMClassifier(**params).fit(data, y)
+    regressor = FLSASVMRegressor(**params).fit(data)
+    in_memory = FLSASVMRegressor(**params).fit(X, y.astype(float))
+    np.testing.assert_array_equal(regressor.support_, in_memory.support_)
+    np.testing.assert_allclose(regressor.dual_coef_, in_memory.dual_coef_, rtol=1e-7, atol=1e-9)

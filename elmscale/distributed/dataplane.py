@@ -31,6 +31,7 @@ from elmscale.distributed.units import (
     ColumnStats,
     add_arrays,
     metrics_from_sums,
+    unit_candidate_gram,
     unit_column_stats,
     unit_fold_scores,
     unit_gram,
@@ -38,11 +39,13 @@ from elmscale.distributed.units import (
     unit_method,
     unit_metric_sums,
     unit_rows,
+    unit_rows_at,
 )
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, FeatureMap
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.gram import Gram
 from elmscale.linalg.targets import TargetEncoder
+from elmscale.solvers.forward_selection import CandidateGram
 
 __all__ = [
     "column_stats",
@@ -181,6 +184,46 @@ def gather_rows(
     X = np.concatenate([p[0] for p in parts])
     y = None if dataset.label is None else np.concatenate([p[1] for p in parts])
     return X, y
+
+
+def rows_at(
+    dataset: ParquetDataset, rows: np.ndarray, *, client=None, n_threads: int | None = None
+) -> np.ndarray:
+    """The rows numbered ``rows`` (sorted, unique), float32, read where they live."""
+    rows = np.asarray(rows, dtype=np.int64)
+    parts = map_units(
+        unit_rows_at,
+        _units(dataset, client),
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        rows=broadcast(rows, client),
+    )
+    return np.concatenate(parts)
+
+
+def candidate_gram(
+    dataset: ParquetDataset,
+    points: np.ndarray,
+    kernel: Kernel,
+    encoder: TargetEncoder,
+    *,
+    client=None,
+    n_threads: int | None = None,
+) -> CandidateGram:
+    """The candidates' Gram of forward selection (``K'K``, ``K'Y``, ``K'1`` and the
+    targets' sums, ``K = K(rows, points)``) over every row, each unit's on its worker: one
+    pass, and only M x M numbers back from each unit."""
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    return reduce_units(
+        unit_candidate_gram,
+        _units(dataset, client),
+        CandidateGram.combine,
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        points=broadcast(points, client),
+        kernel=kernel.to_dict(),
+        encoder=encoder,
+    )
 
 
 def kernel_matrix(

@@ -37,6 +37,7 @@ from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, it
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.targets import TargetEncoder, merge_classes
+from elmscale.solvers.forward_selection import CandidateGram, candidate_gram
 
 __all__ = [
     "ColumnStats",
@@ -168,6 +169,35 @@ def unit_rows(unit: WorkUnit, *, n_threads: int = 1) -> tuple[np.ndarray, np.nda
     """The unit's rows ``(X float32, y)`` (to gather a small data set on the coordinator)."""
     with thread_budget(n_threads):
         return unit.read()
+
+
+def unit_rows_at(unit: WorkUnit, rows: np.ndarray, *, n_threads: int = 1) -> np.ndarray:
+    """The unit's rows among the data set's row numbers ``rows`` (sorted), float32, in
+    order (a candidate pool read from where the rows live)."""
+    with thread_budget(n_threads):
+        lo, hi = np.searchsorted(rows, [unit.start, unit.start + unit.n_rows])
+        if lo == hi:
+            return np.empty((0, len(unit.features)), dtype=np.float32)
+        X, _ = unit.read(with_labels=False)
+        return X[rows[lo:hi] - unit.start]
+
+
+def unit_candidate_gram(
+    unit: WorkUnit,
+    points: np.ndarray,
+    kernel: dict,
+    encoder: TargetEncoder,
+    *,
+    n_threads: int = 1,
+) -> CandidateGram:
+    """The :class:`~elmscale.solvers.forward_selection.CandidateGram` of the unit's rows
+    against the candidate rows ``points``, its labels coded by ``encoder`` (forward
+    selection in the candidates' space: the sums over every unit are the data set's)."""
+    with thread_budget(n_threads):
+        X, y = unit.read()
+        T = encoder.transform(_labels_of(y, unit))
+        T = np.asarray(T, dtype=np.float64).reshape(len(X), -1)
+        return candidate_gram(Kernel.from_dict(kernel), X, points, T)
 
 
 def unit_kernel_rows(

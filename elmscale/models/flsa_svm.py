@@ -35,7 +35,7 @@ from sklearn.utils.validation import check_is_fitted, check_random_state, valida
 from elmscale.core.threads import thread_budget
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
-from elmscale.models.elm import N_THREADS_CONSTRAINT, encode_class_labels
+from elmscale.models.elm import N_THREADS_CONSTRAINT, check_two_classes, encode_class_labels
 from elmscale.solvers.forward_selection import (
     CandidateColumns,
     CandidateSource,
@@ -101,6 +101,11 @@ class _BaseFLSASVM(BaseEstimator):
     def _shape_weights(self, w):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _dataset_targets(self, stats) -> TargetEncoder:  # pragma: no cover - abstract
+        """The coding of a data set's labels from its column statistics; sets ``classes_``
+        or ``n_outputs_``."""
+        raise NotImplementedError
+
     # -- fitting ---------------------------------------------------------------------------
     def _kernel_obj(self) -> Kernel:
         return Kernel(self.kernel, sigma=float(self.sigma), degree=int(self.degree))
@@ -118,7 +123,11 @@ class _BaseFLSASVM(BaseEstimator):
 
     def _run(self, X, y, n_select: int, client=None):
         """Validate, select up to ``n_select`` columns (the candidates on the workers of a
-        Dask ``client`` when given): ``(X32, pool, path)``."""
+        Dask ``client`` when given): ``(candidate rows, pool, path)``."""
+        from elmscale.data.parquet import ParquetDataset
+
+        if isinstance(X, ParquetDataset):
+            return self._run_dataset(X, y, n_select, client)
         is_regressor = isinstance(self, RegressorMixin)
         X, y = validate_data(
             self,
@@ -137,9 +146,9 @@ class _BaseFLSASVM(BaseEstimator):
         candidates: CandidateSource
         with thread_budget(self.n_threads):
             if client is None and gram_bytes(pool.size, n_select) <= self.cache_mb * 2**20:
-                G, c0, s = candidate_gram(self._kernel_obj(), X, X[pool], T)
-                path = forward_select_gram(G, c0, s, T, n_select, tol=tol, intercept=intercept)
-                return X, pool, path
+                gram = candidate_gram(self._kernel_obj(), X, X[pool], T)
+                path = forward_select_gram(gram, n_select, tol=tol, intercept=intercept)
+                return X[pool], pool, path
             if client is None:
                 candidates = CandidateColumns(
                     self._kernel_obj(), X, X[pool], T, cache_mb=float(self.cache_mb)
@@ -151,13 +160,49 @@ class _BaseFLSASVM(BaseEstimator):
                     client, self._kernel_obj(), X, pool, T, cache_mb=float(self.cache_mb)
                 )
             path = forward_select(candidates, T, n_select, tol=tol, intercept=intercept)
-        return X, pool, path
+        return X[pool], pool, path
 
-    def _set_model(self, X, pool, path, m: int) -> None:
+    def _run_dataset(self, dataset, y, n_select: int, client):
+        """``_run`` on a Parquet data set: the candidate pool read where its rows live and
+        the candidates' Gram reduced over the units (on the workers of ``client``), the
+        selection in the candidates' space here; the rows never gathered.  A pool whose
+        Gram does not fit ``cache_mb`` gathers the rows and runs the rows' steps."""
+        from elmscale.distributed import dataplane
+
+        if y is not None:
+            raise ValueError(
+                "y must be None when X is a ParquetDataset: the labels come from its "
+                f"label column {dataset.label!r}"
+            )
+        if dataset.label is None:
+            raise ValueError(
+                f"{dataset.source}: the data set has no label column; expected labels for fitting"
+            )
+        self._validate_params()
+        stats = dataplane.column_stats(dataset, client=client)
+        pool = self._candidate_rows(stats.n_rows)
+        if gram_bytes(pool.size, n_select) > self.cache_mb * 2**20:
+            X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
+            return self._run(X, y, n_select, client)
+        encoder = self._dataset_targets(stats)
+        self.n_features_in_ = dataset.n_features
+        kernel = self._kernel_obj()
+        with thread_budget(self.n_threads):
+            X_cand = dataplane.rows_at(dataset, pool, client=client, n_threads=self.n_threads)
+            gram = dataplane.candidate_gram(
+                dataset, X_cand, kernel, encoder, client=client, n_threads=self.n_threads
+            )
+            path = forward_select_gram(
+                gram, n_select, tol=float(self.tol), intercept=bool(self.fit_intercept)
+            )
+        return X_cand, pool, path
+
+    def _set_model(self, X_cand, pool, path, m: int) -> None:
         alpha, b = coefficients(path, m)
-        rows = pool[path.selected[: alpha.shape[0]]]
+        chosen = path.selected[: alpha.shape[0]]
+        rows = pool[chosen]
         self.support_ = rows.astype(np.int64)
-        self.support_vectors_ = X[rows]
+        self.support_vectors_ = X_cand[chosen]
         self.dual_coef_ = self._shape_weights(alpha)
         shaped = self._shape_weights(b[None, :])  # (1,) for one column, else (1, J)
         self.intercept_ = float(shaped[0]) if shaped.ndim == 1 else shaped[0]
@@ -166,12 +211,16 @@ class _BaseFLSASVM(BaseEstimator):
         self.residuals_ = path.residuals[: rows.size + 1].copy()
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, client=None):
+    def fit(self, X, y=None, client=None):
         """Select ``n_support`` kernel columns (fewer when the rank runs out).
 
-        ``client``: a Dask client; the candidates' state and kernel columns then live on
-        its workers (one actor each, the rows sent once), one round trip per step, and
-        the selection equals the local one."""
+        ``X`` may be a :class:`~elmscale.data.parquet.ParquetDataset` (``y`` None: its label
+        column): the candidate pool is read where its rows live and the candidates' Gram
+        reduced over the units, on the Dask cluster of ``client`` or here, the rows never
+        gathered (a pool whose Gram does not fit ``cache_mb`` gathers them).  With arrays,
+        ``client``: the candidates' state and kernel columns then live on its workers
+        (one actor each, the rows sent once), one round trip per step.  The selection
+        equals the local one."""
         X, pool, path = self._run(X, y, int(self.n_support), client)
         self._set_model(X, pool, path, int(self.n_support))
         return self
@@ -287,6 +336,11 @@ class FLSASVMClassifier(ClassifierMixin, _BaseFLSASVM):
     def _encode_targets(self, y):
         return encode_class_labels(self, y, self.target_coding)
 
+    def _dataset_targets(self, stats) -> TargetEncoder:
+        self.classes_ = np.asarray(stats.classes)
+        check_two_classes(self)
+        return TargetEncoder(self.target_coding, self.classes_)
+
     def _shape_weights(self, w):
         return w[:, 0] if w.shape[1] == 1 else w
 
@@ -318,6 +372,12 @@ class FLSASVMRegressor(RegressorMixin, _BaseFLSASVM):
         T = y[:, None] if y.ndim == 1 else y
         self.n_outputs_ = int(T.shape[1])
         return T
+
+    def _dataset_targets(self, stats) -> TargetEncoder:
+        del stats  # a data set's label column: one output
+        self._single_output = True
+        self.n_outputs_ = 1
+        return TargetEncoder("values")
 
     def _shape_weights(self, w):
         return w[:, 0] if self._single_output else w

@@ -38,6 +38,7 @@ from elmscale.features.kernels import Kernel
 
 __all__ = [
     "CandidateColumns",
+    "CandidateGram",
     "CandidateSource",
     "ForwardPath",
     "candidate_gram",
@@ -248,12 +249,44 @@ def gram_bytes(n_candidates: int, n_select: int) -> int:
     return 8 * n_candidates * (n_candidates + n_select + 1)
 
 
+class CandidateGram(NamedTuple):
+    """What the candidates' space needs of the rows, sums over them (so that blocks of rows,
+    or Parquet units on workers, add up): ``G = K'K`` (M x M) of the candidates' kernel
+    columns ``K = K(X, X_cand)``, ``c0 = K'Y`` (M x J), ``s = K'1`` (M), ``y_sum = 1'Y``
+    (J), ``y_sq = |Y|^2`` and ``n_rows``."""
+
+    G: np.ndarray
+    c0: np.ndarray
+    s: np.ndarray
+    y_sum: np.ndarray
+    y_sq: float
+    n_rows: int
+
+    @classmethod
+    def combine(cls, *parts: CandidateGram) -> CandidateGram:
+        """The sums over every part's rows."""
+
+        def total(arrays) -> np.ndarray:  # in place: no stack of M x M parts
+            out = np.array(arrays[0], dtype=np.float64, copy=True)
+            for a in arrays[1:]:
+                out += a
+            return out
+
+        return cls(
+            total([p.G for p in parts]),
+            total([p.c0 for p in parts]),
+            total([p.s for p in parts]),
+            total([p.y_sum for p in parts]),
+            float(sum(p.y_sq for p in parts)),
+            int(sum(p.n_rows for p in parts)),
+        )
+
+
 def candidate_gram(
     kernel: Kernel, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(G, c0, s)`` of the candidates' kernel columns ``K = K(X, X_cand)`` (l x M):
-    ``G = K'K`` (M x M), ``c0 = K'Y`` (M x J), ``s = K'1`` (M), accumulated over blocks of
-    the training rows (one pass of kernel values; the products are BLAS)."""
+) -> CandidateGram:
+    """The :class:`CandidateGram` of the rows ``X`` with targets ``Y`` (l x J), accumulated
+    over blocks of rows (one pass of kernel values; the products are BLAS)."""
     M = X_cand.shape[0]
     G = np.zeros((M, M))
     c0 = np.zeros((M, Y.shape[1]))
@@ -265,22 +298,19 @@ def candidate_gram(
         G += block @ block.T
         c0 += block @ Y[rows]
         s += block.sum(axis=1)
-    return G, c0, s
+    y_sq = float(np.einsum("ij,ij->", Y, Y))
+    return CandidateGram(G, c0, s, Y.sum(axis=0), y_sq, int(X.shape[0]))
 
 
 def forward_select_gram(
-    G: np.ndarray,
-    c0: np.ndarray,
-    s: np.ndarray,
-    Y: np.ndarray,
+    gram: CandidateGram,
     n_select: int,
     *,
     tol: float = 1e-8,
     intercept: bool = False,
 ) -> ForwardPath:
     """:func:`forward_select` in the candidates' space: the same selection from the
-    candidates' Gram ``G = K'K``, ``c0 = K'Y`` and ``s = K'1`` (:func:`candidate_gram`),
-    never touching an l-vector.
+    candidates' :class:`CandidateGram`, never touching an l-vector.
 
     Every basis vector is a combination of candidate columns (and the constant column), so
     a candidate's products with the basis, ``P = K'Q`` (M x k), follow from ``G``: the new
@@ -292,7 +322,8 @@ def forward_select_gram(
     Gram's O(l M^2) BLAS product.  ``z = Q'Y`` is the candidate's correlation over its
     norm; the residual norms follow from ``|r|^2 = |Y|^2 - |z|^2`` summed.
     """
-    n_rows, J = Y.shape
+    G = gram.G
+    J = gram.c0.shape[1]
     M = G.shape[0]
     k_max = n_select + int(intercept)
     P = np.empty((M, k_max))
@@ -300,15 +331,15 @@ def forward_select_gram(
     z = np.empty((k_max, J))
     norm2_start = np.diagonal(G).copy()
     norm2 = norm2_start.copy()
-    corr = np.array(c0, dtype=np.float64, copy=True)
+    corr = np.array(gram.c0, dtype=np.float64, copy=True)
     active = norm2_start > 0
-    r2 = float(np.einsum("ij,ij->", Y, Y))
+    r2 = float(gram.y_sq)
     k = 0
     if intercept:  # q = 1 / sqrt(l): K'q = s / sqrt(l)
-        root = np.sqrt(n_rows)
-        p = s / root
+        root = np.sqrt(gram.n_rows)
+        p = gram.s / root
         R[0, 0] = root
-        z[0] = Y.sum(axis=0) / root
+        z[0] = gram.y_sum / root
         corr -= np.outer(p, z[0])
         norm2 -= p * p
         P[:, 0] = p
