@@ -406,3 +406,38 @@ def test_a_parquet_data_set_gives_the_selection_of_its_rows_in_memory(
     in_memory = FLSASVMRegressor(**params).fit(X, y.astype(float))
     np.testing.assert_array_equal(regressor.support_, in_memory.support_)
     np.testing.assert_allclose(regressor.dual_coef_, in_memory.dual_coef_, rtol=1e-7, atol=1e-9)
+
+
+@BOTH_PATHS
+def test_a_support_set_per_class_is_each_columns_literal_selection(cache_mb):
+    rng = np.random.default_rng(3)
+    X = _data(n=75, d=2, seed=3)
+    y = rng.integers(0, 3, size=75)
+    y[:3] = [0, 1, 2]
+    est = FLSASVMClassifier(
+        sigma=0.8, n_support=13, support_sets="per_class", cache_mb=cache_mb
+    ).fit(X, y)
+    K = _kernel_matrix(Kernel("gaussian", 0.8), X)
+    decision = np.zeros((75, 3))
+    union = []
+    for c, m_c in enumerate([5, 4, 4]):  # 13 shared among 3 classes, the first one more
+        t = np.where(y == c, 1.0, -1.0)
+        chosen, coef, b = literal_fols(K, t, m_c, est.tol, True)
+        union += [j for j in chosen if j not in union]
+        decision[:, c] = K[:, chosen] @ coef[:, 0] + b[0]
+        rows = [est.support_.tolist().index(j) for j in chosen]
+        np.testing.assert_allclose(est.dual_coef_[rows, c], coef[:, 0], rtol=1e-8, atol=1e-10)
+        outside = np.setdiff1d(np.arange(est.n_support_), rows)
+        assert np.all(est.dual_coef_[outside, c] == 0.0)
+    assert est.support_.tolist() == union and est.n_iter_ == 13
+    np.testing.assert_allclose(est.decision_function(X), decision, rtol=1e-7, atol=1e-8)
+
+
+def test_two_classes_give_the_same_model_with_either_support_sets():
+    X = _data(n=80, d=3, seed=8)
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    shared = FLSASVMClassifier(sigma=1.0, n_support=15).fit(X, y)
+    per_class = FLSASVMClassifier(sigma=1.0, n_support=15, support_sets="per_class").fit(X, y)
+    np.testing.assert_array_equal(per_class.support_, shared.support_)
+    np.testing.assert_array_equal(per_class.dual_coef_, shared.dual_coef_)
+    np.testing.assert_array_equal(per_class.residuals_, shared.residuals_)

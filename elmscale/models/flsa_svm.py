@@ -49,6 +49,22 @@ from elmscale.solvers.forward_selection import (
 __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
 
 
+def _shares(m: int, n_groups: int) -> list[int]:
+    """``m`` selections shared among ``n_groups`` selections, as evenly as they go (the
+    first ones one more): the total basis size stays ``m``."""
+    return [m // n_groups + (g < m % n_groups) for g in range(n_groups)]
+
+
+def _joint_residuals(paths: list[np.ndarray]) -> np.ndarray:
+    """The Frobenius norm of every column's residual after each round of selections (a
+    selection each), a path that has stopped holding its last value."""
+    if len(paths) == 1:
+        return paths[0].copy()
+    n = max(p.size for p in paths)
+    padded = np.array([np.concatenate([p, np.full(n - p.size, p[-1])]) for p in paths])
+    return np.sqrt((padded**2).sum(axis=0))
+
+
 class _BaseFLSASVM(BaseEstimator):
     """Shared parameters, fitting and scoring of the FLSA-SVM estimators."""
 
@@ -64,6 +80,7 @@ class _BaseFLSASVM(BaseEstimator):
         ],
         "tol": [Interval(numbers.Real, 0, 1, closed="left")],
         "fit_intercept": ["boolean"],
+        "support_sets": [StrOptions({"shared", "per_class"})],
         "cache_mb": [Interval(numbers.Real, 0, None, closed="left")],
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
@@ -79,6 +96,7 @@ class _BaseFLSASVM(BaseEstimator):
         candidates="all",
         tol=1e-8,
         fit_intercept=True,
+        support_sets="shared",
         cache_mb=1024.0,
         n_threads=None,
         random_state=None,
@@ -90,6 +108,7 @@ class _BaseFLSASVM(BaseEstimator):
         self.candidates = candidates
         self.tol = tol
         self.fit_intercept = fit_intercept
+        self.support_sets = support_sets
         self.cache_mb = cache_mb
         self.n_threads = n_threads
         self.random_state = random_state
@@ -142,25 +161,52 @@ class _BaseFLSASVM(BaseEstimator):
         if T.ndim == 1:
             T = T[:, None]
         pool = self._candidate_rows(X.shape[0])
-        tol, intercept = float(self.tol), bool(self.fit_intercept)
-        candidates: CandidateSource
+        groups = self._target_groups(T.shape[1])
+        counts = _shares(n_select, len(groups))
+        kernel = self._kernel_obj()
         with thread_budget(self.n_threads):
-            if client is None and gram_bytes(pool.size, n_select) <= self.cache_mb * 2**20:
-                gram = candidate_gram(self._kernel_obj(), X, X[pool], T)
-                path = forward_select_gram(gram, n_select, tol=tol, intercept=intercept)
-                return X[pool], pool, path
-            if client is None:
-                candidates = CandidateColumns(
-                    self._kernel_obj(), X, X[pool], T, cache_mb=float(self.cache_mb)
-                )
-            else:
-                from elmscale.distributed.forward_selection import DaskCandidates
+            if client is None and gram_bytes(pool.size, max(counts)) <= self.cache_mb * 2**20:
+                gram = candidate_gram(kernel, X, X[pool], T)
+                return X[pool], pool, self._select_in_gram(gram, groups, counts)
+            paths = []
+            for group, n in zip(groups, counts):
+                candidates: CandidateSource
+                if client is None:
+                    candidates = CandidateColumns(
+                        kernel, X, X[pool], T[:, group], cache_mb=float(self.cache_mb)
+                    )
+                else:
+                    from elmscale.distributed.forward_selection import DaskCandidates
 
-                candidates = DaskCandidates(
-                    client, self._kernel_obj(), X, pool, T, cache_mb=float(self.cache_mb)
+                    candidates = DaskCandidates(
+                        client, kernel, X, pool, T[:, group], cache_mb=float(self.cache_mb)
+                    )
+                paths.append(
+                    forward_select(
+                        candidates,
+                        T[:, group],
+                        n,
+                        tol=float(self.tol),
+                        intercept=bool(self.fit_intercept),
+                    )
                 )
-            path = forward_select(candidates, T, n_select, tol=tol, intercept=intercept)
-        return X[pool], pool, path
+        return X[pool], pool, paths
+
+    def _target_groups(self, n_columns: int) -> list[slice]:
+        """The target columns each selection serves: all of them (one shared support set),
+        or one each (``support_sets="per_class"``)."""
+        if self.support_sets == "per_class":
+            return [slice(c, c + 1) for c in range(n_columns)]
+        return [slice(0, n_columns)]
+
+    def _select_in_gram(self, gram, groups, counts) -> list:
+        """Each group's selection in the candidates' space, all from one Gram."""
+        return [
+            forward_select_gram(
+                gram.columns(group), n, tol=float(self.tol), intercept=bool(self.fit_intercept)
+            )
+            for group, n in zip(groups, counts)
+        ]
 
     def _run_dataset(self, dataset, y, n_select: int, client):
         """``_run`` on a Parquet data set: the candidate pool read where its rows live and
@@ -181,10 +227,12 @@ class _BaseFLSASVM(BaseEstimator):
         self._validate_params()
         stats = dataplane.column_stats(dataset, client=client)
         pool = self._candidate_rows(stats.n_rows)
-        if gram_bytes(pool.size, n_select) > self.cache_mb * 2**20:
+        encoder = self._dataset_targets(stats)
+        groups = self._target_groups(encoder.n_columns if encoder.for_classes else 1)
+        counts = _shares(n_select, len(groups))
+        if gram_bytes(pool.size, max(counts)) > self.cache_mb * 2**20:
             X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
             return self._run(X, y, n_select, client)
-        encoder = self._dataset_targets(stats)
         self.n_features_in_ = dataset.n_features
         kernel = self._kernel_obj()
         with thread_budget(self.n_threads):
@@ -192,14 +240,25 @@ class _BaseFLSASVM(BaseEstimator):
             gram = dataplane.candidate_gram(
                 dataset, X_cand, kernel, encoder, client=client, n_threads=self.n_threads
             )
-            path = forward_select_gram(
-                gram, n_select, tol=float(self.tol), intercept=bool(self.fit_intercept)
-            )
-        return X_cand, pool, path
+        return X_cand, pool, self._select_in_gram(gram, groups, counts)
 
-    def _set_model(self, X_cand, pool, path, m: int) -> None:
-        alpha, b = coefficients(path, m)
-        chosen = path.selected[: alpha.shape[0]]
+    def _set_model(self, X_cand, pool, paths, m: int) -> None:
+        """The model of the first ``m`` selections (shared among the paths as in ``_run``):
+        the union of the paths' support vectors, each column's weights on its own."""
+        parts = [coefficients(path, n) for path, n in zip(paths, _shares(m, len(paths)))]
+        chosen_each = [path.selected[: a.shape[0]] for path, (a, _) in zip(paths, parts)]
+        chosen = np.array(
+            list(dict.fromkeys(int(j) for c in chosen_each for j in c)), dtype=np.int64
+        )
+        where = {j: i for i, j in enumerate(chosen.tolist())}
+        J = sum(a.shape[1] for a, _ in parts)
+        alpha, b = np.zeros((chosen.size, J)), np.zeros(J)
+        col = 0
+        for (a, b_part), picked in zip(parts, chosen_each):
+            width = a.shape[1]
+            alpha[[where[int(j)] for j in picked], col : col + width] = a
+            b[col : col + width] = b_part
+            col += width
         rows = pool[chosen]
         self.support_ = rows.astype(np.int64)
         self.support_vectors_ = X_cand[chosen]
@@ -207,8 +266,10 @@ class _BaseFLSASVM(BaseEstimator):
         shaped = self._shape_weights(b[None, :])  # (1,) for one column, else (1, J)
         self.intercept_ = float(shaped[0]) if shaped.ndim == 1 else shaped[0]
         self.n_support_ = int(rows.size)
-        self.n_iter_ = int(rows.size)
-        self.residuals_ = path.residuals[: rows.size + 1].copy()
+        self.n_iter_ = int(sum(c.size for c in chosen_each))
+        self.residuals_ = _joint_residuals(
+            [path.residuals[: c.size + 1] for path, c in zip(paths, chosen_each)]
+        )
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, client=None):
@@ -221,8 +282,8 @@ class _BaseFLSASVM(BaseEstimator):
         ``client``: the candidates' state and kernel columns then live on its workers
         (one actor each, the rows sent once), one round trip per step.  The selection
         equals the local one."""
-        X, pool, path = self._run(X, y, int(self.n_support), client)
-        self._set_model(X, pool, path, int(self.n_support))
+        X, pool, paths = self._run(X, y, int(self.n_support), client)
+        self._set_model(X, pool, paths, int(self.n_support))
         return self
 
     def fit_path(self, X, y, ms, client=None) -> list:
@@ -232,14 +293,14 @@ class _BaseFLSASVM(BaseEstimator):
         if not ms or min(ms) < 1:
             raise ValueError(f"ms must be a non-empty list of integers >= 1; got {ms}")
         self._validate_params()
-        X, pool, path = self._run(X, y, max(ms), client)
+        X, pool, paths = self._run(X, y, max(ms), client)
         models = []
         for m in ms:
             # a copy carries what _run set (n_features_in_, classes_ or n_outputs_, ...)
             model = copy.copy(self).set_params(n_support=m)
-            model._set_model(X, pool, path, m)
+            model._set_model(X, pool, paths, m)
             models.append(model)
-        self._set_model(X, pool, path, min(int(self.n_support), max(ms)))
+        self._set_model(X, pool, paths, min(int(self.n_support), max(ms)))
         return models
 
     # -- scoring ---------------------------------------------------------------------------
@@ -282,6 +343,12 @@ _PARAMS_DOC = """
         A constant column, first in the orthogonal basis (so the kernel columns are chosen
         against centred targets); its weight is ``intercept_``.  It is not a candidate and
         not counted in ``n_support``.  False: no bias, as the LS-SVM without one.
+    support_sets : {"shared", "per_class"}, default="shared"
+        One set of support vectors for every target column (each step takes the column
+        that most reduces their summed squared residual), or a set per column (a class of
+        the one-vs-rest coding, or an output), ``n_support`` shared among them so that the
+        total basis size is the same; ``support_`` is then their union and each column's
+        weights are zero outside its own set.  Two classes: the same model either way.
     cache_mb : float, default=1024
         Memory for the candidates' Gram matrix (M x M float64, with their products with the
         basis, M x m): when it fits, the selection runs in the candidates' space

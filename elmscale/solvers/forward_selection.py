@@ -253,14 +253,19 @@ class CandidateGram(NamedTuple):
     """What the candidates' space needs of the rows, sums over them (so that blocks of rows,
     or Parquet units on workers, add up): ``G = K'K`` (M x M) of the candidates' kernel
     columns ``K = K(X, X_cand)``, ``c0 = K'Y`` (M x J), ``s = K'1`` (M), ``y_sum = 1'Y``
-    (J), ``y_sq = |Y|^2`` and ``n_rows``."""
+    (J), ``y_sq`` the squared norms of Y's columns (J) and ``n_rows``."""
 
     G: np.ndarray
     c0: np.ndarray
     s: np.ndarray
     y_sum: np.ndarray
-    y_sq: float
+    y_sq: np.ndarray
     n_rows: int
+
+    def columns(self, which: slice) -> CandidateGram:
+        """The same for the target columns ``which`` (a selection of their own: the Gram
+        is shared)."""
+        return self._replace(c0=self.c0[:, which], y_sum=self.y_sum[which], y_sq=self.y_sq[which])
 
     @classmethod
     def combine(cls, *parts: CandidateGram) -> CandidateGram:
@@ -277,7 +282,7 @@ class CandidateGram(NamedTuple):
             total([p.c0 for p in parts]),
             total([p.s for p in parts]),
             total([p.y_sum for p in parts]),
-            float(sum(p.y_sq for p in parts)),
+            total([p.y_sq for p in parts]),
             int(sum(p.n_rows for p in parts)),
         )
 
@@ -298,7 +303,7 @@ def candidate_gram(
         G += block @ block.T
         c0 += block @ Y[rows]
         s += block.sum(axis=1)
-    y_sq = float(np.einsum("ij,ij->", Y, Y))
+    y_sq = np.einsum("ij,ij->j", Y, Y)
     return CandidateGram(G, c0, s, Y.sum(axis=0), y_sq, int(X.shape[0]))
 
 
@@ -333,7 +338,7 @@ def forward_select_gram(
     norm2 = norm2_start.copy()
     corr = np.array(gram.c0, dtype=np.float64, copy=True)
     active = norm2_start > 0
-    r2 = float(gram.y_sq)
+    r2 = float(np.sum(gram.y_sq))
     k = 0
     if intercept:  # q = 1 / sqrt(l): K'q = s / sqrt(l)
         root = np.sqrt(gram.n_rows)
