@@ -2,9 +2,16 @@
 kernel: the equalities the design rests on (FELM without selection is the sparse ELM, a
 tau = 0 kernel is the gaussian, warm re-solves equal cold ones, the dual screen rejects
 only flips a solve would reject, block sizes and threads do not change the result), the
-objective path, and the estimator's interface (selector, model files, bad input)."""
+objective path, psi's two scales (the absolute one is the model before the relative one
+existed; the relative one follows the objective's units and walks a grid from many
+features to one), and the estimator's interface (selector, model files, bad input)."""
 
 from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -22,6 +29,7 @@ from elmscale.solvers.feature_flips import (
     ExplicitMaskProblem,
     KernelMaskProblem,
     evaluate_block,
+    relative_psi_unit,
     select_features,
 )
 from elmscale.solvers.sparse_dual import kkt_violation, solve_kernel_dual
@@ -32,6 +40,18 @@ def relevant_two(n=160, d=12, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-1, 1, size=(n, d))
     t = np.where(X[:, 0] + X[:, 1] ** 2 - 0.3 > 0, 1.0, -1.0)
+    return X, t
+
+
+def graded(n=200, d=16, seed=0, flip=0.05):
+    """A linear rule on features 0-5 with weights 1 .. 0.2 (each less useful than the one
+    before), 5 % of the labels flipped; the other columns are noise in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(n, d))
+    w = np.zeros(d)
+    w[:6] = (1.0, 0.8, 0.6, 0.45, 0.3, 0.2)
+    t = np.where(X @ w > 0, 1.0, -1.0)
+    t[rng.random(n) < flip] *= -1
     return X, t
 
 
@@ -208,6 +228,162 @@ def test_fkelm_finds_the_two_relevant_features():
     assert model.score(X, t) > 0.9
 
 
+# -- psi's scale -----------------------------------------------------------------------------
+
+#: the models of relevant_two() before psi_scale existed (psi then always absolute): the
+#: kept features and objective_path_ of each, recorded with the code of commit 230f22b
+BEFORE_PSI_SCALE = [
+    (
+        lambda: FELMClassifier(n_hidden=60, psi=0.2, random_state=1),
+        [0, 1, 2, 4, 9, 11],
+        [50.29911576608792, 50.15090371839071, 49.704080327157534, 49.68531283659132]
+        + [49.13526642668579, 49.00769777999942, 48.96689654108933, 48.85420501654972],
+    ),
+    (
+        lambda: FELMClassifier(
+            n_hidden=60, psi=0.05, C=4.0, initial_selection=False, random_state=2
+        ),
+        [0, 2, 4, 5, 6, 7, 9, 10, 11],
+        [169.10727676158373, 166.71200341053841, 165.96318374459995, 165.7564552364686],
+    ),
+    (
+        lambda: FKELMClassifier(C=4.0, psi=0.3, sigma=0.8),
+        [0, 1],
+        [191.96379875927548, 114.96191411557095],
+    ),
+    (
+        lambda: FKELMClassifier(C=1.0, psi=0.1, sigma=2.0, tau=0.2, initial_selection=False),
+        [0, 1, 8],
+        [65.25929448687688, 64.55868295248442, 64.08716848545929, 63.37439216717146]
+        + [62.61249496910841, 62.43451253424056, 61.73893382023639, 61.68269955663405]
+        + [61.04471375561656, 60.619987946308456, 60.545300005557046, 59.75181745669469],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BEFORE_PSI_SCALE)))
+def test_the_absolute_scale_is_the_model_before_the_relative_scale(case):
+    make, kept, path = BEFORE_PSI_SCALE[case]
+    X, t = relevant_two()
+    model = make().set_params(psi_scale="absolute", n_threads=1).fit(X, t)
+    assert model.get_support(indices=True).tolist() == kept
+    np.testing.assert_allclose(model.objective_path_, path, rtol=1e-9)
+    assert model.psi_effective_.tolist() == [model.psi]
+
+
+@pytest.mark.parametrize("cls", [FELMClassifier, FKELMClassifier])
+def test_relative_psi_is_psi_times_the_objective_on_every_feature_over_sqrt_d(cls):
+    X, t = graded()
+    kw = {"n_hidden": 60, "random_state": 1} if cls is FELMClassifier else {"sigma": 2.0}
+    psi = 0.3
+    plain = cls(**kw, psi=0.0, initial_selection=False, max_sweeps=0).fit(X, t)
+    f0 = plain.objective_[0]
+    assert relative_psi_unit(f0, X.shape[1]) == pytest.approx(f0 / 4.0)  # sqrt(16)
+    relative = cls(**kw, psi=psi).fit(X, t)
+    absolute = cls(**kw, psi=psi * f0 / 4.0, psi_scale="absolute").fit(X, t)
+    np.testing.assert_allclose(relative.psi_effective_, [psi * f0 / 4.0], rtol=1e-12)
+    np.testing.assert_array_equal(relative.support_mask_, absolute.support_mask_)
+    np.testing.assert_allclose(relative.objective_path_, absolute.objective_path_, rtol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [FELMClassifier, FKELMClassifier])
+def test_kept_features_fall_along_the_relative_grid_from_many_to_one(cls):
+    """psi = 2^-8 .. 2^4 on a problem whose six useful features are graded: the kept count
+    never rises and ends at one feature (measured: FELM 9 -> 1, FKELM 7 -> 1); the six
+    useful features are kept at the smallest psi, and at psi = 1 only the most useful."""
+    X, t = graded()
+    kw = {"n_hidden": 60, "random_state": 1} if cls is FELMClassifier else {"sigma": 2.0}
+    masks = [cls(**kw, psi=2.0**k).fit(X, t).support_mask_ for k in range(-8, 5)]
+    kept = [int(m.sum()) for m in masks]
+    assert kept[0] >= 6 and kept[-1] == 1
+    assert all(a >= b for a, b in zip(kept, kept[1:])), kept
+    assert all(masks[0][:6])
+    assert 1 <= masks[8].sum() and set(np.flatnonzero(masks[8])) <= {0, 1}  # psi = 2^0
+
+
+@pytest.mark.parametrize("make", [felm_problem, fkelm_problem])
+def test_the_relative_scale_follows_the_objectives_units(make):
+    """C x 4 with the node outputs / 2 (the kernel / 4) multiplies every mask's objective by
+    4 (beta = 2 gamma): the relative scale selects the same features, the absolute one
+    (the same psi now weighs 4x less) keeps more."""
+    X, t = graded()
+
+    def scaled(c):
+        problem = make(X, t, C=c * (1.0 if make is felm_problem else 4.0))
+        if make is felm_problem:
+            features = problem.features
+            problem.features = lambda pre: features(pre) / np.sqrt(c)
+        else:
+            gram = problem.gram
+            problem.gram = lambda pre: gram(pre) / c
+        return problem
+
+    found = {}
+    for scale, psi in (("relative", 0.25), ("absolute", 2.0)):
+        for c in (1.0, 4.0):
+            problem = scaled(c)
+            problem.psi = psi
+            found[scale, c] = select_features(problem, psi_scale=scale)
+    one, four = found["relative", 1.0], found["relative", 4.0]
+    np.testing.assert_array_equal(one.point.mask, four.point.mask)
+    np.testing.assert_allclose(four.objective_path, 4.0 * one.objective_path, rtol=1e-6)
+    assert four.psi_effective == pytest.approx(4.0 * one.psi_effective, rel=1e-9)
+    # measured: FELM 7 and 11 kept features, FKELM 10 and 14
+    assert found["absolute", 4.0].point.mask.sum() >= found["absolute", 1.0].point.mask.sum() + 3
+
+
+def test_each_pair_prices_features_in_its_own_objectives_units():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-1, 1, size=(150, 6))
+    y = np.digitize(X[:, 0] + 0.5 * X[:, 2], [-0.4, 0.4])  # three classes
+    model = FKELMClassifier(C=2.0, psi=0.5, sigma=0.8, tau=0.3).fit(X, y)
+    plain = FKELMClassifier(
+        C=2.0, psi=0.0, sigma=0.8, tau=0.3, initial_selection=False, max_sweeps=0
+    ).fit(X, y)
+    expected = 0.5 * plain.objective_ / np.sqrt(6)
+    np.testing.assert_allclose(model.psi_effective_, expected, rtol=1e-12)
+    assert np.unique(model.psi_effective_).size == 3
+
+
+def _as_written_before_psi_scale(path):
+    """Rewrite a model file as the release before psi_scale wrote it: no psi_scale parameter,
+    no psi_effective_ array (checksums made anew)."""
+    with zipfile.ZipFile(path) as zf:
+        members = {name: zf.read(name) for name in zf.namelist() if name != "SHA256SUMS"}
+    meta = json.loads(members["metadata.json"])
+    node = meta["model"]
+    del node["params"]["psi_scale"]
+    members.pop(node["arrays"].pop("psi_effective_"))
+    members["metadata.json"] = json.dumps(meta).encode()
+    sums = "".join(f"{hashlib.sha256(v).hexdigest()}  {k}\n" for k, v in members.items())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        zf.writestr("SHA256SUMS", sums)
+    path.write_bytes(buffer.getvalue())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: FELMClassifier(n_hidden=40, psi=0.2, psi_scale="absolute", random_state=0),
+        lambda: FKELMClassifier(C=4.0, psi=0.3, psi_scale="absolute", sigma=0.8),
+    ],
+)
+def test_a_model_file_written_before_psi_scale_loads_and_predicts_the_same(make, tmp_path):
+    X, t = relevant_two()
+    model = make().fit(X, t)
+    path = tmp_path / "old.elm"
+    model.save(path)
+    _as_written_before_psi_scale(path)
+    assert "psi_scale" not in zipfile.ZipFile(path).read("metadata.json").decode()
+    loaded = model_files.load(path)
+    np.testing.assert_array_equal(loaded.support_mask_, model.support_mask_)
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+
+
 # -- the estimators --------------------------------------------------------------------------
 
 
@@ -273,6 +449,7 @@ def test_multiclass_pairs_select_their_own_features(make, tmp_path):
         (FKELMClassifier(tau=2.0), "tau"),
         (FKELMClassifier(sigma_star_ratio=0.0), "sigma_star_ratio"),
         (FELMClassifier(resolve_start="lukewarm"), "resolve_start"),
+        (FKELMClassifier(psi_scale="per-feature"), "psi_scale"),
     ],
 )
 def test_bad_parameters_name_themselves(est, message):
@@ -290,7 +467,9 @@ def test_one_class_is_an_error():
 def test_max_sweeps_reached_warns_and_reports():
     X, t = relevant_two()
     with pytest.warns(Warning, match="max_sweeps"):
-        model = FELMClassifier(n_hidden=60, psi=0.3, max_sweeps=1, random_state=0).fit(X, t)
+        model = FELMClassifier(
+            n_hidden=60, psi=0.3, psi_scale="absolute", max_sweeps=1, random_state=0
+        ).fit(X, t)
     assert not model.converged_[0]
     assert model.n_iter_[0] == 1
 

@@ -18,13 +18,13 @@ from elmscale.experiments.papers import felm
 from elmscale.experiments.pieces import L1SelectSVC, PaperSVC, selected_feature_count
 from elmscale.experiments.reproduce import load_protocol, reproduce, select_datasets
 
-METHODS = {"FELM", "FKELM", "L1-select+SVC", "SVC"}
+METHODS = {"FELM", "FKELM", "FELM-rel", "FKELM-rel", "L1-select+SVC", "SVC"}
 
 
 def test_the_quick_protocol_expands_into_one_trial_per_method_and_set():
     quick = load_protocol("felm", quick=True)
     pieces = quick.pieces()
-    assert len(pieces) == len({p.key for p in pieces}) == 8
+    assert len(pieces) == len({p.key for p in pieces}) == 12
     assert {p.dataset for p in pieces} == set(felm.QUICK_SETS)
     assert {p.method.name for p in pieces} == METHODS
     assert {(p.trial, p.folds, p.table) for p in pieces} == {(0, 3, "5")}
@@ -33,12 +33,22 @@ def test_the_quick_protocol_expands_into_one_trial_per_method_and_set():
     assert list(fkelm.grid_dict()) == ["psi"]  # the second stage, with the selection
     assert dict(fkelm.first_stage_params) == dict(felm.WITHOUT_SELECTION)
     assert dict(fkelm.params)["sigma_star_ratio"] == 2.0**10
+    # the paper's rows keep its absolute psi; the -rel rows search the relative scale,
+    # largest psi first (the CV's ties go to the sparser model)
+    by_name = {p.method.name: p.method for p in pieces}
+    for name in ("FELM", "FKELM"):
+        assert dict(by_name[name].params)["psi_scale"] == "absolute"
+        assert dict(by_name[name + "-rel"].params)["psi_scale"] == "relative"
+        assert by_name[name + "-rel"].first_stage == by_name[name].first_stage
+    assert by_name["FELM-rel"].grid_dict()["psi"] == list(felm.QUICK["rel_psi"])
     full = load_protocol("felm")
     assert [(t.name, len(t.datasets), t.trials, t.folds) for t in full.tables] == [
         ("5", 8, 10, 5),
         ("3", 2, 10, 5),
     ]
-    assert len(full.pieces()) == 10 * 4 * 10
+    assert len(full.pieces()) == 10 * 6 * 10
+    rel = next(m for m in full.tables[0].methods if m.name == "FKELM-rel")
+    assert rel.grid_dict()["psi"] == [2.0**k for k in (4, 2, 0, -2, -4, -6, -8)]
     assert all(t.feature_counts and t.control == "FKELM" for t in full.tables)
 
 
@@ -50,6 +60,8 @@ def test_the_notes_state_the_grid_reduction():
     assert "C in {2^-6, 2^-4, ..., 2^6}" in reduction  # this run's
     assert "psi in {0, 2^0, 2^2, 2^4}" in reduction and "tau in {0.3, 0.4, 0.5, 0.6}" in reduction
     assert "two CV stages" in reduction
+    assert "relative psi in {2^4, 2^2, ..., 2^-8}" in reduction
+    assert any("psi_scale='relative'" in note for note in load_protocol("felm").notes)
     assert "--quick" in load_protocol("felm", quick=True).notes[0]
     assert len(felm.PAPER_C) == len(felm.PAPER_SIGMA_P) == 21 and len(felm.PAPER_TAU) == 11
 
@@ -82,7 +94,7 @@ def test_a_named_set_runs_in_the_table_that_lists_it():
         ("5", ("heart",)),
         ("3", ("two-moon",)),
     ]
-    assert len(chosen.pieces()) == 2 * 4 * 10
+    assert len(chosen.pieces()) == 2 * 6 * 10
 
 
 def test_the_claim_is_judged_against_the_papers_accuracy(tmp_path):
@@ -127,7 +139,7 @@ def test_the_quick_run_records_kept_features_beside_the_papers_accuracy(tmp_path
         executor=LocalExecutor(2),
         quiet=True,
     )
-    assert run.n_pieces == 8
+    assert run.n_pieces == 12
     results = pd.read_csv(tmp_path / "results.csv")
     assert set(results["method"]) == METHODS
     assert (results["n_features_selected"] >= 1).all()
@@ -137,6 +149,8 @@ def test_the_quick_run_records_kept_features_beside_the_papers_accuracy(tmp_path
     assert set(svc["n_features"]) == {13, 30}
     chosen = [json.loads(p) for p in results.loc[results["method"] == "FKELM", "params"]]
     assert all(p["psi"] in (0.0, 4.0) and p["tau"] == 0.5 for p in chosen)
+    chosen = [json.loads(p) for p in results.loc[results["method"] == "FELM-rel", "params"]]
+    assert all(p["psi"] in felm.QUICK["rel_psi"] for p in chosen)
     md = (tmp_path / "report.md").read_text()
     assert "kept (mean)" in md and "paper test %" in md and "Grid reduced" in md
     summary = pd.read_csv(tmp_path / "summary.csv")

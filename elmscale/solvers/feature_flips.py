@@ -35,6 +35,15 @@ Two things make the flips cheap without changing what they return:
   algorithm's whatever the block size.
 
 A flip that would suppress the last kept feature is never taken.
+
+**psi's scale.**  ``psi_scale="absolute"`` takes the problem's ``psi`` as the weight per
+kept feature (the paper's).  ``"relative"`` reads it in units of :func:`relative_psi_unit`,
+``f0 / sqrt(d)`` with ``f0`` the objective at ``E = I`` without the psi term and ``d`` the
+number of features: psi = 1 prices ``sqrt(d)`` kept features (the geometric middle of
+the walk from ``d`` features to 1) at ``f0``.  An absolute psi acts in the objective's
+own units, which differ by orders of magnitude between problems (``f0`` is 0.4 on colon
+and about 1,000 on 2,100 rows x 57 features), so that no fixed grid of absolute values
+finds the trade-off (README, "FELM and FKELM", for the measurements).
 """
 
 from __future__ import annotations
@@ -70,14 +79,26 @@ def _dense_dual(K, t, C):
 
 
 __all__ = [
+    "PSI_SCALES",
     "ExplicitMaskProblem",
     "FlipResult",
     "KernelMaskProblem",
     "MaskPoint",
     "MaskProblem",
     "evaluate_block",
+    "relative_psi_unit",
     "select_features",
 ]
+
+#: how :func:`select_features` reads a problem's ``psi``
+PSI_SCALES = ("relative", "absolute")
+
+
+def relative_psi_unit(f0: float, n_features: int) -> float:
+    """The weight per kept feature of psi = 1 on the relative scale: ``f0 / sqrt(d)``,
+    ``f0`` the objective at ``E = I`` without the psi term (> 0: at zero weights the hinge
+    is 1 on every row), ``d`` the number of features."""
+    return float(f0) / float(np.sqrt(n_features))
 
 
 class MaskPoint(NamedTuple):
@@ -100,6 +121,7 @@ class MaskProblem(Protocol):
     with them fixed (``fixed_weights_value``, eq. 25-26)."""
 
     X: np.ndarray
+    psi: float
 
     def pre(self, mask: np.ndarray) -> np.ndarray: ...
 
@@ -330,7 +352,9 @@ class FlipResult(NamedTuple):
     ``objective_path`` f after the initial selection and after each kept flip;
     ``n_sweeps`` cycles started through the features; ``converged`` whether the
     last cycle kept no flip; ``stats`` counts and seconds (candidates, screened, solves,
-    kept, solve_seconds, total_seconds)."""
+    kept, solve_seconds, total_seconds); ``psi_effective`` the weight per kept feature
+    that the objectives include (the problem's psi, or its relative value times
+    :func:`relative_psi_unit`)."""
 
     point: MaskPoint
     scores: np.ndarray
@@ -338,6 +362,7 @@ class FlipResult(NamedTuple):
     n_sweeps: int
     converged: bool
     stats: dict
+    psi_effective: float = float("nan")
 
 
 def _serial_blocks(blocks, **kwargs):
@@ -375,12 +400,21 @@ class _Counts:
         return None, rejected
 
 
-def _initial_point(problem: MaskProblem, counts: _Counts, warm: bool, initial_selection: bool):
+def _initial_point(
+    problem: MaskProblem, counts: _Counts, warm: bool, initial_selection: bool, relative: bool
+):
     """The solve at ``E = I`` and, with ``initial_selection``, the drop of the features
     scoring under 1/n (eq. 25-28: each feature suppressed, the output weights fixed; n
-    objective evaluations, only when the drop uses them).  ``(point, scores)``."""
+    objective evaluations, only when the drop uses them).  ``relative``: the problem's
+    psi is relative; it becomes ``psi * relative_psi_unit(f0, n)`` once the solve at
+    ``E = I`` (its psi term left out) has measured ``f0``.  ``(point, scores)``."""
     n = problem.X.shape[1]
+    if relative:
+        psi, problem.psi = float(problem.psi), 0.0
     current = counts.solve(problem, np.ones(n, dtype=bool), None)
+    if relative:
+        problem.psi = psi * relative_psi_unit(current.objective, n)
+        current = current._replace(objective=current.objective + problem.psi * n)
     if not initial_selection:
         return current, np.full(n, np.nan)
     weights = problem.weights_of(current)
@@ -416,6 +450,7 @@ def select_features(
     map_blocks: Callable | None = None,
     warm: bool = True,
     initial_selection: bool = True,
+    psi_scale: str = "absolute",
 ) -> FlipResult:
     """The paper's Algorithms 1-2 on ``problem`` (see the module's docstring).
 
@@ -424,12 +459,19 @@ def select_features(
     :func:`evaluate_block` lists in order (default: one after another here).  ``warm``:
     start each re-solve from the current dual (False: from zero, to measure what the
     warm start saves).  ``initial_selection=False`` skips the score-based drop.
+    ``psi_scale``: ``"absolute"`` (the problem's psi per kept feature) or ``"relative"``
+    (psi in units of :func:`relative_psi_unit`; ``problem.psi`` is then set to the
+    effective weight, which the result's ``psi_effective`` reports).
     """
+    if psi_scale not in PSI_SCALES:
+        raise ValueError(f"psi_scale must be one of {PSI_SCALES}; got {psi_scale!r}")
     started = time.perf_counter()
     n = problem.X.shape[1]
     map_blocks = map_blocks or _serial_blocks
     counts = _Counts()
-    current, scores = _initial_point(problem, counts, warm, initial_selection)
+    current, scores = _initial_point(
+        problem, counts, warm, initial_selection, psi_scale == "relative"
+    )
     path = [current.objective]
     position, since_kept, processed = 0, 0, 0
     budget = max_sweeps * n
@@ -465,4 +507,6 @@ def select_features(
             break
     counts.stats["total_seconds"] = time.perf_counter() - started
     n_sweeps = max(1, -(-processed // n))
-    return FlipResult(current, scores, np.array(path), n_sweeps, converged, counts.stats)
+    return FlipResult(
+        current, scores, np.array(path), n_sweeps, converged, counts.stats, float(problem.psi)
+    )
