@@ -115,7 +115,9 @@ class MaskPoint(NamedTuple):
 class MaskProblem(Protocol):
     """What :func:`select_features` asks of a problem (:class:`ExplicitMaskProblem`,
     :class:`KernelMaskProblem`): ``X`` the training rows; the kept quantity of a mask
-    (``pre``) and its rank-1 move when feature ``j`` goes on or off (``moved``); a mask's
+    (``pre``) and its rank-1 move when feature ``j`` goes on or off (``moved``); the node
+    or kernel values of a kept quantity (``values``: H, or K), which a candidate's
+    screen computes and its solve reuses (``values=``; computed when None); a mask's
     solve, warm-started from a dual (``solve``); the weak-duality bound of a mask at a
     dual (``dual_bound``); a mask's output weights (``weights_of``) and the objective
     with them fixed (``fixed_weights_value``, eq. 25-26)."""
@@ -127,9 +129,23 @@ class MaskProblem(Protocol):
 
     def moved(self, pre: np.ndarray, j: int, on: bool) -> np.ndarray: ...
 
-    def solve(self, mask: np.ndarray, pre: np.ndarray, alpha0: np.ndarray | None) -> MaskPoint: ...
+    def values(self, pre: np.ndarray) -> np.ndarray: ...
 
-    def dual_bound(self, mask: np.ndarray, pre: np.ndarray, alpha: np.ndarray) -> float: ...
+    def solve(
+        self,
+        mask: np.ndarray,
+        pre: np.ndarray,
+        alpha0: np.ndarray | None,
+        values: np.ndarray | None = None,
+    ) -> MaskPoint: ...
+
+    def dual_bound(
+        self,
+        mask: np.ndarray,
+        pre: np.ndarray,
+        alpha: np.ndarray,
+        values: np.ndarray | None = None,
+    ) -> float: ...
 
     def weights_of(self, point: MaskPoint) -> np.ndarray: ...
 
@@ -195,15 +211,19 @@ class ExplicitMaskProblem:
             delta = np.multiply.outer(x, w)
         else:  # (x - a)^2 - a^2 = x^2 - 2 x a
             delta = (x * x)[:, None] - 2.0 * np.multiply.outer(x, w)
-        return pre + delta if on else pre - delta
+        # into delta's memory: pre + delta (pre - delta) to the bit, one array fewer
+        return np.add(pre, delta, out=delta) if on else np.subtract(pre, delta, out=delta)
 
     def features(self, pre: np.ndarray) -> np.ndarray:
         if not self.additive:  # rank-1 moves can leave rounding below 0
             pre = np.maximum(pre, 0.0)
         return self.layer.activate(pre)
 
-    def solve(self, mask, pre, alpha0) -> MaskPoint:
-        H = self.features(pre)
+    def values(self, pre: np.ndarray) -> np.ndarray:
+        return self.features(pre)
+
+    def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
+        H = self.features(pre) if values is None else values
         alpha = _dense_dual(H @ H.T, self.t, self.C) if H.shape[0] <= DENSE_MAX_ROWS else None
         if alpha is not None:
             return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask))
@@ -226,8 +246,8 @@ class ExplicitMaskProblem:
         primal = 0.5 * float(beta @ beta) + self.C * _hinge_sum(self.t, H @ beta)
         return primal + self.psi * int(mask.sum())
 
-    def dual_bound(self, mask, pre, alpha) -> float:
-        beta = self.beta(self.features(pre), alpha)
+    def dual_bound(self, mask, pre, alpha, values=None) -> float:
+        beta = self.beta(self.features(pre) if values is None else values, alpha)
         return float(alpha.sum()) - 0.5 * float(beta @ beta) + self.psi * int(mask.sum())
 
     def fixed_weights_value(self, pre, weights) -> float:
@@ -270,14 +290,23 @@ class KernelMaskProblem:
 
     def moved(self, pre: np.ndarray, j: int, on: bool) -> np.ndarray:
         x = self.X[:, j]
-        delta = np.subtract.outer(x, x) ** 2
-        return pre + delta if on else np.maximum(pre - delta, 0.0)
+        # one (n, n) array, written in place: (x_i - x_k)^2, then pre + it (or max(pre -
+        # it, 0)), the same values to the bit as the expressions with temporaries
+        delta = np.subtract.outer(x, x)
+        np.square(delta, out=delta)
+        if on:
+            return np.add(pre, delta, out=delta)
+        np.subtract(pre, delta, out=delta)
+        return np.maximum(delta, 0.0, out=delta)
 
     def gram(self, pre: np.ndarray) -> np.ndarray:
         return self.kernel.from_sq_distances(pre)
 
-    def solve(self, mask, pre, alpha0) -> MaskPoint:
-        K = self.gram(pre)
+    def values(self, pre: np.ndarray) -> np.ndarray:
+        return self.gram(pre)
+
+    def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
+        K = self.gram(pre) if values is None else values
         alpha = _dense_dual(K, self.t, self.C) if K.shape[0] <= DENSE_MAX_ROWS else None
         if alpha is not None:
             return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask))
@@ -299,11 +328,10 @@ class KernelMaskProblem:
         primal = 0.5 * float(u @ decision) + self.C * _hinge_sum(self.t, decision)
         return primal + self.psi * int(mask.sum())
 
-    def dual_bound(self, mask, pre, alpha) -> float:
+    def dual_bound(self, mask, pre, alpha, values=None) -> float:
         u = alpha * self.t
-        return (
-            float(alpha.sum()) - 0.5 * float(u @ (self.gram(pre) @ u)) + self.psi * int(mask.sum())
-        )
+        K = self.gram(pre) if values is None else values
+        return float(alpha.sum()) - 0.5 * float(u @ (K @ u)) + self.psi * int(mask.sum())
 
     def fixed_weights_value(self, pre, weights) -> float:
         """Eq. 26 (read as for FELM): the objective with the dual coefficients ``u = a t``
@@ -333,11 +361,12 @@ def evaluate_block(
         mask = current.mask.copy()
         mask[j] = on
         pre = problem.moved(current.pre, j, on)
-        if problem.dual_bound(mask, pre, current.alpha) >= threshold:
+        values = problem.values(pre)  # computed once: the screen's, then the solve's
+        if problem.dual_bound(mask, pre, current.alpha, values) >= threshold:
             out.append(Candidate(j, False, True, None, 0.0))
             continue
         start = time.perf_counter()
-        point = problem.solve(mask, pre, current.alpha if warm else None)
+        point = problem.solve(mask, pre, current.alpha if warm else None, values)
         seconds = time.perf_counter() - start
         kept = point.objective < threshold
         out.append(Candidate(j, kept, False, point if kept else None, seconds))
