@@ -6,7 +6,8 @@ save against cold ones, on these sets (exact dense path) and on a larger problem
 
     python benchmarks/felm.py                # 5 splits of each set (a few minutes)
     python benchmarks/felm.py --quick        # 1 split of colon, a smaller large problem (CI)
-    python benchmarks/felm.py --splits 10 --cv   # parameters by inner 5-fold CV (slow)
+    python benchmarks/felm.py --splits 10 --cv   # psi by inner 5-fold CV (slow)
+    python benchmarks/felm.py --psi-grid     # kept features / accuracy along relative psi
 
 Data (``../shared/data/feature-selection``), read by ``elmscale.experiments`` (the FELM
 protocol's DataSet entries): colon (62 x 2,000, row-number column dropped, labels 0/1)
@@ -31,10 +32,22 @@ Parameters, never tuned on the test part.  By default fixed and documented:
   leukaemia, so the splits use ``step=0.05`` (5 % of the features a step; ``--step``),
   and the full run fits the default ``step=1`` once, on colon's first split, beside it.
 
-``--cv``: each method's parameters by a 5-fold ``GridSearchCV`` on the training part
-instead, 4 grid points per method (the grids are at ``CV_GRIDS`` below), the search
-included in the reported time.  With FELM at 2-8 s a fit this is 21 fits per method
-per split: about 25 minutes for 5 splits on 2 cores, measured, hence not the default.
+``--cv``: parameters by a 5-fold ``GridSearchCV`` on the training part instead, the
+search included in the reported time: FELM / FKELM at the paper's C (sigma, tau) with psi
+on the relative scale (``psi_scale="relative"``) over ``REL_PSI`` = 2^4, 2^2, ..., 2^-8
+(7 points, the largest first so that ties go to the sparser model) and at most 5 sweeps
+(the FELM protocol's grid and sweeps), the baselines over 4 points each (``CV_GRIDS``).
+36 fits per FELM / FKELM per split: slow (leukaemia's FELM fits take seconds each), hence
+not the default.
+
+``--psi-grid`` (only this section): kept features and test accuracy of FELM and FKELM
+along the relative psi grid 2^-8, 2^-6, ..., 2^4 (and psi = 0) on colon and leukaemia
+(the paper's C, sigma, tau), WDBC (``load_breast_cancer``; FELM C = 2^-2, FKELM C = 2^4,
+sigma_p = 2^-2, tau = 0.5, the protocol's usual CV choices) and a generated spam-like
+set (``make_classification``: 3,000 rows x 57 features, 12 informative and 8 redundant,
+3 % of the labels flipped; FELM C = 1, FKELM C = 2^4, sigma_p = 2^-2, tau = 0.5), at
+most 5 sweeps (the protocol's); 3 splits (the spam-like set 1: its FKELM fits take
+seconds each), ``--splits`` to change.
 
 Per set: test accuracy, kept features and fit seconds of each method; then, for FELM
 and FKELM against each baseline, the accuracy difference and the kept-feature ratio,
@@ -75,7 +88,7 @@ from sklearn.svm import SVC, LinearSVC
 from elmscale import FELMClassifier, FKELMClassifier
 from elmscale.data import generate_classification
 from elmscale.experiments.datasets import load_dataset, trial_split
-from elmscale.experiments.papers.felm import BENCHMARK, library_sigma
+from elmscale.experiments.papers.felm import BENCHMARK, MAX_SWEEPS, REL_PSI, library_sigma
 from elmscale.solvers.feature_flips import DENSE_MAX_ROWS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -95,13 +108,12 @@ PAPER = {
         "FKELM": dict(C=2.0**4, psi=2.0**4, sigma=library_sigma(2.0**-5), tau=0.6, **ABS),
     },
 }
-#: --cv: 4 points per method (FELM / FKELM: the paper's colon and leukaemia values)
+#: --cv: FELM / FKELM search psi on the relative scale at the paper's other parameters
+#: (the FELM protocol's grid, largest first, and sweeps); the baselines 4 points each
+REL = {"psi_scale": "relative", "max_sweeps": MAX_SWEEPS}
 CV_GRIDS = {
-    "FELM": {"C": [2.0**-1, 2.0**4], "psi": [2.0**2, 2.0**4]},
-    "FKELM": [
-        {"C": [C], "psi": [psi], "sigma": [library_sigma(2.0**0), library_sigma(2.0**-5)]}
-        for C, psi in ((2.0**-1, 2.0**2), (2.0**4, 2.0**4))
-    ],
+    "FELM": {"psi": list(REL_PSI)},
+    "FKELM": {"psi": list(REL_PSI)},
     "RFECV": {"estimator__C": [0.01, 0.1, 1.0, 10.0]},
     "L1+SVC": {"select__estimator__C": [0.1, 1.0], "svc__C": [1.0, 10.0]},
 }
@@ -149,11 +161,12 @@ def describe(name, params):
     def power(v):
         return f"2^{math.log2(v):g}" if v > 0 else "0"
 
+    scale = " (relative)" if params.get("psi_scale") == "relative" else ""
     if name == "FELM":
-        return f"FELM C={power(params['C'])} psi={power(params['psi'])}"
+        return f"FELM C={power(params['C'])} psi={power(params['psi'])}{scale}"
     sigma_p = 1.0 / (math.sqrt(2.0) * params["sigma"])
     return (
-        f"FKELM C={power(params['C'])} psi={power(params['psi'])} "
+        f"FKELM C={power(params['C'])} psi={power(params['psi'])}{scale} "
         f"sigma_p={power(sigma_p)} tau={params['tau']:g}"
     )
 
@@ -171,7 +184,7 @@ def fit_method(name, set_name, X, y, seed, args):
     seconds of the final fit)``; with --cv the seconds include the search and the model
     is the refitted best (its refit the final fit)."""
     if name in OURS:
-        params = PAPER[set_name][name]
+        params = {**PAPER[set_name][name], **(REL if args.cv else {})}
         est = ours(name, params, seed, args.n_threads)
     else:
         params = {}
@@ -273,8 +286,9 @@ def mean(values):
 def summarise(set_name, spec, rows, resolve, args):
     n = args.splits
     how = (
-        f"parameters by inner {FOLDS}-fold GridSearchCV on the training part (4 points "
-        "each; the time includes the search)"
+        f"parameters by inner {FOLDS}-fold GridSearchCV on the training part (FELM / FKELM: "
+        f"relative psi over {len(REL_PSI)} points at the paper's other parameters and "
+        f"max_sweeps={MAX_SWEEPS}; the baselines 4 points each; the time includes the search)"
         if args.cv
         else "fixed parameters (FELM / FKELM: the paper's Table 5; baselines: scikit-learn's "
         "defaults)"
@@ -361,6 +375,80 @@ def default_step(data, args, rows):
     )
 
 
+# -- kept features along the relative psi grid --------------------------------------------
+#: --psi-grid: psi on the relative scale, 2^-8 .. 2^4 every 2 octaves (0 first, for reference)
+GRID_PSI = (0.0, *(2.0**k for k in range(-8, 5, 2)))
+SIGMA_2 = library_sigma(2.0**-2)
+GRID_PARAMS = {
+    **{
+        name: {
+            m: {k: v for k, v in p.items() if k not in ("psi", "psi_scale")}
+            for m, p in paper.items()
+        }
+        for name, paper in PAPER.items()
+    },
+    "wdbc": {"FELM": dict(C=2.0**-2), "FKELM": dict(C=2.0**4, sigma=SIGMA_2, tau=0.5)},
+    "spam-like": {"FELM": dict(C=1.0), "FKELM": dict(C=2.0**4, sigma=SIGMA_2, tau=0.5)},
+}
+
+
+def spam_like_split(seed):
+    """The generated spam-like set (3,000 x 57), a stratified 70 / 30 split seeded by
+    ``seed``, [-1, 1] on the training part (the test part clipped to it)."""
+    from sklearn.datasets import make_classification
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import MinMaxScaler
+
+    X, y = make_classification(
+        3000, 57, n_informative=12, n_redundant=8, flip_y=0.03, random_state=0
+    )
+    X, X_te, y, y_te = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+    scaler = MinMaxScaler((-1, 1)).fit(X)
+    return scaler.transform(X), y, np.clip(scaler.transform(X_te), -1, 1), y_te
+
+
+def psi_grid(args):
+    """Kept features and test accuracy along the relative psi grid (``--psi-grid``)."""
+    sets = ("colon",) if args.quick else ("colon", "leukemia", "wdbc", "spam-like")
+    head = " ".join(f"{'0' if v == 0 else f'2^{math.log2(v):g}':>6}" for v in GRID_PSI)
+    print(
+        f"\nkept features / test % along psi on the relative scale (psi_scale='relative'), "
+        f"max_sweeps={MAX_SWEEPS}, n_threads={args.n_threads}; mean over the splits",
+        flush=True,
+    )
+    for set_name in sets:
+        if set_name == "spam-like":
+            n_splits = 1 if args.splits_given is None else args.splits
+            splits = [spam_like_split(seed) for seed in range(n_splits)]
+        else:
+            data = load_dataset(SPECS[set_name], SHARED)
+            n_splits = args.splits
+            splits = [trial_split(data, seed) for seed in range(n_splits)]
+        X0 = splits[0][0]
+        print(
+            f"\n  {set_name}: {X0.shape[0]:,} training rows x {X0.shape[1]:,} features, "
+            f"{n_splits} split(s)\n  {'':<6} {'psi':<7}{head}"
+        )
+        for name in OURS:
+            kept = np.zeros((n_splits, len(GRID_PSI)))
+            acc = np.zeros_like(kept)
+            unit = []
+            for s, (X, y, X_te, y_te) in enumerate(splits):
+                for i, psi in enumerate(GRID_PSI):
+                    params = dict(GRID_PARAMS[set_name][name], psi=psi, max_sweeps=MAX_SWEEPS)
+                    model, _ = quiet(lambda p=params: ours(name, p, s, args.n_threads).fit(X, y))
+                    kept[s, i] = model.n_features_selected_
+                    acc[s, i] = 100 * model.score(X_te, y_te)
+                    if psi == 1.0:
+                        unit.append(float(model.psi_effective_[0]))
+            print(f"  {name:<6} {'kept':<7}" + " ".join(f"{v:6.0f}" for v in kept.mean(0)))
+            print(f"  {'':<6} {'test %':<7}" + " ".join(f"{v:6.1f}" for v in acc.mean(0)))
+            print(
+                f"  {'':<6} psi = 1 is {np.mean(unit):.3g} per kept feature (f0 / sqrt(d))",
+                flush=True,
+            )
+
+
 # -- the iterative path ------------------------------------------------------------------
 def iterative_path(args, failures):
     rows, features = (1_000, 20) if args.quick else (1_500, 30)
@@ -424,7 +512,10 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 split of colon (CI)")
     parser.add_argument("--splits", type=int, default=None, help="splits per set (default 5)")
     parser.add_argument("--sets", nargs="+", choices=SETS, default=None)
-    parser.add_argument("--cv", action="store_true", help="parameters by inner 5-fold CV")
+    parser.add_argument("--cv", action="store_true", help="psi by inner 5-fold CV")
+    parser.add_argument(
+        "--psi-grid", action="store_true", help="only kept features along relative psi"
+    )
     parser.add_argument("--step", type=float, default=0.05, help="RFECV's step (default 0.05)")
     parser.add_argument(
         "--no-default-step",
@@ -435,6 +526,14 @@ def main(argv=None) -> int:
     parser.add_argument("--n-threads", type=int, default=1, help="FELM / FKELM n_threads")
     parser.add_argument("--repeats", type=int, default=None, help="iterative path: best of")
     args = parser.parse_args(argv)
+    args.splits_given = args.splits
+    if args.psi_grid:
+        args.splits = args.splits or (1 if args.quick else 3)
+        started = time.perf_counter()
+        warm_up(args.n_threads)
+        psi_grid(args)
+        print(f"\nwall time {time.perf_counter() - started:.1f} s")
+        return 0
     args.splits = args.splits or (1 if args.quick else 5)
     args.sets = args.sets or (("colon",) if args.quick else SETS)
     args.repeats = args.repeats or (1 if args.quick else 2)
