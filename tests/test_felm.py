@@ -15,6 +15,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 from sklearn.pipeline import Pipeline
 from sklearn.svm import SVC
 
@@ -332,6 +333,18 @@ def test_the_relative_scale_follows_the_objectives_units(make):
     assert found["absolute", 4.0].point.mask.sum() >= found["absolute", 1.0].point.mask.sum() + 3
 
 
+@pytest.mark.parametrize("make", [felm_problem, fkelm_problem])
+def test_a_relative_selection_leaves_the_problems_psi_as_given(make):
+    X, t = graded()
+    problem = make(X, t, C=1.0)
+    problem.psi = 0.25
+    first = select_features(problem, psi_scale="relative")
+    assert problem.psi == 0.25
+    second = select_features(problem, psi_scale="relative")
+    assert second.psi_effective == first.psi_effective != 0.25
+    np.testing.assert_array_equal(second.point.mask, first.point.mask)
+
+
 def test_each_pair_prices_features_in_its_own_objectives_units():
     rng = np.random.default_rng(4)
     X = rng.uniform(-1, 1, size=(150, 6))
@@ -382,6 +395,10 @@ def test_a_model_file_written_before_psi_scale_loads_and_predicts_the_same(make,
     np.testing.assert_array_equal(loaded.support_mask_, model.support_mask_)
     np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # its psi meant the absolute scale then: a refit of the loaded parameters selects the same
+    assert loaded.get_params()["psi_scale"] == "absolute"
+    refit = clone(loaded).fit(X, t)
+    np.testing.assert_array_equal(refit.support_mask_, model.support_mask_)
 
 
 # -- the estimators --------------------------------------------------------------------------

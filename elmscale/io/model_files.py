@@ -68,6 +68,14 @@ FORMAT_VERSION = 1
 #: The containers a model file may hold besides the registered estimators.
 CONTAINERS = ("Scaler", "Pipeline")
 
+#: Parameters added after files were written whose default differs from what the files
+#: meant: a file without the parameter loads with the value it had then (FELM / FKELM's
+#: psi was always absolute before ``psi_scale`` existed).
+MEANING_OF_MISSING_PARAMS = {
+    "FELMClassifier": {"psi_scale": "absolute"},
+    "FKELMClassifier": {"psi_scale": "absolute"},
+}
+
 
 def supported() -> tuple[str, ...]:
     """Names a model file may hold: the registered estimators and the containers."""
@@ -364,7 +372,7 @@ def _decode(node: dict, path: Path, members: dict[str, bytes]):
     if name == "Pipeline":
         steps = [(str(step_name), _decode(sub, path, members)) for step_name, sub in node["steps"]]
         return cls(steps)
-    params = node.get("params", {})
+    params = {**MEANING_OF_MISSING_PARAMS.get(name, {}), **node.get("params", {})}
     try:
         est = cls(**params)
         if name not in CONTAINERS and hasattr(est, "_parameter_constraints"):
