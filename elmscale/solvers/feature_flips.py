@@ -48,6 +48,7 @@ finds the trade-off (README, "FELM and FKELM", for the measurements).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -436,7 +437,8 @@ def _initial_point(
     scoring under 1/n (eq. 25-28: each feature suppressed, the output weights fixed; n
     objective evaluations, only when the drop uses them).  ``relative``: the problem's
     psi is relative; it becomes ``psi * relative_psi_unit(f0, n)`` once the solve at
-    ``E = I`` (its psi term left out) has measured ``f0``.  ``(point, scores)``."""
+    ``E = I`` (its psi term left out) has measured ``f0`` (``problem`` is the caller's
+    copy: its psi is set here).  ``(point, scores)``."""
     n = problem.X.shape[1]
     if relative:
         psi, problem.psi = float(problem.psi), 0.0
@@ -489,11 +491,14 @@ def select_features(
     start each re-solve from the current dual (False: from zero, to measure what the
     warm start saves).  ``initial_selection=False`` skips the score-based drop.
     ``psi_scale``: ``"absolute"`` (the problem's psi per kept feature) or ``"relative"``
-    (psi in units of :func:`relative_psi_unit`; ``problem.psi`` is then set to the
-    effective weight, which the result's ``psi_effective`` reports).
+    (psi in units of :func:`relative_psi_unit`; the flips run on a shallow copy of the
+    problem that carries the effective weight, which the result's ``psi_effective``
+    reports: ``problem`` itself is left as given, so a second call reads the same psi).
     """
     if psi_scale not in PSI_SCALES:
         raise ValueError(f"psi_scale must be one of {PSI_SCALES}; got {psi_scale!r}")
+    if psi_scale == "relative":
+        problem = copy.copy(problem)
     started = time.perf_counter()
     n = problem.X.shape[1]
     map_blocks = map_blocks or _serial_blocks
