@@ -13,6 +13,7 @@ from sklearn.utils.estimator_checks import check_estimator
 from elmscale.features.kernels import Kernel
 from elmscale.io import model_files
 from elmscale.models.flsa_svm import FLSASVMClassifier, FLSASVMRegressor
+from elmscale.solvers.forward_selection import gram_bytes
 
 
 def literal_fols(K, Y, m, tol, intercept):
@@ -364,18 +365,26 @@ def test_candidates_on_dask_workers_give_the_local_selection(dask_client, candid
     y = rng.integers(0, 3, size=240)
     y[:3] = [0, 1, 2]
     params = dict(sigma=1.2, n_support=25, candidates=candidates, random_state=3)
-    # the workers run the rows' steps: the same arithmetic as the rows' steps here
+    n_pool = 240 if candidates == "all" else candidates
+    # a cache too small for the candidates' Gram: the workers' actors run the rows' steps,
+    # each caching what it can of its share's columns in float32, the same arithmetic as
+    # the rows' steps here
+    rows_mb = 0.9 * gram_bytes(n_pool, 25) / 2**20
     local = FLSASVMClassifier(**params, cache_mb=0).fit(X, y)
-    on_dask = FLSASVMClassifier(**params).fit(X, y, client=dask_client)
+    on_dask = FLSASVMClassifier(**params, cache_mb=rows_mb).fit(X, y, client=dask_client)
     np.testing.assert_array_equal(on_dask.support_, local.support_)
     np.testing.assert_allclose(on_dask.dual_coef_, local.dual_coef_, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(on_dask.residuals_, local.residuals_, rtol=1e-10)
     np.testing.assert_array_equal(on_dask.predict(X), local.predict(X))
-    # and the candidates' space here (the default) the same selection, to rounding
+    # the candidates' space (the default: their Gram fits), here and summed over the
+    # workers' shares of the rows: the same selection, to rounding
     gram = FLSASVMClassifier(**params).fit(X, y)
-    np.testing.assert_array_equal(gram.support_, on_dask.support_)
-    np.testing.assert_allclose(gram.dual_coef_, on_dask.dual_coef_, rtol=1e-7, atol=1e-9)
-    np.testing.assert_array_equal(gram.predict(X), on_dask.predict(X))
+    gram_on_dask = FLSASVMClassifier(**params).fit(X, y, client=dask_client)
+    for model in (gram, gram_on_dask):
+        np.testing.assert_array_equal(model.support_, on_dask.support_)
+        np.testing.assert_allclose(model.dual_coef_, on_dask.dual_coef_, rtol=1e-7, atol=1e-9)
+        np.testing.assert_array_equal(model.predict(X), on_dask.predict(X))
+    np.testing.assert_allclose(gram_on_dask.dual_coef_, gram.dual_coef_, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.timeout(600)

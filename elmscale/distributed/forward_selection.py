@@ -10,6 +10,11 @@ best candidate; the coordinator keeps the best of those.  Never a call per candi
 :class:`DaskCandidates` has :class:`CandidateColumns`' interface, so
 :func:`~elmscale.solvers.forward_selection.forward_select` runs unchanged on it and gives
 the local run's selection.
+
+When the candidates' Gram fits ``cache_mb``, :func:`dask_candidate_gram` computes it
+instead: each worker the :func:`~elmscale.solvers.forward_selection.candidate_gram` of its
+share of the rows (the function the local run calls), M x M numbers back from each, and
+the selection runs in the candidates' space here (one round trip in all).
 """
 
 from __future__ import annotations
@@ -20,9 +25,36 @@ import numpy as np
 
 from elmscale.core.threads import thread_budget
 from elmscale.features.kernels import Kernel
-from elmscale.solvers.forward_selection import CandidateColumns
+from elmscale.solvers.forward_selection import CandidateColumns, CandidateGram, candidate_gram
 
-__all__ = ["DaskCandidates"]
+__all__ = ["DaskCandidates", "dask_candidate_gram"]
+
+
+def _share_gram(kernel: dict, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray) -> CandidateGram:
+    with thread_budget(1):
+        return candidate_gram(Kernel.from_dict(kernel), X, X_cand, Y)
+
+
+def dask_candidate_gram(
+    client, kernel: Kernel, X: np.ndarray, X_cand: np.ndarray, Y: np.ndarray
+) -> CandidateGram:
+    """:func:`~elmscale.solvers.forward_selection.candidate_gram` of the rows ``X`` (targets
+    ``Y``) against ``X_cand``, the rows split in contiguous shares over the workers of a
+    Dask ``client`` (each share sent to its worker once, the candidates to all), the
+    shares' sums combined here."""
+    workers = sorted(client.scheduler_info()["workers"])
+    shares = np.array_split(np.arange(X.shape[0]), min(len(workers), X.shape[0]))
+    cand = client.scatter(X_cand, broadcast=True)
+    futures = []
+    for share, worker in zip(shares, workers):
+        rows = slice(int(share[0]), int(share[-1]) + 1)
+        X_part, Y_part = client.scatter([X[rows], Y[rows]], workers=[worker])
+        futures.append(
+            client.submit(
+                _share_gram, kernel.to_dict(), X_part, cand, Y_part, workers=[worker], pure=False
+            )
+        )
+    return CandidateGram.combine(*client.gather(futures))
 
 
 class _CandidateActor:

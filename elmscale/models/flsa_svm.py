@@ -165,8 +165,13 @@ class _BaseFLSASVM(BaseEstimator):
         counts = _shares(n_select, len(groups))
         kernel = self._kernel_obj()
         with thread_budget(self.n_threads):
-            if client is None and gram_bytes(pool.size, max(counts)) <= self.cache_mb * 2**20:
-                gram = candidate_gram(kernel, X, X[pool], T)
+            if gram_bytes(pool.size, max(counts)) <= self.cache_mb * 2**20:
+                if client is None:
+                    gram = candidate_gram(kernel, X, X[pool], T)
+                else:
+                    from elmscale.distributed.forward_selection import dask_candidate_gram
+
+                    gram = dask_candidate_gram(client, kernel, X, X[pool], T)
                 return X[pool], pool, self._select_in_gram(gram, groups, counts)
             paths = []
             for group, n in zip(groups, counts):
@@ -278,10 +283,11 @@ class _BaseFLSASVM(BaseEstimator):
         ``X`` may be a :class:`~elmscale.data.parquet.ParquetDataset` (``y`` None: its label
         column): the candidate pool is read where its rows live and the candidates' Gram
         reduced over the units, on the Dask cluster of ``client`` or here, the rows never
-        gathered (a pool whose Gram does not fit ``cache_mb`` gathers them).  With arrays,
-        ``client``: the candidates' state and kernel columns then live on its workers
-        (one actor each, the rows sent once), one round trip per step.  The selection
-        equals the local one."""
+        gathered (a pool whose Gram does not fit ``cache_mb`` gathers them).  With arrays
+        and ``client``: the candidates' Gram computed over shares of the rows on its workers
+        when it fits ``cache_mb``; otherwise the candidates' state and kernel columns live
+        on its workers (one actor each, the rows sent once), one round trip per step.  The
+        selection equals the local one."""
         X, pool, paths = self._run(X, y, int(self.n_support), client)
         self._set_model(X, pool, paths, int(self.n_support))
         return self
