@@ -582,3 +582,45 @@ def test_the_sparse_elm_and_the_unified_elm_take_the_mg_kernel(tmp_path):
         model.save(tmp_path / "mg.elm")
         loaded = model_files.load(tmp_path / "mg.elm")
         np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+
+
+# -- the fused screen ---------------------------------------------------------------------
+
+
+def screen_problem(X, t, kind):
+    """A problem of each hidden kind (FELM) or kernel (FKELM, ``kernel-...``)."""
+    if kind == "kernel-gaussian":
+        return KernelMaskProblem(X, t, Kernel("gaussian", sigma=2.0), C=4.0, psi=0.1)
+    if kind == "kernel-mg":
+        mg = Kernel("mg", sigma=2.0, sigma_star=8.0, tau=0.6)
+        return KernelMaskProblem(X, t, mg, C=4.0, psi=0.1)
+    layer = HiddenLayer(kind, X.shape[1], 60, seed=5)
+    return ExplicitMaskProblem(X, t, layer, C=4.0, psi=0.1)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["sigmoid", "sinusoid", "multiquadric", "gaussian", "kernel-gaussian", "kernel-mg"],
+)
+def test_the_fused_screen_bound_equals_the_stored_one(kind):
+    """``screen_bound`` (the numba kernels of one pass) equals ``dual_bound`` on the
+    stored moved quantity and values to 1e-12 relative, on random masks, candidates on
+    and off, and duals with zeros; its margin covers the difference."""
+    rng = np.random.default_rng(7)
+    X, t = relevant_two(n=40, d=15, seed=3)
+    problem = screen_problem(X, t, kind)
+    for _ in range(4):
+        mask = rng.random(X.shape[1]) < 0.6
+        mask[0] = True
+        current = problem.solve(mask, problem.pre(mask), None)
+        alpha = current.alpha * (rng.random(current.alpha.size) < 0.7)
+        alpha[rng.integers(alpha.size)] = 0.5  # some nonzero
+        current = current._replace(alpha=alpha)
+        for j in rng.choice(X.shape[1], 6, replace=False):
+            on = not mask[j]
+            flipped = mask.copy()
+            flipped[j] = on
+            stored = problem.dual_bound(flipped, problem.moved(current.pre, j, on), alpha)
+            fused, margin = problem.screen_bound(current, int(j), on, int(flipped.sum()))
+            assert fused == pytest.approx(stored, rel=1e-12, abs=1e-12)
+            assert abs(fused - stored) <= margin

@@ -911,3 +911,132 @@ def sigmoid_block_scores(X, W, b, coef, out):
             _sigmoid_inplace(z)
             for o in range(n_out):
                 out[stop - 1, o] = dot(z, coef_t[o])
+
+
+# ---------------------------------------------------------------------------
+# Feature selection's dual screen (``solvers.feature_flips``), fused: a candidate flip's
+# weak-duality bound from the current mask's kept quantity without storing the moved
+# pre-activations (squared distances) or the node (kernel) values, only over the rows
+# whose dual coefficient is nonzero (the others add nothing to it).  The moves are
+# ``ExplicitMaskProblem.moved`` / ``KernelMaskProblem.moved``'s arithmetic to the bit
+# (helpers compiled without fastmath: no multiply-add fuses); the values come from the
+# helpers ``activate_block`` / ``distance_kernel_block`` use (``_additive_nodes``,
+# ``_rbf_nodes``, ``_distance_kernel``), under those kernels' flags.  The sums run in
+# another order than numpy's products, so each kernel also returns a bound on its
+# rounding error: the caller decides by the fused value only outside that margin.
+# ---------------------------------------------------------------------------
+
+_EPS64 = 2.0**-52
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _moved_pre_row(pre_row, xi, w, on, additive, out):
+    """``out = pre_row + delta`` (``on``) or ``pre_row - delta``, ``delta`` the rank-1
+    term of one row: ``xi w`` (additive nodes) or ``xi^2 - 2 xi w`` (RBF nodes, the sum
+    then clipped at 0 as ``ExplicitMaskProblem.features`` does)."""
+    m = out.shape[0]
+    if additive:
+        if on:
+            for k in range(m):
+                out[k] = pre_row[k] + xi * w[k]
+        else:
+            for k in range(m):
+                out[k] = pre_row[k] - xi * w[k]
+        return
+    xx = xi * xi
+    if on:
+        for k in range(m):
+            out[k] = max(pre_row[k] + (xx - 2.0 * (xi * w[k])), 0.0)
+    else:
+        for k in range(m):
+            out[k] = max(pre_row[k] - (xx - 2.0 * (xi * w[k])), 0.0)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _moved_sq_row(d2_row, cols, xi, xs, on, out):
+    """``out[c] = d2_row[cols[c]] + (xi - xs[c])^2`` (``on``) or ``max(d2_row[cols[c]] -
+    (xi - xs[c])^2, 0)``: one row of a moved squared-distance matrix, at the columns
+    ``cols``."""
+    m = out.shape[0]
+    if on:
+        for c in range(m):
+            diff = xi - xs[c]
+            out[c] = d2_row[cols[c]] + diff * diff
+    else:
+        for c in range(m):
+            diff = xi - xs[c]
+            out[c] = max(d2_row[cols[c]] - diff * diff, 0.0)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def moved_nodes_beta_sq(pre, x, w, on, b, kind, u, rows):
+    """``(|beta|^2, err)``: ``beta = H' u`` with ``H = g(pre +- x w')`` (the node values
+    ``activate_block`` computes from the moved pre-activations; ``kind`` as
+    ``NODE_CODES``, ``b`` the layer's biases / widths), summed over ``rows`` (those with
+    ``u != 0``); ``err`` bounds the rounding of ``|beta|^2`` here or in numpy's ``H.T @ u``
+    (first-order, each ``beta_k`` within ``(rows + 2) eps sum_i |u_i h_ik|``)."""
+    m = pre.shape[1]
+    additive = kind <= 1
+    row = np.empty(m, np.float32)
+    buf = np.empty(m, np.float64)
+    kbuf32 = np.empty(m, np.int32)
+    kbuf64 = np.empty(m, np.int64)
+    beta = np.zeros(m, np.float64)
+    absb = np.zeros(m, np.float64)
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        _moved_pre_row(pre[i], x[i], w, on, additive, buf)
+        if additive:
+            for k in range(m):
+                row[k] = buf[k]
+            _additive_nodes(row, kind, kbuf32)
+        else:
+            _rbf_nodes(buf, b, kind, row, kbuf64)
+        ui = u[i]
+        ai = abs(ui)
+        for k in range(m):
+            h = np.float64(row[k])
+            beta[k] += ui * h
+            absb[k] += ai * abs(h)
+    gamma = (rows.shape[0] + 2) * _EPS64
+    bb = 0.0
+    err = 0.0
+    for k in range(m):
+        bk = beta[k]
+        bb += bk * bk
+        e = gamma * absb[k]
+        err += (2.0 * abs(bk) + e) * e
+    return bb, err + (m + 2) * _EPS64 * bb
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def moved_kernel_quad(d2, x, on, kind, sigma, sigma_star, tau, u, rows):
+    """``(u'Ku, err)``: ``K`` the kernel (``KERNEL_CODES``, one of the distance: 0, 1, 3)
+    of the squared distances ``d2`` moved by ``+- (x_i - x_k)^2``, the values
+    ``distance_kernel_block`` computes, summed over ``rows`` x ``rows`` (those with
+    ``u != 0``; the upper triangle, mirrored); ``err`` bounds the rounding of the sum here
+    or in numpy's ``u @ (K @ u)`` (``2 (rows + 2) eps sum |u_i u_k K_ik|``)."""
+    s = rows.shape[0]
+    acc = np.empty(s, np.float64)
+    kbuf = np.empty(s, np.int64)
+    xs = np.empty(s, np.float64)
+    us = np.empty(s, np.float64)
+    for a in range(s):
+        xs[a] = x[rows[a]]
+        us[a] = u[rows[a]]
+    total = 0.0
+    magnitude = 0.0
+    for a in range(s):
+        width = s - a
+        _moved_sq_row(d2[rows[a]], rows[a:], xs[a], xs[a:], on, acc[:width])
+        _distance_kernel(acc[:width], width, kind, sigma, sigma_star, tau, kbuf[:width])
+        ua = us[a]
+        off = 0.0
+        off_abs = 0.0
+        for c in range(1, width):
+            v = us[a + c] * acc[c]
+            off += v
+            off_abs += abs(v)
+        total += ua * (ua * acc[0] + 2.0 * off)
+        magnitude += abs(ua) * (abs(ua) * abs(acc[0]) + 2.0 * off_abs)
+    return total, 2.0 * (s + 2) * _EPS64 * magnitude

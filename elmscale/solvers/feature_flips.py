@@ -56,6 +56,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from elmscale.core import jit as _jit
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
 from elmscale.solvers.sparse_dual import box_qp, solve_explicit_dual, solve_kernel_dual
@@ -120,7 +121,10 @@ class MaskProblem(Protocol):
     or kernel values of a kept quantity (``values``: H, or K), which a candidate's
     screen computes and its solve reuses (``values=``; computed when None); a mask's
     solve, warm-started from a dual (``solve``); the weak-duality bound of a mask at a
-    dual (``dual_bound``); a mask's output weights (``weights_of``) and the objective
+    dual (``dual_bound``), and that of a flip of ``current`` at its dual computed in one
+    pass without storing the moved quantity or its values, with a bound on how far
+    rounding can put it from ``dual_bound``'s (``screen_bound``: ``(bound, margin)``,
+    ``n_kept`` the flipped mask's size); a mask's output weights (``weights_of``) and the objective
     with them fixed (``fixed_weights_value``, eq. 25-26)."""
 
     X: np.ndarray
@@ -148,6 +152,10 @@ class MaskProblem(Protocol):
         values: np.ndarray | None = None,
     ) -> float: ...
 
+    def screen_bound(
+        self, current: MaskPoint, j: int, on: bool, n_kept: int
+    ) -> tuple[float, float]: ...
+
     def weights_of(self, point: MaskPoint) -> np.ndarray: ...
 
     def fixed_weights_value(self, pre: np.ndarray, weights: np.ndarray) -> float: ...
@@ -162,6 +170,20 @@ class Candidate(NamedTuple):
     screened: bool
     point: MaskPoint | None
     solve_seconds: float
+
+
+#: the screen's margin, relative to the bound's terms, beside the rounding bound the fused
+#: kernels return: it covers the bound's last additions and any last-bit difference
+#: between the fused node / kernel values and the stored ones
+SCREEN_MARGIN = 1e-12
+
+
+def _bound_and_margin(alpha_sum, quad, err, psi_term) -> tuple[float, float]:
+    """A weak-duality bound ``sum(a) - quad / 2 + psi |E|`` with its margin: four times
+    the rounding bound of ``quad`` halved, plus ``SCREEN_MARGIN`` of the terms' sizes."""
+    bound = alpha_sum - 0.5 * quad + psi_term
+    margin = 2.0 * err + SCREEN_MARGIN * (abs(alpha_sum) + 0.5 * abs(quad) + abs(psi_term))
+    return bound, margin
 
 
 def _hinge_sum(t: np.ndarray, decision: np.ndarray) -> float:
@@ -189,6 +211,7 @@ class ExplicitMaskProblem:
     weights: np.ndarray = field(init=False)
     biases: np.ndarray = field(init=False)
     additive: bool = field(init=False)
+    code: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
@@ -196,6 +219,7 @@ class ExplicitMaskProblem:
         self.weights = np.ascontiguousarray(self.layer.weights, dtype=np.float64)
         self.biases = np.asarray(self.layer.biases, dtype=np.float64)
         self.additive = self.layer.kind in ("sigmoid", "sinusoid")
+        self.code = _jit.NODE_CODES[self.layer.kind]
 
     def pre(self, mask: np.ndarray) -> np.ndarray:
         Xm, Wm = self.X[:, mask], self.weights[mask]
@@ -250,6 +274,14 @@ class ExplicitMaskProblem:
     def dual_bound(self, mask, pre, alpha, values=None) -> float:
         beta = self.beta(self.features(pre) if values is None else values, alpha)
         return float(alpha.sum()) - 0.5 * float(beta @ beta) + self.psi * int(mask.sum())
+
+    def screen_bound(self, current, j, on, n_kept) -> tuple[float, float]:
+        u = current.alpha * self.t
+        rows = np.flatnonzero(current.alpha)
+        bb, err = _jit.moved_nodes_beta_sq(
+            current.pre, self.X[:, j], self.weights[j], on, self.biases, self.code, u, rows
+        )
+        return _bound_and_margin(float(current.alpha.sum()), bb, err, self.psi * n_kept)
 
     def fixed_weights_value(self, pre, weights) -> float:
         """Eq. 25: ``1/2 |beta|^2 + C e'(e - t h beta)_+`` with the output weights ``beta``
@@ -334,6 +366,15 @@ class KernelMaskProblem:
         K = self.gram(pre) if values is None else values
         return float(alpha.sum()) - 0.5 * float(u @ (K @ u)) + self.psi * int(mask.sum())
 
+    def screen_bound(self, current, j, on, n_kept) -> tuple[float, float]:
+        u = current.alpha * self.t
+        rows = np.flatnonzero(current.alpha)
+        code, sigma, _, sigma_star, tau = self.kernel._params()
+        quad, err = _jit.moved_kernel_quad(
+            current.pre, self.X[:, j], on, code, sigma, sigma_star, tau, u, rows
+        )
+        return _bound_and_margin(float(current.alpha.sum()), quad, err, self.psi * n_kept)
+
     def fixed_weights_value(self, pre, weights) -> float:
         """Eq. 26 (read as for FELM): the objective with the dual coefficients ``u = a t``
         (``weights_of``) fixed."""
@@ -350,20 +391,33 @@ def evaluate_block(
     features, *, problem: MaskProblem, current: MaskPoint, tol: float, warm: bool = True
 ) -> list[Candidate]:
     """Evaluate the flips of ``features`` (in order) against ``current``; stops after the
-    first kept one.  A pure function of its arguments: a thread or a Ray task runs it."""
+    first kept one.  A pure function of its arguments: a thread or a Ray task runs it.
+
+    Each flip's dual screen is first computed in one pass (``screen_bound``); only a
+    flip it cannot reject has its moved quantity and values stored (then solved, or
+    rejected by ``dual_bound`` when the fused bound lies within its rounding margin of
+    the threshold: the decision is ``dual_bound``'s, to the bit).
+    """
     out = []
     threshold = current.objective - tol
+    n_kept = int(current.mask.sum())
     for j in features:
         j = int(j)
         on = not current.mask[j]
-        if not on and current.mask.sum() == 1:
+        if not on and n_kept == 1:
+            out.append(Candidate(j, False, True, None, 0.0))
+            continue
+        bound, margin = problem.screen_bound(current, j, on, n_kept + (1 if on else -1))
+        if bound >= threshold + margin:
             out.append(Candidate(j, False, True, None, 0.0))
             continue
         mask = current.mask.copy()
         mask[j] = on
         pre = problem.moved(current.pre, j, on)
-        values = problem.values(pre)  # computed once: the screen's, then the solve's
-        if problem.dual_bound(mask, pre, current.alpha, values) >= threshold:
+        values = problem.values(pre)  # computed once: the tie's screen, then the solve's
+        if bound > threshold - margin and (
+            problem.dual_bound(mask, pre, current.alpha, values) >= threshold
+        ):
             out.append(Candidate(j, False, True, None, 0.0))
             continue
         start = time.perf_counter()
