@@ -624,3 +624,27 @@ def test_the_fused_screen_bound_equals_the_stored_one(kind):
             fused, margin = problem.screen_bound(current, int(j), on, int(flipped.sum()))
             assert fused == pytest.approx(stored, rel=1e-12, abs=1e-12)
             assert abs(fused - stored) <= margin
+
+
+def test_the_dual_ascent_screen_is_a_lower_bound_that_only_rises():
+    """``box_dual_ascent``: from a feasible dual, its value never falls below the start's
+    and never rises above the box QP's optimum (weak duality: a valid screen)."""
+    from elmscale.core.jit import box_dual_ascent
+    from elmscale.solvers.sparse_dual import box_qp
+
+    rng = np.random.default_rng(11)
+    for n, C in ((30, 0.5), (51, 16.0)):
+        H = rng.uniform(-1, 1, (n, 20))
+        Q = (H @ H.T) * np.multiply.outer(t := rng.choice([-1.0, 1.0], n), t)
+        start = rng.uniform(0, C, n) * (rng.random(n) < 0.6)
+        optimum = box_qp(Q, -np.ones(n), C, np.zeros(n), 1e-12)
+        best = optimum.sum() - 0.5 * optimum @ Q @ optimum
+        before = start.sum() - 0.5 * start @ Q @ start
+        last = -np.inf
+        for passes in (0, 1, 4, 32, 200):
+            value, scale = box_dual_ascent(Q, start, C, passes)
+            assert before - 1e-9 <= value <= best + 1e-9
+            assert value >= last - 1e-12
+            assert 0.5 * abs(start @ Q @ start) <= scale or passes > 0
+            last = value
+        assert value > before  # (a random start is not the optimum)

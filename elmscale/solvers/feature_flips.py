@@ -71,12 +71,32 @@ DENSE_MAX_ROWS = 600
 DENSE_TOL = 1e-9
 
 
-def _dense_dual(K, t, C):
+#: coordinate-ascent passes of the second screen (``_dense_dual``'s ``screen``)
+ASCENT_PASSES = 32
+#: the second screen's margin, relative to the sizes of the dual's terms and the
+#: threshold: far above the rounding of its sums and of the objective the exact solve
+#: would compare (``1e-13`` at most on these sizes)
+ASCENT_MARGIN = 1e-9
+
+
+def _dense_dual(K, t, C, screen=None):
     """The sparse ELM's dual on the Gram ``K`` exactly (``box_qp``), or None if it does not
     finish (the caller falls back to the iterative solver).  It starts from zero, never
     from the current dual: started there, ``box_qp`` took 1.3-1.5x longer (colon and
-    leukaemia, 5 splits each, ``benchmarks/felm.py``), its active set rebuilt either way."""
+    leukaemia, 5 splits each, ``benchmarks/felm.py``), its active set rebuilt either way.
+
+    ``screen = (alpha, psi_term, threshold)``: first ``ASCENT_PASSES`` passes of coordinate
+    ascent on the dual from ``alpha`` (a feasible point: the current mask's dual); when
+    that dual's value plus ``psi_term`` is above ``threshold`` by more than the rounding
+    margin, the mask's optimum is too (weak duality), so no solve could keep it: returns
+    ``False`` without solving."""
     Q = K * np.multiply.outer(t, t)
+    if screen is not None:
+        alpha, psi_term, threshold = screen
+        value, scale = _jit.box_dual_ascent(Q, alpha, float(C), ASCENT_PASSES)
+        margin = ASCENT_MARGIN * (abs(value) + scale + abs(psi_term) + abs(threshold))
+        if value + psi_term >= threshold + margin:
+            return False
     return box_qp(Q, -np.ones(t.size), C, np.zeros(t.size), DENSE_TOL)
 
 
@@ -120,7 +140,9 @@ class MaskProblem(Protocol):
     (``pre``) and its rank-1 move when feature ``j`` goes on or off (``moved``); the node
     or kernel values of a kept quantity (``values``: H, or K), which a candidate's
     screen computes and its solve reuses (``values=``; computed when None); a mask's
-    solve, warm-started from a dual (``solve``); the weak-duality bound of a mask at a
+    solve, warm-started from a dual (``solve``), or None where a few passes of dual ascent
+    from ``screen = (alpha, threshold)`` show its optimum is at least ``threshold``
+    (``solve_below``, exact masks only); the weak-duality bound of a mask at a
     dual (``dual_bound``), and that of a flip of ``current`` at its dual computed in one
     pass without storing the moved quantity or its values, with a bound on how far
     rounding can put it from ``dual_bound``'s (``screen_bound``: ``(bound, margin)``,
@@ -143,6 +165,15 @@ class MaskProblem(Protocol):
         alpha0: np.ndarray | None,
         values: np.ndarray | None = None,
     ) -> MaskPoint: ...
+
+    def solve_below(
+        self,
+        mask: np.ndarray,
+        pre: np.ndarray,
+        alpha0: np.ndarray | None,
+        values: np.ndarray | None,
+        screen: tuple[np.ndarray, float] | None,
+    ) -> MaskPoint | None: ...
 
     def dual_bound(
         self,
@@ -184,6 +215,14 @@ def _bound_and_margin(alpha_sum, quad, err, psi_term) -> tuple[float, float]:
     bound = alpha_sum - 0.5 * quad + psi_term
     margin = 2.0 * err + SCREEN_MARGIN * (abs(alpha_sum) + 0.5 * abs(quad) + abs(psi_term))
     return bound, margin
+
+
+def _screen_of(screen, psi, mask):
+    """``_dense_dual``'s ``screen`` from ``solve_below``'s ``(alpha, threshold)``."""
+    if screen is None:
+        return None
+    alpha, threshold = screen
+    return alpha, psi * int(mask.sum()), threshold
 
 
 def _hinge_sum(t: np.ndarray, decision: np.ndarray) -> float:
@@ -248,8 +287,18 @@ class ExplicitMaskProblem:
         return self.features(pre)
 
     def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
+        point = self.solve_below(mask, pre, alpha0, values, None)
+        assert point is not None  # (no threshold: always solved)
+        return point
+
+    def solve_below(self, mask, pre, alpha0, values, screen) -> MaskPoint | None:
         H = self.features(pre) if values is None else values
-        alpha = _dense_dual(H @ H.T, self.t, self.C) if H.shape[0] <= DENSE_MAX_ROWS else None
+        if H.shape[0] > DENSE_MAX_ROWS:
+            alpha = None
+        else:
+            alpha = _dense_dual(H @ H.T, self.t, self.C, _screen_of(screen, self.psi, mask))
+            if alpha is False:
+                return None
         if alpha is not None:
             return MaskPoint(mask, pre, alpha, self._objective(H, alpha, mask))
         alpha, _, _, _ = solve_explicit_dual(
@@ -339,8 +388,18 @@ class KernelMaskProblem:
         return self.gram(pre)
 
     def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
+        point = self.solve_below(mask, pre, alpha0, values, None)
+        assert point is not None  # (no threshold: always solved)
+        return point
+
+    def solve_below(self, mask, pre, alpha0, values, screen) -> MaskPoint | None:
         K = self.gram(pre) if values is None else values
-        alpha = _dense_dual(K, self.t, self.C) if K.shape[0] <= DENSE_MAX_ROWS else None
+        if K.shape[0] > DENSE_MAX_ROWS:
+            alpha = None
+        else:
+            alpha = _dense_dual(K, self.t, self.C, _screen_of(screen, self.psi, mask))
+            if alpha is False:
+                return None
         if alpha is not None:
             return MaskPoint(mask, pre, alpha, self._objective(K, alpha, mask))
         alpha, _, _, _ = solve_kernel_dual(
@@ -421,8 +480,13 @@ def evaluate_block(
             out.append(Candidate(j, False, True, None, 0.0))
             continue
         start = time.perf_counter()
-        point = problem.solve(mask, pre, current.alpha if warm else None, values)
+        point = problem.solve_below(
+            mask, pre, current.alpha if warm else None, values, (current.alpha, threshold)
+        )
         seconds = time.perf_counter() - start
+        if point is None:  # the second screen: dual ascent from the current dual
+            out.append(Candidate(j, False, True, None, seconds))
+            continue
         kept = point.objective < threshold
         out.append(Candidate(j, kept, False, point if kept else None, seconds))
         if kept:
