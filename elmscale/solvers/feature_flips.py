@@ -217,6 +217,28 @@ def _bound_and_margin(alpha_sum, quad, err, psi_term) -> tuple[float, float]:
     return bound, margin
 
 
+class _Dual(NamedTuple):
+    """What every screen of one current point reads: its dual ``alpha`` (the key: the
+    same object), ``u = alpha t``, the rows where ``alpha != 0`` and ``sum(alpha)``."""
+
+    alpha: np.ndarray
+    u: np.ndarray
+    rows: np.ndarray
+    alpha_sum: float
+
+
+def _dual_of(problem, alpha: np.ndarray) -> _Dual:
+    """``problem``'s last ``_Dual``, or a new one when ``alpha`` is another array (a tuple
+    read and written whole: threads screening blocks side by side may replace it, never
+    see half of it)."""
+    last = problem._last_dual
+    if last is not None and last.alpha is alpha:
+        return last
+    last = _Dual(alpha, alpha * problem.t, np.flatnonzero(alpha), float(alpha.sum()))
+    problem._last_dual = last
+    return last
+
+
 def _screen_of(screen, psi, mask):
     """``_dense_dual``'s ``screen`` from ``solve_below``'s ``(alpha, threshold)``."""
     if screen is None:
@@ -251,6 +273,7 @@ class ExplicitMaskProblem:
     biases: np.ndarray = field(init=False)
     additive: bool = field(init=False)
     code: int = field(init=False)
+    _last_dual: _Dual | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float64)
@@ -325,12 +348,18 @@ class ExplicitMaskProblem:
         return float(alpha.sum()) - 0.5 * float(beta @ beta) + self.psi * int(mask.sum())
 
     def screen_bound(self, current, j, on, n_kept) -> tuple[float, float]:
-        u = current.alpha * self.t
-        rows = np.flatnonzero(current.alpha)
+        dual = _dual_of(self, current.alpha)
         bb, err = _jit.moved_nodes_beta_sq(
-            current.pre, self.X[:, j], self.weights[j], on, self.biases, self.code, u, rows
+            current.pre,
+            self.X[:, j],
+            self.weights[j],
+            on,
+            self.biases,
+            self.code,
+            dual.u,
+            dual.rows,
         )
-        return _bound_and_margin(float(current.alpha.sum()), bb, err, self.psi * n_kept)
+        return _bound_and_margin(dual.alpha_sum, bb, err, self.psi * n_kept)
 
     def fixed_weights_value(self, pre, weights) -> float:
         """Eq. 25: ``1/2 |beta|^2 + C e'(e - t h beta)_+`` with the output weights ``beta``
@@ -355,6 +384,7 @@ class KernelMaskProblem:
     psi: float
     kkt_tol: float = 1e-3
     max_iter: int = -1
+    _last_dual: _Dual | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.kernel.kind not in ("gaussian", "mg"):
@@ -426,13 +456,12 @@ class KernelMaskProblem:
         return float(alpha.sum()) - 0.5 * float(u @ (K @ u)) + self.psi * int(mask.sum())
 
     def screen_bound(self, current, j, on, n_kept) -> tuple[float, float]:
-        u = current.alpha * self.t
-        rows = np.flatnonzero(current.alpha)
+        dual = _dual_of(self, current.alpha)
         code, sigma, _, sigma_star, tau = self.kernel._params()
         quad, err = _jit.moved_kernel_quad(
-            current.pre, self.X[:, j], on, code, sigma, sigma_star, tau, u, rows
+            current.pre, self.X[:, j], on, code, sigma, sigma_star, tau, dual.u, dual.rows
         )
-        return _bound_and_margin(float(current.alpha.sum()), quad, err, self.psi * n_kept)
+        return _bound_and_margin(dual.alpha_sum, quad, err, self.psi * n_kept)
 
     def fixed_weights_value(self, pre, weights) -> float:
         """Eq. 26 (read as for FELM): the objective with the dual coefficients ``u = a t``
