@@ -254,8 +254,21 @@ def _hinge_sum(t: np.ndarray, decision: np.ndarray) -> float:
     return float(np.maximum(0.0, 1.0 - t * decision).sum())
 
 
+class _SolvedBelow:
+    """``solve`` as ``solve_below`` without a threshold (which then always solves), shared
+    by the mask problems."""
+
+    def solve_below(self, mask, pre, alpha0, values, screen) -> MaskPoint | None:
+        raise NotImplementedError
+
+    def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
+        point = self.solve_below(mask, pre, alpha0, values, None)
+        assert point is not None  # (no threshold: always solved)
+        return point
+
+
 @dataclass(eq=False)
-class ExplicitMaskProblem:
+class ExplicitMaskProblem(_SolvedBelow):
     """FELM: random hidden nodes on the masked inputs.
 
     ``X`` (n, d) and ``t`` (+-1) the training rows; ``layer`` the hidden layer.  Additive
@@ -311,11 +324,6 @@ class ExplicitMaskProblem:
 
     def values(self, pre: np.ndarray) -> np.ndarray:
         return self.features(pre)
-
-    def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
-        point = self.solve_below(mask, pre, alpha0, values, None)
-        assert point is not None  # (no threshold: always solved)
-        return point
 
     def solve_below(self, mask, pre, alpha0, values, screen) -> MaskPoint | None:
         H = self.features(pre) if values is None else values
@@ -376,7 +384,7 @@ class ExplicitMaskProblem:
 
 
 @dataclass(eq=False)
-class KernelMaskProblem:
+class KernelMaskProblem(_SolvedBelow):
     """FKELM: a kernel (any :class:`Kernel` of squared distances: gaussian or ``"mg"``)
     on the masked inputs; the kept quantity is the squared-distance matrix of the rows."""
 
@@ -419,11 +427,6 @@ class KernelMaskProblem:
 
     def values(self, pre: np.ndarray) -> np.ndarray:
         return self.gram(pre)
-
-    def solve(self, mask, pre, alpha0, values=None) -> MaskPoint:
-        point = self.solve_below(mask, pre, alpha0, values, None)
-        assert point is not None  # (no threshold: always solved)
-        return point
 
     def solve_below(self, mask, pre, alpha0, values, screen) -> MaskPoint | None:
         K = self.gram(pre) if values is None else values
