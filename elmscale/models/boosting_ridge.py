@@ -220,6 +220,87 @@ class _OneOfJClassifier(ELMClassifier):
         return out[:, 1] - out[:, 0] if len(self.classes_) == 2 else out
 
 
+class _RandomNodeEnsembleClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+    """BRELM / GBRELM / GGBRELM classifiers: the ensemble's parameters and ``probability``
+    (calibrated probabilities, as ``ELMClassifier``)."""
+
+    _parameter_constraints: dict = {
+        **_RandomNodeEnsemble._parameter_constraints,
+        "probability": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators=10,
+        hidden="sigmoid",
+        n_hidden=100,
+        weight_scale=1.0,
+        C=1.0,
+        precision="auto",
+        block_rows=16384,
+        n_threads=None,
+        random_state=None,
+        probability=False,
+    ):
+        super().__init__(
+            n_estimators=n_estimators,
+            hidden=hidden,
+            n_hidden=n_hidden,
+            weight_scale=weight_scale,
+            C=C,
+            precision=precision,
+            block_rows=block_rows,
+            n_threads=n_threads,
+            random_state=random_state,
+        )
+        self.probability = probability
+
+
+class _KernelEnsembleClassifier(_KernelEnsemble, _OneOfJClassifier):
+    """KBRELM's classifier: the ensemble's parameters and ``probability``."""
+
+    _parameter_constraints: dict = {
+        **_KernelEnsemble._parameter_constraints,
+        "probability": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators=10,
+        kernel="gaussian",
+        C=1.0,
+        sigma=1.0,
+        degree=3,
+        block_rows=16384,
+        n_threads=None,
+        probability=False,
+    ):
+        super().__init__(
+            n_estimators=n_estimators,
+            kernel=kernel,
+            C=C,
+            sigma=sigma,
+            degree=degree,
+            block_rows=block_rows,
+            n_threads=n_threads,
+        )
+        self.probability = probability
+
+
+_PROBABILITY_PARAMETER = """    probability : bool, default=False
+        Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
+        Platt sigmoids on out-of-fold outputs of a 5-fold stratified split (the decision
+        value for two classes, else one per class, normalised to sum 1;
+        ``elmscale.models.probability``); in-memory fits only.
+"""
+
+_CALIBRATION_ATTRS = """    prob_a_, prob_b_ : ndarray (n_problems,), float64
+        Platt's sigmoids ``1 / (1 + exp(A f + B))`` (``probability=True`` only).
+    probability_coupling_ : "binary" or "one_vs_rest"
+"""
+
 _PARAMETERS = """
     Parameters
     ----------
@@ -292,14 +373,14 @@ _CLASSES_ATTR = "    classes_ : ndarray (n_classes,)\n"
 _OUTPUTS_ATTR = "    n_outputs_ : int\n"
 
 
-class BRELMClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+class BRELMClassifier(_RandomNodeEnsembleClassifier):
     ensemble = "shared"
     __doc__ = _doc(
         "BRELM classifier: S ridge learners sharing one random layer, each fitted to the "
         "residual of the ones before (eq. 10-13).",
-        _PARAMETERS,
+        _PARAMETERS + _PROBABILITY_PARAMETER,
         _RANDOM_ATTRIBUTES,
-        _CLASSES_ATTR,
+        _CLASSES_ATTR + _CALIBRATION_ATTRS,
     )
 
 
@@ -313,14 +394,14 @@ class BRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
     )
 
 
-class GBRELMClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+class GBRELMClassifier(_RandomNodeEnsembleClassifier):
     ensemble = "sequential"
     __doc__ = _doc(
         "GBRELM classifier: a random layer per learner, the learners fitted in turn to the "
         "residual.",
-        _PARAMETERS,
+        _PARAMETERS + _PROBABILITY_PARAMETER,
         _RANDOM_ATTRIBUTES,
-        _CLASSES_ATTR,
+        _CLASSES_ATTR + _CALIBRATION_ATTRS,
     )
 
 
@@ -334,15 +415,15 @@ class GBRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
     )
 
 
-class GGBRELMClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
+class GGBRELMClassifier(_RandomNodeEnsembleClassifier):
     ensemble = "global"
     __doc__ = _doc(
         "GGBRELM classifier (the paper's eq. 19): a random layer per learner, every "
         "learner's weights from one ridge system on the S concatenated layers (a Cholesky "
         "per C for short grids, one eigendecomposition for long ones).",
-        _PARAMETERS,
+        _PARAMETERS + _PROBABILITY_PARAMETER,
         _RANDOM_ATTRIBUTES,
-        _CLASSES_ATTR,
+        _CLASSES_ATTR + _CALIBRATION_ATTRS,
     )
 
 
@@ -356,13 +437,15 @@ class GGBRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
     )
 
 
-class KBRELMClassifier(_KernelEnsemble, _OneOfJClassifier):
+class KBRELMClassifier(_KernelEnsembleClassifier):
     __doc__ = _doc(
         "KBRELM classifier: S kernel ridge learners, each fitted to the residual of the "
         "ones before.",
-        _KERNEL_PARAMETERS,
+        _KERNEL_PARAMETERS.replace(
+            "\n\n    Attributes\n", "\n" + _PROBABILITY_PARAMETER + "\n    Attributes\n"
+        ),
         "",
-        _CLASSES_ATTR,
+        _CLASSES_ATTR + _CALIBRATION_ATTRS,
     )
 
 

@@ -37,6 +37,7 @@ from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.ridge import PRECISIONS, choose_precision, ridge_path, solve_ridge
 from elmscale.linalg.targets import TargetEncoder
+from elmscale.models.probability import CALIBRATION_ATTRS, ProbabilityMixin
 
 # Kernel scoring: rows per block so that a block of K stays near 32 MB.
 _KERNEL_BLOCK_BYTES = 32 * 2**20
@@ -343,7 +344,7 @@ class _BaseELM(BaseEstimator):
         own = self.get_params(deep=False)
         est = (estimator_class or type(self))(**{**own, **params})
         for name, value in vars(self).items():
-            if name not in own:  # fitted state: classes_, n_features_in_, ...
+            if name not in own and name not in CALIBRATION_ATTRS:  # classes_, ...
                 setattr(est, name, value)
         return est.set_solution(feature_map, coef)
 
@@ -463,6 +464,8 @@ class _BaseELM(BaseEstimator):
             if not c > 0:
                 raise ValueError(f"every C in Cs must be > 0; got {c}")
         self._validate_params()
+        for name in CALIBRATION_ATTRS:  # the path's models are not calibrated
+            self.__dict__.pop(name, None)
         with thread_budget(self.n_threads):
             features, G, B = self._any_gram(X, y, client, max(Cs))
             self._warn_if_single_precision_is_too_coarse(features, G, max(Cs))
@@ -498,7 +501,7 @@ class _BaseELM(BaseEstimator):
         return tags
 
 
-class ELMClassifier(ClassifierMixin, _BaseELM):
+class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
     """Unified ELM classifier (random hidden nodes or a kernel).
 
     Parameters
@@ -533,6 +536,11 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
         Threads for BLAS and numba inside fit / predict (None or -1: all cores).
     random_state : int, RandomState or None, default=None
         Seed of the random hidden layer.
+    probability : bool, default=False
+        Also fit calibrated probabilities (``predict_proba``), as ``SVC(probability=True)``:
+        Platt sigmoids on out-of-fold decision values of a 5-fold stratified split (five
+        more fits), one per class normalised to sum 1 for three classes or more
+        (``elmscale.models.probability``).
 
     Attributes
     ----------
@@ -548,9 +556,66 @@ class ELMClassifier(ClassifierMixin, _BaseELM):
     precision_ : {"single", "double"}
         Precision used for H'H (random nodes only).
     n_features_in_ : int
+    prob_a_, prob_b_ : ndarray of shape (n_problems,), float64
+        Platt's sigmoids ``1 / (1 + exp(A f + B))`` (``probability=True`` only): one
+        problem (the decision value) for two classes, else one per class (its column).
+    probability_coupling_ : {"binary", "one_vs_rest"}
     """
 
     target_coding = "plus_minus"
+
+    _parameter_constraints: dict = {**_BaseELM._parameter_constraints, "probability": ["boolean"]}
+
+    def __init__(
+        self,
+        *,
+        hidden="sigmoid",
+        n_hidden=500,
+        weight_scale=1.0,
+        kernel=None,
+        C=1.0,
+        sigma=1.0,
+        degree=3,
+        sigma_star_ratio=1024.0,
+        tau=0.5,
+        precision="auto",
+        block_rows=16384,
+        n_threads=None,
+        random_state=None,
+        probability=False,
+    ):
+        super().__init__(
+            hidden=hidden,
+            n_hidden=n_hidden,
+            weight_scale=weight_scale,
+            kernel=kernel,
+            C=C,
+            sigma=sigma,
+            degree=degree,
+            sigma_star_ratio=sigma_star_ratio,
+            tau=tau,
+            precision=precision,
+            block_rows=block_rows,
+            n_threads=n_threads,
+            random_state=random_state,
+        )
+        self.probability = probability
+
+    def fit(self, X, y=None, *, client=None):
+        """Fit as :meth:`_BaseELM.fit`; with ``probability=True`` also the calibration
+        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids)."""
+        super().fit(X, y, client=client)
+        self._fit_calibration(X, y)
+        return self
+
+    def _calibration_coupling(self) -> str:
+        return "binary" if len(self.classes_) == 2 else "one_vs_rest"
+
+    def _calibration_scores(self, X) -> np.ndarray:
+        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
+        classes, else one column per class."""
+        decision = self.decision_function(X)
+        return decision[:, None] if decision.ndim == 1 else decision
 
     def _encode_targets(self, y):
         return encode_class_labels(self, y, self.target_coding)

@@ -33,6 +33,7 @@ from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
+from elmscale.models.probability import ProbabilityMixin
 from elmscale.models.sparse_elm import decision_to_class_index, ovo_decision
 from elmscale.models.sparse_elm_pairs import pair_problem
 from elmscale.solvers.feature_flips import (
@@ -73,7 +74,7 @@ def _one_numba_thread():
     numba.set_num_threads(1)  # numba's thread count is per calling thread
 
 
-class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
+class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, BaseEstimator):
     """What FELM and FKELM share: the pairs, the selection loop, scoring, attributes."""
 
     _common_constraints: dict = {
@@ -87,6 +88,7 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
         "resolve_start": [StrOptions({"warm", "cold"})],
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
+        "probability": ["boolean"],
     }
 
     def save(self, path) -> None:
@@ -167,6 +169,7 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        self._fit_calibration(X, y)
         return self
 
     def _assemble(self, X, pairs, results, rows_of):
@@ -196,6 +199,18 @@ class _FeatureSelectingELM(SelectorMixin, ClassifierMixin, BaseEstimator):
     def _get_support_mask(self):
         check_is_fitted(self)
         return self.support_mask_
+
+    def _calibration_coupling(self) -> str:
+        return "binary" if len(self.classes_) == 2 else "pairwise"
+
+    def _calibration_scores(self, X) -> np.ndarray:
+        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
+        classes (> 0: ``classes_[1]``), else the pairs' scores (> 0: the pair's first)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        with thread_budget(self.n_threads):
+            scores = self._pair_scores(np.asarray(X, dtype=np.float64))
+        return -scores if len(self.classes_) == 2 else scores
 
     def decision_function(self, X) -> np.ndarray:
         """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes), the
@@ -259,6 +274,11 @@ class FELMClassifier(_FeatureSelectingELM):
         Threads for the candidate flips (None / -1: every core).
     random_state : int, RandomState or None
         Draws the hidden layer.
+    probability : bool, default=False
+        Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
+        Platt sigmoids on out-of-fold scores of a 5-fold stratified split (five more
+        selections), the one-vs-one pairs coupled as Wu, Lin and Weng (2004)
+        (``elmscale.models.probability``).
 
     Attributes
     ----------
@@ -277,6 +297,9 @@ class FELMClassifier(_FeatureSelectingELM):
     n_flip_candidates_, n_flip_screened_, n_flip_solves_, n_flip_kept_ : per pair
     resolve_seconds_, selection_seconds_ : time in re-solves and in the whole selection
     hidden_layer_ : the random layer; coef_ : (n_hidden, n_pairs) output weights
+    prob_a_, prob_b_ : (n_problems,) Platt's sigmoids ``1 / (1 + exp(A f + B))``
+        (``probability=True``): the decision value for two classes, else each pair's score
+    probability_coupling_ : "binary" or "pairwise"
     """
 
     _parameter_constraints: dict = {
@@ -302,6 +325,7 @@ class FELMClassifier(_FeatureSelectingELM):
         resolve_start="warm",
         n_threads=None,
         random_state=None,
+        probability=False,
     ):
         self.C = C
         self.psi = psi
@@ -316,6 +340,7 @@ class FELMClassifier(_FeatureSelectingELM):
         self.resolve_start = resolve_start
         self.n_threads = n_threads
         self.random_state = random_state
+        self.probability = probability
 
     def _prepare_mapping(self, n_features, seed):
         self.hidden_layer_ = HiddenLayer(
@@ -360,7 +385,7 @@ class FKELMClassifier(_FeatureSelectingELM):
     kernel, is ``sigma_star_ratio < 1``.  With ``tau = 0`` it is the gaussian kernel.
 
     Parameters: ``C``, ``psi``, ``psi_scale``, ``tol``, ``kkt_tol``, ``max_sweeps``,
-    ``initial_selection``, ``resolve_start``,
+    ``initial_selection``, ``resolve_start``, ``probability``,
     ``n_threads``, ``random_state`` (unused by the selection: kept for the interface) as
     in :class:`FELMClassifier`; ``sigma`` (> 0), ``sigma_star_ratio`` (> 0), ``tau`` in
     [0, 1].
@@ -394,6 +419,7 @@ class FKELMClassifier(_FeatureSelectingELM):
         resolve_start="warm",
         n_threads=None,
         random_state=None,
+        probability=False,
     ):
         self.C = C
         self.psi = psi
@@ -408,6 +434,7 @@ class FKELMClassifier(_FeatureSelectingELM):
         self.resolve_start = resolve_start
         self.n_threads = n_threads
         self.random_state = random_state
+        self.probability = probability
 
     def _kernel(self) -> Kernel:
         return Kernel(

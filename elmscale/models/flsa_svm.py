@@ -36,6 +36,7 @@ from elmscale.core.threads import thread_budget
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_two_classes, encode_class_labels
+from elmscale.models.probability import CALIBRATION_ATTRS, ProbabilityMixin
 from elmscale.solvers.forward_selection import (
     CandidateColumns,
     CandidateSource,
@@ -300,6 +301,8 @@ class _BaseFLSASVM(BaseEstimator):
             raise ValueError(f"ms must be a non-empty list of integers >= 1; got {ms}")
         self._validate_params()
         X, pool, paths = self._run(X, y, max(ms), client)
+        for name in CALIBRATION_ATTRS:  # the copies are not calibrated
+            self.__dict__.pop(name, None)
         models = []
         for m in ms:
             # a copy carries what _run set (n_features_in_, classes_ or n_outputs_, ...)
@@ -394,17 +397,77 @@ _ATTRS_DOC = """
 """
 
 
-class FLSASVMClassifier(ClassifierMixin, _BaseFLSASVM):
+class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
     __doc__ = (
         "FLSA-SVM classifier: forward least-squares selection of kernel columns on +1 / -1\n"
         "    targets (one column for two classes, one-vs-rest columns for more, with one\n"
         "    shared set of support vectors); predicts the sign / the largest output.\n"
         + _PARAMS_DOC
+        + "    probability : bool, default=False\n"
+        "        Also fit calibrated probabilities (``predict_proba``) as\n"
+        "        ``SVC(probability=True)``: Platt sigmoids on out-of-fold outputs of a 5-fold\n"
+        "        stratified split, one per class normalised to sum 1 for three classes or\n"
+        "        more (``elmscale.models.probability``); in-memory fits only.\n"
         + "\n    Attributes\n    ----------\n    classes_ : ndarray of shape (n_classes,)\n"
         + _ATTRS_DOC
+        + "    prob_a_, prob_b_ : ndarray (n_problems,), float64\n"
+        "        Platt's sigmoids ``1 / (1 + exp(A f + B))`` (``probability=True``): the\n"
+        "        decision value for two classes, else one per class (its output column).\n"
+        '    probability_coupling_ : "binary" or "one_vs_rest"\n'
     )
 
     target_coding = "plus_minus"
+
+    _parameter_constraints: dict = {
+        **_BaseFLSASVM._parameter_constraints,
+        "probability": ["boolean"],
+    }
+
+    def __init__(
+        self,
+        *,
+        kernel="gaussian",
+        sigma=1.0,
+        degree=3,
+        n_support=100,
+        candidates="all",
+        tol=1e-8,
+        fit_intercept=True,
+        support_sets="shared",
+        cache_mb=1024.0,
+        n_threads=None,
+        random_state=None,
+        probability=False,
+    ):
+        super().__init__(
+            kernel=kernel,
+            sigma=sigma,
+            degree=degree,
+            n_support=n_support,
+            candidates=candidates,
+            tol=tol,
+            fit_intercept=fit_intercept,
+            support_sets=support_sets,
+            cache_mb=cache_mb,
+            n_threads=n_threads,
+            random_state=random_state,
+        )
+        self.probability = probability
+
+    def fit(self, X, y=None, client=None):
+        """As :meth:`_BaseFLSASVM.fit`; with ``probability=True`` also the calibration
+        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids)."""
+        super().fit(X, y, client=client)
+        self._fit_calibration(X, y)
+        return self
+
+    def _calibration_coupling(self) -> str:
+        return "binary" if len(self.classes_) == 2 else "one_vs_rest"
+
+    def _calibration_scores(self, X) -> np.ndarray:
+        """The scores the sigmoids read, ``(n, n_problems)``: the output for two classes
+        (> 0: ``classes_[1]``), else one column per class."""
+        return self._raw_output(X)
 
     def _encode_targets(self, y):
         return encode_class_labels(self, y, self.target_coding)

@@ -26,6 +26,7 @@ from elmscale.features.layers import HIDDEN_KINDS
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
 from elmscale.models.grid_plan import GridPlan
+from elmscale.models.probability import ProbabilityMixin
 
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
@@ -56,7 +57,7 @@ def decision_to_class_index(decision: np.ndarray) -> np.ndarray:
     return np.argmax(decision, axis=1)
 
 
-class SparseELMClassifier(ClassifierMixin, BaseEstimator):
+class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     """Sparse ELM (Bai et al. 2014): hinge loss, no bias, ``0 <= a_i <= C``; one-vs-one.
 
     Parameters
@@ -91,6 +92,11 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         one-vs-one pairs run side by side, one thread each.  Up to 1,024 rows, K is
         computed once (its upper half, mirrored) and every pair solved on it in one
         compiled call (``dense_dual``), one pair after another.
+    probability : bool, default=False
+        Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
+        Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
+        pairs coupled as Wu, Lin and Weng (2004) (``elmscale.models.probability``); in
+        memory only (not with a ParquetDataset's random-node fit).
 
     Attributes
     ----------
@@ -103,6 +109,10 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
     n_support_ : support vectors per class
     n_iter_, objective_, kkt_violation_, converged_ : per pair
     pairs_ : (n_pairs, 2) class indices of each pair; +1 is the first class
+    prob_a_, prob_b_ : (n_problems,) Platt's sigmoids ``1 / (1 + exp(A f + B))``
+        (``probability=True``): the decision value for two classes, else each pair's score
+        (P of its first class)
+    probability_coupling_ : "binary" or "pairwise"
     """
 
     _parameter_constraints: dict = {
@@ -121,6 +131,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, -1, None, closed="left")],
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
+        "probability": ["boolean"],
     }
 
     def __init__(
@@ -141,6 +152,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         max_iter=-1,
         n_threads=None,
         random_state=None,
+        probability=False,
     ):
         self.kernel = kernel
         self.hidden = hidden
@@ -157,6 +169,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.n_threads = n_threads
         self.random_state = random_state
+        self.probability = probability
 
     def _kernel_obj(self) -> Kernel:
         return Kernel(
@@ -373,6 +386,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
                     "label column"
                 )
             if self.hidden is not None:
+                self._fit_calibration(X, None)  # a clear error with probability=True
                 return self._fit_cocoa(X, client, n_blocks, local_passes, cache_mb, state_dir)
             from elmscale.distributed import dataplane
 
@@ -391,6 +405,7 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
         results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
         self._warn_if_not_converged()
+        self._fit_calibration(X, y)
         return self
 
     def fit_path(self, X, y, Cs, *, ray_address=None):
@@ -516,6 +531,15 @@ class SparseELMClassifier(ClassifierMixin, BaseEstimator):
             else:
                 out[:] = 0.0
         return out
+
+    def _calibration_coupling(self) -> str:
+        return "binary" if len(self.classes_) == 2 else "pairwise"
+
+    def _calibration_scores(self, X) -> np.ndarray:
+        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
+        classes (> 0: ``classes_[1]``), else the pairs' scores (> 0: the pair's first)."""
+        scores = self._pair_scores(X)
+        return -scores if len(self.classes_) == 2 else scores
 
     def decision_function(self, X) -> np.ndarray:
         """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes).
