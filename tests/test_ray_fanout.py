@@ -52,6 +52,18 @@ def _small_problem():
 GRID = {"C": [0.5, 5.0, 50.0], "sigma": [0.5, 2.0]}
 
 
+def test_calibration_folds_on_ray_equal_local(ray_session):
+    """probability=True: the five out-of-fold fits as Ray tasks give the local calibration."""
+    X, y = _small_problem()
+    model = SparseELMClassifier(C=5.0, sigma=2.0, random_state=0, probability=True)
+    local = clone(model).fit(X, y)
+    on_ray = clone(model).fit(X, y, ray_address="auto")
+    assert on_ray.probability_coupling_ == "pairwise"
+    np.testing.assert_array_equal(on_ray.prob_a_, local.prob_a_)
+    np.testing.assert_array_equal(on_ray.prob_b_, local.prob_b_)
+    np.testing.assert_array_equal(on_ray.predict_proba(X), local.predict_proba(X))
+
+
 def test_grid_search_is_the_same_locally_and_on_ray(ray_session):
     X, y = _small_problem()
     search = GridSearchCV(SparseELMClassifier(), GRID, cv=3, random_state=4)

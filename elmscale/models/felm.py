@@ -169,7 +169,7 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        self._fit_calibration(X, y)
+        self._fit_calibration(X, y, ray_address=ray_address)
         return self
 
     def _assemble(self, X, pairs, results, rows_of):

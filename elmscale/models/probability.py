@@ -16,7 +16,8 @@ its binary problems read (``_calibration_scores(X)`` ``(n, n_problems)``) and ho
 coupled (``_calibration_coupling()``: "binary", "pairwise" or "one_vs_rest"): out-of-fold
 scores of clones fitted with ``probability=False`` on a ``StratifiedKFold`` (5 folds,
 shuffled, seeded by the estimator's ``random_state`` or 0), the folds side by side on the
-estimator's threads, then one sigmoid per problem (``prob_a_``, ``prob_b_``).
+estimator's threads (or Ray tasks, for a fit given ``ray_address``), then one sigmoid per
+problem (``prob_a_``, ``prob_b_``).
 """
 
 from __future__ import annotations
@@ -240,15 +241,17 @@ class ProbabilityMixin:
     def _calibration_scores(self, X) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _fit_calibration(self, X, y) -> None:
+    def _fit_calibration(self, X, y, *, ray_address=None) -> None:
         """Fit ``prob_a_``, ``prob_b_`` and ``probability_coupling_`` when ``probability``
-        is True (else drop a previous fit's); ``X``, ``y``: the fit's rows and labels."""
+        is True (else drop a previous fit's); ``X``, ``y``: the fit's rows and labels.  The
+        out-of-fold fits run side by side on ``n_threads`` threads, or as Ray tasks on the
+        Ray at ``ray_address`` (the same model either way)."""
         for name in CALIBRATION_ATTRS:
             self.__dict__.pop(name, None)
         if not self.probability:
             return
         from elmscale.data.parquet import ParquetDataset
-        from elmscale.distributed.executors import LocalExecutor
+        from elmscale.distributed.executors import make_executor
 
         if isinstance(X, ParquetDataset):
             raise ValueError(
@@ -274,7 +277,8 @@ class ProbabilityMixin:
             seed = 0
         splits = list(StratifiedKFold(n_splits, shuffle=True, random_state=seed).split(X, y_idx))
         base = clone(self).set_params(probability=False)
-        parts = LocalExecutor(self.n_threads).map(
+        executor = make_executor(ray_address=ray_address, n_threads=self.n_threads)
+        parts = executor.map(
             _fold_scores, splits, shared={"X": X, "y": y, "base": base}, label="calibration"
         )
         coupling = self._calibration_coupling()

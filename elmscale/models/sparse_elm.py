@@ -95,7 +95,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
-        pairs coupled as Wu, Lin and Weng (2004) (``elmscale.models.probability``); in
+        pairs coupled as Wu, Lin and Weng (2004) (``elmscale.models.probability``); the
+        five out-of-fold fits run as Ray tasks when ``fit`` is given ``ray_address``; in
         memory only (not with a ParquetDataset's random-node fit).
 
     Attributes
@@ -405,7 +406,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
         self._warn_if_not_converged()
-        self._fit_calibration(X, y)
+        self._fit_calibration(X, y, ray_address=ray_address)
         return self
 
     def fit_path(self, X, y, Cs, *, ray_address=None):
