@@ -39,6 +39,7 @@ _LAZY = {
     "open_parquet": "elmscale.data.parquet",
     "load": "elmscale.io.model_files",
     "save": "elmscale.io.model_files",
+    "to_onnx": "elmscale.io.onnx_export",
     "SparseELMClassifier": "elmscale.models.sparse_elm",
     "FLSASVMClassifier": "elmscale.models.flsa_svm",
     "FLSASVMRegressor": "elmscale.models.flsa_svm",

@@ -1,0 +1,145 @@
+"""ONNX export (issue 29, item 2): every family exported, run in ONNX Runtime on test
+rows, gives elmscale's decision values (1e-4 relative in float32) and identical labels."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler, SplineTransformer
+
+import elmscale
+from elmscale.io.onnx_export import UnsupportedModelError
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(260, 6, n_informative=4, n_redundant=0, n_classes=3, random_state=0)
+    X = (X / np.abs(X).max(axis=0)).astype(np.float32)
+    return X[:200], y[:200], X[200:], y[200:]
+
+
+def run_onnx(proto, X):
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {session.get_inputs()[0].name: X})))
+
+
+def assert_close(got, want):
+    """1e-4 relative, entries near 0 measured against the largest magnitude."""
+    want = np.asarray(want)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def check_classifier(model, data, binary=False):
+    X, y, X_test, _ = data
+    if binary:
+        y = y % 2
+    model.fit(X, y)
+    out = run_onnx(elmscale.to_onnx(model), X_test)
+    assert_close(out["decision"], model.decision_function(X_test))
+    np.testing.assert_array_equal(out["label"], model.predict(X_test))
+    return out
+
+
+def check_regressor(model, data):
+    X, _, X_test, _ = data
+    model.fit(X, 0.5 * X[:, 0] - X[:, 1] + 0.3)
+    out = run_onnx(elmscale.to_onnx(model), X_test)
+    assert_close(out["prediction"], model.predict(X_test))
+
+
+@pytest.mark.parametrize("hidden", ["sigmoid", "sinusoid", "multiquadric", "gaussian"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_elm_classifier_random_nodes(data, hidden, binary):
+    check_classifier(
+        elmscale.ELMClassifier(hidden=hidden, n_hidden=40, C=10, random_state=0), data, binary
+    )
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian", "polynomial", "mg"])
+def test_elm_classifier_kernel(data, kernel):
+    check_classifier(elmscale.ELMClassifier(kernel=kernel, C=10, tau=0.3), data)
+
+
+@pytest.mark.parametrize("kernel", [None, "gaussian"])
+def test_elm_regressor(data, kernel):
+    params = {"kernel": kernel} if kernel else {"hidden": "sigmoid", "random_state": 0}
+    check_regressor(elmscale.ELMRegressor(n_hidden=40, C=10, **params), data)
+
+
+def test_sparse_elm_kernel_binary_and_one_vs_one(data):
+    out = check_classifier(elmscale.SparseELMClassifier(C=10), data, binary=True)
+    assert out["decision"].ndim == 1
+    out = check_classifier(elmscale.SparseELMClassifier(kernel="laplacian", C=10), data)
+    assert out["decision"].shape[1] == 3
+
+
+def test_sparse_elm_random_nodes(data):
+    check_classifier(
+        elmscale.SparseELMClassifier(hidden="multiquadric", n_hidden=30, C=10, random_state=0),
+        data,
+    )
+
+
+def test_string_labels(data):
+    X, y, X_test, _ = data
+    model = elmscale.SparseELMClassifier(C=10).fit(X, np.array(["a", "b", "c"])[y])
+    out = run_onnx(elmscale.to_onnx(model), X_test)
+    assert out["label"].dtype == object
+    np.testing.assert_array_equal(out["label"], model.predict(X_test))
+
+
+@pytest.mark.parametrize("ensemble", ["BRELM", "GBRELM", "GGBRELM", "KBRELM"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_boosting_ridge(data, ensemble, binary):
+    params = {} if ensemble == "KBRELM" else {"random_state": 0, "n_hidden": 20}
+    classifier = getattr(elmscale, f"{ensemble}Classifier")(n_estimators=3, **params)
+    check_classifier(classifier, data, binary)
+    if not binary:
+        check_regressor(getattr(elmscale, f"{ensemble}Regressor")(n_estimators=3, **params), data)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_flsa_svm(data, binary):
+    check_classifier(elmscale.FLSASVMClassifier(n_support=15), data, binary)
+    if binary:
+        check_regressor(elmscale.FLSASVMRegressor(n_support=15), data)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_felm_and_fkelm(data, binary):
+    felm = elmscale.FELMClassifier(n_hidden=30, random_state=0)
+    check_classifier(felm, data, binary)
+    fkelm = elmscale.FKELMClassifier()
+    check_classifier(fkelm, data, binary)
+    # the masks matter: some pair keeps fewer than all features
+    assert not np.asarray(fkelm.pair_masks_).all() or not np.asarray(felm.pair_masks_).all()
+
+
+def test_pipeline_with_a_scaler_through_skl2onnx(data):
+    import skl2onnx
+
+    X, y, X_test, _ = data
+    X_raw, X_test_raw = 3.0 * X + 1.0, 3.0 * X_test + 1.0
+    pipe = make_pipeline(MinMaxScaler((-1, 1)), elmscale.SparseELMClassifier(C=10)).fit(X_raw, y)
+    elmscale.to_onnx(pipe.steps[-1][1])  # registers the converters as a side effect too
+    proto = skl2onnx.to_onnx(pipe, X_raw[:1].astype(np.float32))
+    out = run_onnx(proto, X_test_raw)
+    assert_close(out["decision"], pipe.decision_function(X_test_raw))
+    np.testing.assert_array_equal(out["label"], pipe.predict(X_test_raw))
+    out = run_onnx(elmscale.to_onnx(pipe), X_test_raw)  # the same through elmscale
+    np.testing.assert_array_equal(out["label"], pipe.predict(X_test_raw))
+
+
+def test_unsupported_models_are_clear_errors(data):
+    X, y, _, _ = data
+    with pytest.raises(UnsupportedModelError, match="LogisticRegression has no ONNX export"):
+        elmscale.to_onnx(LogisticRegression().fit(X, y))
+    with pytest.raises(UnsupportedModelError, match="ELMClassifier is not a fitted"):
+        elmscale.to_onnx(elmscale.ELMClassifier())
+    pipe = make_pipeline(SplineTransformer(), elmscale.SparseELMClassifier()).fit(X, y)
+    with pytest.raises(UnsupportedModelError, match="SplineTransformer"):
+        elmscale.to_onnx(pipe)
