@@ -382,3 +382,52 @@ def test_the_calibration_is_reproducible_and_follows_random_state():
     c = SparseELMClassifier(C=10, sigma=3, random_state=4, probability=True).fit(X, y)
     np.testing.assert_array_equal(a.prob_a_, b.prob_a_)
     assert not np.array_equal(a.prob_a_, c.prob_a_)  # other folds
+
+
+def _rewritten(src, dst, change):
+    """A copy of the model file ``src`` with its members changed by ``change`` (a dict to
+    edit in place) and its checksums made anew: only the content checks can refuse it."""
+    import hashlib
+    import zipfile
+
+    with zipfile.ZipFile(src) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    change(members)
+    members["SHA256SUMS"] = "".join(
+        f"{hashlib.sha256(d).hexdigest()}  {n}\n" for n, d in members.items() if n != "SHA256SUMS"
+    ).encode()
+    with zipfile.ZipFile(dst, "w") as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    return dst
+
+
+def test_a_model_file_whose_calibration_does_not_fit_is_refused(fitted, tmp_path):
+    import io
+    import json
+
+    model, _, _ = fitted["sparse ELM kernel", 3]
+    elmscale.save(model, tmp_path / "m.elm")
+
+    def short_prob_a(members):
+        name = next(n for n in members if n.endswith("prob_a_.npy"))
+        buf = io.BytesIO()
+        np.save(buf, np.array([-1.0]))  # one sigmoid for three pairs
+        members[name] = buf.getvalue()
+
+    def unknown_coupling(members):
+        meta = json.loads(members["metadata.json"])
+        meta["model"]["attributes"]["probability_coupling_"] = "softmax"
+        members["metadata.json"] = json.dumps(meta).encode()
+
+    for change in (short_prob_a, unknown_coupling):
+        bad = _rewritten(tmp_path / "m.elm", tmp_path / f"{change.__name__}.elm", change)
+        with pytest.raises(elmscale.ModelFileError, match="calibration does not fit"):
+            elmscale.load(bad)
+
+
+def test_calibrated_proba_checks_the_sigmoids_against_the_scores():
+    with pytest.raises(ValueError, match="'pairwise' calibration of 3 classes needs 3"):
+        calibrated_proba(np.zeros((2, 3)), np.zeros(1), np.zeros(1), "pairwise", 3)
+    with pytest.raises(ValueError, match="'one_vs_rest' calibration of 4 classes needs 4"):
+        calibrated_proba(np.zeros((2, 3)), np.zeros(3), np.zeros(3), "one_vs_rest", 4)

@@ -463,9 +463,21 @@ def _check_usable(model, path: Path) -> None:
         raise ModelFileError(
             f"{path}: the model's parts do not fit together ({type(exc).__name__}: {exc})"
         ) from exc
-    classes = getattr(final_estimator(model), "classes_", None)
+    final = final_estimator(model)
+    classes = getattr(final, "classes_", None)
     if prediction.shape[:1] != (1,) or (classes is not None and prediction[0] not in classes):
         raise ModelFileError(f"{path}: the model predicts {prediction!r} for one row")
+    if getattr(final, "probability", False) is True and "prob_a_" in vars(final):
+        try:  # the calibration (elmscale.models.probability) fits the model it came with
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                proba = np.asarray(model.predict_proba(np.zeros((1, n_features))))
+        except Exception as exc:  # noqa: BLE001 - as above: a crafted file's fault
+            raise ModelFileError(
+                f"{path}: the model's calibration does not fit it ({type(exc).__name__}: {exc})"
+            ) from exc
+        if proba.shape != (1, len(classes)) or not np.all(np.isfinite(proba)):
+            raise ModelFileError(f"{path}: the model's calibration gives {proba!r} for one row")
 
 
 def read_metadata(path) -> dict:

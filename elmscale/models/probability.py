@@ -159,14 +159,23 @@ def calibrated_proba(
 ) -> np.ndarray:
     """Class probabilities ``(n, n_classes)`` from the problems' scores ``(n, n_problems)``
     and their sigmoids, coupled as ``coupling`` says (see :data:`COUPLINGS`)."""
-    s = sigmoid_predict(scores, np.asarray(A)[None, :], np.asarray(B)[None, :])
+    if coupling not in COUPLINGS:
+        raise ValueError(f"coupling must be one of {COUPLINGS}; got {coupling!r}")
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    expected = {"binary": 1, "pairwise": n_classes * (n_classes - 1) // 2}.get(coupling, n_classes)
+    shapes = {scores.shape[1:], A.shape, B.shape}
+    if scores.ndim != 2 or shapes != {(expected,)}:
+        raise ValueError(
+            f"the {coupling!r} calibration of {n_classes} classes needs {expected} sigmoids "
+            f"and score columns; got {A.shape} and {B.shape} sigmoid parameters and scores "
+            f"of shape {scores.shape}"
+        )
+    s = sigmoid_predict(scores, A[None, :], B[None, :])
     if coupling == "binary":
         return np.column_stack([1.0 - s[:, 0], s[:, 0]])
     if coupling == "pairwise":
         return pairwise_coupling(s, one_vs_one_pairs(n_classes), n_classes)
-    if coupling == "one_vs_rest":
-        return one_vs_rest_normalise(s)
-    raise ValueError(f"coupling must be one of {COUPLINGS}; got {coupling!r}")
+    return one_vs_rest_normalise(s)  # "one_vs_rest"
 
 
 def problem_targets(coupling: str, y_idx: np.ndarray, n_classes: int) -> list:
