@@ -143,3 +143,34 @@ def test_unsupported_models_are_clear_errors(data):
     pipe = make_pipeline(SplineTransformer(), elmscale.SparseELMClassifier()).fit(X, y)
     with pytest.raises(UnsupportedModelError, match="SplineTransformer"):
         elmscale.to_onnx(pipe)
+
+
+def test_export_command_writes_the_onnx_of_a_model_file(tmp_path, data):
+    """`elmscale train` (its model file holds the paper's Scaler and the estimator), then
+    `elmscale export`: ONNX Runtime gives the loaded model's labels and decision values."""
+    from elmscale.app.cli import main
+
+    X, y, X_test, _ = data
+    names = ["a", "b", "c", "d", "e", "f"]
+    rows = [",".join([*names, "target"])] + [
+        ",".join([*(f"{10 * v:.6f}" for v in x), ["no", "yes", "maybe"][t]]) for x, t in zip(X, y)
+    ]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
+    model_file, out = tmp_path / "m.elm", tmp_path / "onnx" / "m.onnx"
+    args = ["train", str(tmp_path / "train.csv"), str(model_file), "--label", "target"]
+    assert main([*args, "-p", "n_hidden=30", "-p", "random_state=0"]) == 0
+    assert main(["export", str(model_file), str(out)]) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.onnx"]  # no temporary left
+    model = elmscale.load(model_file)
+    X_rows = (10 * X_test).astype(np.float32)
+    result = run_onnx(__import__("onnx").load(str(out)), X_rows)
+    np.testing.assert_array_equal(result["label"], model.predict(X_rows))
+    assert_close(result["decision"], model.decision_function(X_rows))
+
+
+def test_export_command_errors_name_the_file(tmp_path, capsys):
+    from elmscale.app.cli import main
+
+    assert main(["export", str(tmp_path / "missing.elm"), str(tmp_path / "m.onnx")]) != 0
+    assert "missing.elm" in capsys.readouterr().err
+    assert not (tmp_path / "m.onnx").exists()

@@ -251,6 +251,25 @@ def cmd_predict(args) -> int:
     return EXIT_OK
 
 
+def cmd_export(args) -> int:
+    from elmscale.io.model_files import load
+    from elmscale.io.onnx_export import UnsupportedModelError, save_onnx
+
+    _require_input(args.model, "model")
+    model = load(args.model)
+    try:
+        path = save_onnx(model, args.output)
+    except UnsupportedModelError as exc:
+        raise RuntimeError(f"{args.model}: {exc}") from exc
+    est = final_estimator(model)
+    outputs = "label, decision" if hasattr(est, "classes_") else "prediction"
+    print(
+        f"wrote {path}: input X float32 (n, {est.n_features_in_}), outputs {outputs} "
+        "(score it with ONNX Runtime)"
+    )
+    return EXIT_OK
+
+
 def cmd_info(args) -> int:
     from threadpoolctl import threadpool_info
 
@@ -622,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--decision", action="store_true", help="also write decision values")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("export", help="export a saved model to ONNX (needs elmscale[onnx])")
+    p.add_argument("model")
+    p.add_argument("output", help="the .onnx file to write")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("info", help="versions, thread pools, and a model file's metadata")
     p.add_argument("model", nargs="?")

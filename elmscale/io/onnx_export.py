@@ -493,9 +493,25 @@ _REGISTERED: set[type] = set()
 
 def register_skl2onnx(classes: list[type] | None = None) -> None:
     """Register the ONNX converter of every built-in estimator (or of ``classes``) with
-    skl2onnx, so that ``skl2onnx.to_onnx`` converts Pipelines ending in one."""
+    skl2onnx, so that ``skl2onnx.to_onnx`` converts Pipelines ending in one; and
+    :class:`elmscale.data.Scaler` as the ``MinMaxScaler`` it is (``elmscale train``'s model
+    files hold it)."""
     from skl2onnx import update_registered_converter
+    from skl2onnx.common._registration import get_converter, get_shape_calculator
 
+    from elmscale.data.scaling import Scaler
+
+    if Scaler not in _REGISTERED:  # the paper's scaling is a MinMaxScaler
+        alias = "SklearnMinMaxScaler"
+        scaler_converter = get_converter(alias)
+
+        def convert_scaler(scope, operator, container):
+            return scaler_converter(scope, operator, container)
+
+        update_registered_converter(
+            Scaler, alias, get_shape_calculator(alias), convert_scaler, overwrite=True
+        )
+        _REGISTERED.add(Scaler)
     if classes is None:
         classes = [entry.load() for entry in registry.entries()]
     for cls in classes:
