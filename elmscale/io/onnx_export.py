@@ -8,8 +8,10 @@
   ``(n, n_classes)``);
 * regressors: ``prediction`` (float32, as ``predict``).
 
-The graph computes in float64 (``X`` is widened once): kernel expansions' squared
-distances ``|x|^2 + |b|^2 - 2 x.b`` would cancel in float32.  Each family is a feature map
+The graph computes in float64 where elmscale does: kernel expansions (their squared
+distances ``|x|^2 + |b|^2 - 2 x.b`` would cancel in float32), RBF nodes' distances, every
+output sum; additive random nodes (sigmoid, sinusoid) are evaluated in float32 as
+elmscale evaluates them.  Each family is a feature map
 (:func:`_hidden_layer`, :func:`_kernel_expansion`, or one of these per one-vs-one pair on
 masked inputs) followed by an output (:func:`_linear_output` decoded as the model's target
 coding, :func:`_ovo_output` for one-vs-one votes).  Families are recognised by their fitted
@@ -118,24 +120,35 @@ def _kernel_values(g: _Graph, X: str, kernel: Kernel, basis: np.ndarray) -> str:
     raise UnsupportedModelError(f"kernel {kernel.kind!r} has no ONNX export")
 
 
-def _hidden_layer(g: _Graph, X: str, layer: HiddenLayer) -> str:
-    """``h(X)`` ``(n, n_hidden)`` (``elmscale.core.jit._hidden_row``'s formulas)."""
-    W, b = _f64(layer.weights), _f64(layer.biases)
+def _hidden_layer(g: _Graph, X32: str, layer: HiddenLayer) -> str:
+    """``h(X)`` ``(n, n_hidden)`` float64 from float32 rows ``X32``
+    (``elmscale.core.jit._hidden_row``'s formulas and precisions: additive nodes in
+    float32, as elmscale evaluates them: 2.9x the rows/s of float64 nodes in ONNX Runtime
+    (benchmarks/score_throughput.py --quick, 1,000 sigmoid nodes, under load);
+    RBF nodes' squared distances in float64)."""
+    W, b = layer.weights, layer.biases
     if layer.kind in ("sigmoid", "sinusoid"):
-        pre = g.op("Add", g.op("MatMul", X, g.const(W, "weights")), g.const(b[None, :], "biases"))
-        return g.op("Sigmoid" if layer.kind == "sigmoid" else "Sin", pre, hint="hidden")
-    d2 = _squared_distances(g, X, W.T)
+        pre = g.op(
+            "Add",
+            g.op("MatMul", X32, g.const(W.astype(np.float32), "weights")),
+            g.const(b.astype(np.float32)[None, :], "biases"),
+        )
+        H32 = g.op("Sigmoid" if layer.kind == "sigmoid" else "Sin", pre)
+        return g.op("Cast", H32, to=11, hint="hidden")  # 11: DOUBLE
+    b = _f64(b)
+    d2 = _squared_distances(g, g.op("Cast", X32, to=11, hint="x64"), _f64(W).T)
     if layer.kind == "multiquadric":
         return g.op("Sqrt", g.op("Add", d2, g.const((b * b)[None, :])), hint="hidden")
     return g.op("Exp", g.op("Mul", d2, g.const(-1.0 / b[None, :])), hint="hidden")
 
 
-def _feature_map(g: _Graph, X: str, feature_map) -> str:
-    """The columns of one of elmscale's feature maps."""
+def _feature_map(g: _Graph, X32: str, X: str, feature_map) -> str:
+    """The columns (float64) of one of elmscale's feature maps of the rows ``X32`` (float32)
+    or their float64 copy ``X``."""
     if isinstance(feature_map, HiddenLayer):
-        return _hidden_layer(g, X, feature_map)
+        return _hidden_layer(g, X32, feature_map)
     if isinstance(feature_map, ConcatenatedLayers):
-        parts = [_hidden_layer(g, X, layer) for layer in feature_map.layers]
+        parts = [_hidden_layer(g, X32, layer) for layer in feature_map.layers]
         return parts[0] if len(parts) == 1 else g.op("Concat", *parts, axis=1)
     if isinstance(feature_map, KernelFeatures):
         return _kernel_values(g, X, feature_map.kernel, feature_map.basis)
@@ -229,7 +242,7 @@ def _pair_masked_scores(g: _Graph, X: str, model) -> str:
     masks = np.asarray(model.pair_masks_, dtype=bool)
     for p, mask in enumerate(masks):
         if hasattr(model, "hidden_layer_"):  # FELM: the layer sees X * mask
-            Xp = g.op("Mul", X, g.const(mask.astype(np.float64)[None, :], "mask"))
+            Xp = g.op("Mul", "X", g.const(mask.astype(np.float32)[None, :], "mask"))
             H = _hidden_layer(g, Xp, model.hidden_layer_)
             columns.append(_linear_output(g, H, np.asarray(model.coef_)[:, p]))
         elif model.support_.size == 0 or not mask.any():
@@ -246,7 +259,7 @@ def _pair_masked_scores(g: _Graph, X: str, model) -> str:
 def _sparse_pair_scores(g: _Graph, X: str, model) -> str:
     """SparseELMClassifier: ``(n, n_pairs)`` from its random layer or kernel expansion."""
     if getattr(model, "hidden", None) is not None:
-        return _linear_output(g, _hidden_layer(g, X, model.hidden_layer_), model.coef_)
+        return _linear_output(g, _hidden_layer(g, "X", model.hidden_layer_), model.coef_)
     n_pairs = len(model.pairs_)
     if model.support_.size == 0:
         return g.op("MatMul", X, g.const(np.zeros((model.n_features_in_, n_pairs))))
@@ -279,7 +292,7 @@ def _build(model) -> tuple[_Graph, dict[str, str]]:
         decision, label = _ovo_output(g, _sparse_pair_scores(g, X, model), model.classes_)
     elif "hidden_layer_" in fitted or "X_fit_" in fitted:  # the ELMs and the boosting ridges
         coef = np.asarray(model._output_weights())
-        out = _linear_output(g, _feature_map(g, X, model.feature_map_), coef)
+        out = _linear_output(g, _feature_map(g, "X", X, model.feature_map_), coef)
         if not classifier:
             return _regression_outputs(g, out, coef.ndim == 1)
         n_columns = 1 if coef.ndim == 1 else coef.shape[1]
