@@ -73,6 +73,7 @@ STAND_INS = {
     ),
     "registry": StandIn(needle="from elmscale.registry import"),
     "felm": StandIn(needle="from elmscale import FKELMClassifier"),
+    "onnx": StandIn(needle="import onnxruntime as ort", creates=("model.onnx",)),
 }
 
 
