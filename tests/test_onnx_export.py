@@ -124,12 +124,16 @@ def test_pipeline_with_a_scaler_through_skl2onnx(data):
 
     X, y, X_test, _ = data
     X_raw, X_test_raw = 3.0 * X + 1.0, 3.0 * X_test + 1.0
-    pipe = make_pipeline(MinMaxScaler((-1, 1)), elmscale.SparseELMClassifier(C=10)).fit(X_raw, y)
+    sparse = elmscale.SparseELMClassifier(C=10, probability=True)
+    pipe = make_pipeline(MinMaxScaler((-1, 1)), sparse).fit(X_raw, y)
     elmscale.to_onnx(pipe.steps[-1][1])  # registers the converters as a side effect too
     proto = skl2onnx.to_onnx(pipe, X_raw[:1].astype(np.float32))
     out = run_onnx(proto, X_test_raw)
     assert_close(out["decision"], pipe.decision_function(X_test_raw))
     np.testing.assert_array_equal(out["label"], pipe.predict(X_test_raw))
+    np.testing.assert_allclose(
+        out["probabilities"], pipe.predict_proba(X_test_raw), rtol=1e-4, atol=1e-6
+    )
     out = run_onnx(elmscale.to_onnx(pipe), X_test_raw)  # the same through elmscale
     np.testing.assert_array_equal(out["label"], pipe.predict(X_test_raw))
 
@@ -174,3 +178,24 @@ def test_export_command_errors_name_the_file(tmp_path, capsys):
     assert main(["export", str(tmp_path / "missing.elm"), str(tmp_path / "m.onnx")]) != 0
     assert "missing.elm" in capsys.readouterr().err
     assert not (tmp_path / "m.onnx").exists()
+
+
+CALIBRATED = {
+    "ELM (one_vs_rest)": lambda: elmscale.ELMClassifier(n_hidden=30, C=10, random_state=0),
+    "SparseELM (pairwise)": lambda: elmscale.SparseELMClassifier(C=10),
+    "FLSA-SVM (one_vs_rest)": lambda: elmscale.FLSASVMClassifier(n_support=15),
+    "BRELM (one_vs_rest)": lambda: elmscale.BRELMClassifier(n_estimators=3, random_state=0),
+    "FKELM (pairwise)": lambda: elmscale.FKELMClassifier(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALIBRATED))
+@pytest.mark.parametrize("binary", [False, True])
+def test_calibrated_probabilities(data, name, binary):
+    """probability=True: a third output, predict_proba's values (1e-4 relative)."""
+    model = CALIBRATED[name]().set_params(probability=True)
+    out = check_classifier(model, data, binary)
+    want = model.predict_proba(data[2])
+    assert out["probabilities"].dtype == np.float32 and out["probabilities"].shape == want.shape
+    np.testing.assert_allclose(out["probabilities"], want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, rtol=1e-5)

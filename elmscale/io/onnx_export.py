@@ -5,7 +5,9 @@
 
 * classifiers: ``label`` (the class, as ``predict``: int64, or string for string classes)
   and ``decision`` (float32, as ``decision_function``: ``(n,)`` for two classes, else
-  ``(n, n_classes)``);
+  ``(n, n_classes)``); calibrated ones (``probability=True``) also ``probabilities``
+  (float32, ``(n, n_classes)``, as ``predict_proba``: every coupling, the pairwise one by
+  an unrolled solve, :func:`_pairwise_coupling`);
 * regressors: ``prediction`` (float32, as ``predict``).
 
 The graph computes in float64 where elmscale does: kernel expansions (their squared
@@ -235,6 +237,67 @@ def _ovo_output(g: _Graph, scores: str, classes):
     return decision, _labels(g, index, classes)
 
 
+# -- probabilities (elmscale.models.probability) --------------------------------------------
+MIN_PROB = 1e-7  # elmscale.models.probability.MIN_PROB: pairs' probabilities clipped to it
+
+
+def _probabilities(g: _Graph, scores: str, A, B, coupling: str, n_classes: int) -> str:
+    """``calibrated_proba``: the sigmoids ``1 / (1 + exp(A f + B))`` of the problems'
+    scores ``(n, n_problems)``, coupled as ``coupling`` says."""
+    A, B = _f64(np.atleast_1d(A)), _f64(np.atleast_1d(B))
+    s = g.op("Sigmoid", g.op("Add", g.op("Mul", scores, g.const(-A[None, :])), g.const(-B)))
+    if coupling == "binary":
+        return g.op("Concat", g.op("Sub", g.const(np.ones((1, 1))), s), s, axis=1)
+    if coupling == "one_vs_rest":
+        total = g.op("MatMul", s, g.const(np.ones((n_classes, 1))))
+        share = g.op("Div", s, total)
+        positive = g.op("Greater", total, g.const(np.float64(0.0)))
+        return g.op("Where", positive, share, g.const(np.full((1, n_classes), 1.0 / n_classes)))
+    if coupling == "pairwise":
+        return _pairwise_coupling(g, s, n_classes)
+    raise UnsupportedModelError(f"probability coupling {coupling!r} has no ONNX export")
+
+
+def _pairwise_coupling(g: _Graph, r: str, k: int) -> str:
+    """Wu, Lin and Weng's method 2 (``elmscale.models.probability.pairwise_coupling``):
+    ``p = Q^-1 1 / (1' Q^-1 1)`` per row, ``Q_tt = sum_s r_st^2``, ``Q_st = -r_st r_ts``;
+    ``Q x = 1`` solved by Gaussian elimination unrolled over the ``k x k`` entries, each a
+    ``(n, 1)`` column (Q is positive definite: no pivoting), then clipped at 0 and
+    normalised as there."""
+    r = g.op("Clip", r, g.const(np.float64(MIN_PROB)), g.const(np.float64(1.0 - MIN_PROB)))
+    one = g.const(np.float64(1.0))
+    R: dict[tuple[int, int], str] = {}  # R[i, j] = r_ij = P(i | i or j)
+    pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
+    for p, (a, b) in enumerate(pairs):
+        R[a, b] = g.op("Gather", r, g.const(np.array([p], dtype=np.int64)), axis=1)
+        R[b, a] = g.op("Sub", one, R[a, b])
+    Q = [[""] * k for _ in range(k)]
+    for t in range(k):
+        squares = [g.op("Mul", R[s, t], R[s, t]) for s in range(k) if s != t]
+        total = squares[0]
+        for term in squares[1:]:
+            total = g.op("Add", total, term)
+        Q[t][t] = total
+        for s in range(k):
+            if s != t:
+                Q[s][t] = g.op("Neg", g.op("Mul", R[s, t], R[t, s]))
+    rhs = [g.op("Add", g.op("Mul", Q[i][i], g.const(np.float64(0.0))), one) for i in range(k)]
+    for i in range(k):  # forward elimination
+        for j in range(i + 1, k):
+            f = g.op("Div", Q[j][i], Q[i][i])
+            for col in range(i + 1, k):
+                Q[j][col] = g.op("Sub", Q[j][col], g.op("Mul", f, Q[i][col]))
+            rhs[j] = g.op("Sub", rhs[j], g.op("Mul", f, rhs[i]))
+    x = [""] * k
+    for i in reversed(range(k)):  # back substitution
+        acc = rhs[i]
+        for col in range(i + 1, k):
+            acc = g.op("Sub", acc, g.op("Mul", Q[i][col], x[col]))
+        x[i] = g.op("Div", acc, Q[i][i])
+    p = g.op("Relu", g.op("Concat", *x, axis=1))
+    return g.op("Div", p, g.op("MatMul", p, g.const(np.ones((k, 1)))))
+
+
 # -- the families -----------------------------------------------------------------------------
 def _pair_masked_scores(g: _Graph, X: str, model) -> str:
     """FELM / FKELM: each pair's feature map on its masked inputs, ``(n, n_pairs)``."""
@@ -287,9 +350,11 @@ def _build(model) -> tuple[_Graph, dict[str, str]]:
     X = g.op("Cast", "X", to=11, hint="x64")  # 11: DOUBLE
     classifier = _is_classifier(model)
     if "pair_masks_" in fitted:  # FELM / FKELM
-        decision, label = _ovo_output(g, _pair_masked_scores(g, X, model), model.classes_)
+        scores = _pair_masked_scores(g, X, model)
+        decision, label = _ovo_output(g, scores, model.classes_)
     elif "pairs_" in fitted:  # SparseELMClassifier
-        decision, label = _ovo_output(g, _sparse_pair_scores(g, X, model), model.classes_)
+        scores = _sparse_pair_scores(g, X, model)
+        decision, label = _ovo_output(g, scores, model.classes_)
     elif "hidden_layer_" in fitted or "X_fit_" in fitted:  # the ELMs and the boosting ridges
         coef = np.asarray(model._output_weights())
         out = _linear_output(g, _feature_map(g, "X", X, model.feature_map_), coef)
@@ -320,7 +385,22 @@ def _build(model) -> tuple[_Graph, dict[str, str]]:
         )
     g.rename(label, "label")
     g.rename(_to_float32(g, decision, "decision32"), "decision")
-    return g, {"label": "label", "decision": "decision"}
+    outputs = {"label": "label", "decision": "decision"}
+    if "probability_coupling_" in fitted:
+        n_classes = len(model.classes_)
+        if "pairs_" in fitted or "pair_masks_" in fitted:  # _calibration_scores: pairs'
+            calib = scores if n_classes > 2 else g.op("Neg", scores)
+        elif n_classes > 2:
+            calib = "decision64"
+            g.rename(decision, calib)
+        else:
+            calib = g.op("Reshape", decision, g.const(np.array([-1, 1], dtype=np.int64)))
+        proba = _probabilities(
+            g, calib, model.prob_a_, model.prob_b_, model.probability_coupling_, n_classes
+        )
+        g.rename(_to_float32(g, proba, "probabilities32"), "probabilities")
+        outputs["probabilities"] = "probabilities"
+    return g, outputs
 
 
 def _regression_outputs(g: _Graph, out: str, single: bool) -> tuple[_Graph, dict[str, str]]:
@@ -340,7 +420,7 @@ def _output_types(model, outputs: dict[str, str]) -> dict[str, tuple[int, list]]
             types[name] = (elem, ["N"])
         else:
             width = None
-            if name == "decision" and len(model.classes_) > 2:
+            if name == "probabilities" or (name == "decision" and len(model.classes_) > 2):
                 width = len(model.classes_)
             elif name == "prediction" and _prediction_width(model) > 1:
                 width = _prediction_width(model)
@@ -453,6 +533,10 @@ def _skl2onnx_parser(scope, model, inputs, custom_parsers=None):
         label_type = StringTensorType() if kind in "UO" else Int64TensorType()
         operator.outputs.append(scope.declare_local_variable("label", label_type))
         operator.outputs.append(scope.declare_local_variable("decision", FloatTensorType()))
+        if "probability_coupling_" in vars(model):
+            operator.outputs.append(
+                scope.declare_local_variable("probabilities", FloatTensorType())
+            )
     else:
         operator.outputs.append(scope.declare_local_variable("prediction", FloatTensorType()))
     return operator.outputs
