@@ -431,3 +431,27 @@ def test_calibrated_proba_checks_the_sigmoids_against_the_scores():
         calibrated_proba(np.zeros((2, 3)), np.zeros(1), np.zeros(1), "pairwise", 3)
     with pytest.raises(ValueError, match="'one_vs_rest' calibration of 4 classes needs 4"):
         calibrated_proba(np.zeros((2, 3)), np.zeros(3), np.zeros(3), "one_vs_rest", 4)
+
+
+PATHS = {
+    "ELM random nodes": ("C", [0.5, 10.0]),
+    "sparse ELM kernel": ("C", [1.0, 10.0]),
+    "FLSA-SVM": ("n_support", [10, 20]),
+    "GGBRELM": ("C", [0.5, 10.0]),
+}
+
+
+@pytest.mark.parametrize("name", list(PATHS))
+def test_fit_path_calibrates_every_copy_as_a_fit_would(name):
+    """probability=True on a path (a grid search's pieces): each copy is calibrated from
+    one path per fold, as a separate fit with that value calibrates itself."""
+    X, y = _data(3)
+    param, values = PATHS[name]
+    model = FAMILIES[name]().set_params(probability=True)
+    copies = model.fit_path(X, y, values)
+    for value, copy in zip(values, copies):
+        alone = FAMILIES[name]().set_params(probability=True, **{param: value}).fit(X, y)
+        assert copy.probability_coupling_ == alone.probability_coupling_
+        # the sparse ELM's warm-started path equals its fits up to the solver's tol (1e-3)
+        atol = 5e-3 if name.startswith("sparse") else 1e-6
+        np.testing.assert_allclose(copy.predict_proba(X), alone.predict_proba(X), atol=atol)

@@ -608,6 +608,14 @@ class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
         self._fit_calibration(X, y)
         return self
 
+    def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
+        """As :meth:`_BaseELM.fit_path`; with ``probability=True`` every copy is calibrated,
+        from one path per fold of the calibration's split (``self``: the last C's)."""
+        models = super().fit_path(X, y, Cs, client=client)
+        self._fit_calibration(X, y, path=(models, [m.C for m in models]))
+        self._take_calibration(models[-1])
+        return models
+
     def _calibration_coupling(self) -> str:
         return "binary" if len(self.classes_) == 2 else "one_vs_rest"
 

@@ -461,6 +461,17 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
         self._fit_calibration(X, y)
         return self
 
+    def fit_path(self, X, y, ms, client=None) -> list:
+        """As :meth:`_BaseFLSASVM.fit_path`; with ``probability=True`` every copy is
+        calibrated, from one selection path per fold of the calibration's split (``self``
+        too when its ``n_support`` is among ``ms``)."""
+        models = super().fit_path(X, y, ms, client=client)
+        self._fit_calibration(X, y, path=(models, [m.n_support for m in models]))
+        for model in models:
+            if model.n_support == self.n_support:
+                self._take_calibration(model)
+        return models
+
     def _calibration_coupling(self) -> str:
         return "binary" if len(self.classes_) == 2 else "one_vs_rest"
 

@@ -230,10 +230,13 @@ class _if_probability:
         return self.fn.__get__(obj, owner)
 
 
-def _fold_scores(split, *, X, y, base):
+def _fold_scores(split, *, X, y, base, path_values):
+    """The scores of one fold's held-out rows: of a fit, or of each model of a path."""
     train, test = split
-    model = clone(base).fit(X[train], y[train])
-    return model._calibration_scores(X[test])
+    if path_values is None:
+        return [clone(base).fit(X[train], y[train])._calibration_scores(X[test])]
+    models = clone(base).fit_path(X[train], y[train], path_values)
+    return [model._calibration_scores(X[test]) for model in models]
 
 
 class ProbabilityMixin:
@@ -250,13 +253,17 @@ class ProbabilityMixin:
     def _calibration_scores(self, X) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _fit_calibration(self, X, y, *, ray_address=None) -> None:
+    def _fit_calibration(self, X, y, *, ray_address=None, path=None) -> None:
         """Fit ``prob_a_``, ``prob_b_`` and ``probability_coupling_`` when ``probability``
         is True (else drop a previous fit's); ``X``, ``y``: the fit's rows and labels.  The
         out-of-fold fits run side by side on ``n_threads`` threads, or as Ray tasks on the
-        Ray at ``ray_address`` (the same model either way)."""
-        for name in CALIBRATION_ATTRS:
-            self.__dict__.pop(name, None)
+        Ray at ``ray_address`` (the same model either way).  ``path``: ``(models, values)``
+        of a ``fit_path``: each of its models is calibrated instead of ``self``, from one
+        ``fit_path`` of the same values per fold."""
+        targets = [self] if path is None else list(path[0])
+        for model in (self, *targets):
+            for name in CALIBRATION_ATTRS:
+                model.__dict__.pop(name, None)
         if not self.probability:
             return
         from elmscale.data.parquet import ParquetDataset
@@ -287,20 +294,26 @@ class ProbabilityMixin:
         splits = list(StratifiedKFold(n_splits, shuffle=True, random_state=seed).split(X, y_idx))
         base = clone(self).set_params(probability=False)
         executor = make_executor(ray_address=ray_address, n_threads=self.n_threads)
-        parts = executor.map(
-            _fold_scores, splits, shared={"X": X, "y": y, "base": base}, label="calibration"
-        )
+        shared = {"X": X, "y": y, "base": base, "path_values": None if path is None else path[1]}
+        parts = executor.map(_fold_scores, splits, shared=shared, label="calibration")
         coupling = self._calibration_coupling()
-        f = np.empty((y.size, parts[0].shape[1]))
-        for (_, test), part in zip(splits, parts):
-            f[test] = part
-        fitted = [
-            platt_fit(f[rows, p], positive)
-            for p, (rows, positive) in enumerate(problem_targets(coupling, y_idx, classes.size))
-        ]
-        self.prob_a_ = np.array([a for a, _ in fitted], dtype=np.float64)
-        self.prob_b_ = np.array([b for _, b in fitted], dtype=np.float64)
-        self.probability_coupling_ = coupling
+        problems = problem_targets(coupling, y_idx, classes.size)
+        for i, model in enumerate(targets):
+            f = np.empty((y.size, parts[0][i].shape[1]))
+            for (_, test), part in zip(splits, parts):
+                f[test] = part[i]
+            fitted = [
+                platt_fit(f[rows, p], positive) for p, (rows, positive) in enumerate(problems)
+            ]
+            model.prob_a_ = np.array([a for a, _ in fitted], dtype=np.float64)
+            model.prob_b_ = np.array([b for _, b in fitted], dtype=np.float64)
+            model.probability_coupling_ = coupling
+
+    def _take_calibration(self, model) -> None:
+        """Copy ``model``'s calibration (a path's model equal to this one) onto this one."""
+        for name in CALIBRATION_ATTRS:
+            if name in vars(model):
+                setattr(self, name, getattr(model, name))
 
     @_if_probability
     def predict_proba(self, X) -> np.ndarray:

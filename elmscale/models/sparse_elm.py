@@ -436,6 +436,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             est._assemble(X32, y_idx, pairs, solved[c], rows_of, feature_map)
             est._warn_if_not_converged()
             fitted[i] = est
+        # probability=True: each copy calibrated from one path per fold of the split
+        self._fit_calibration(X, y, ray_address=ray_address, path=(fitted, Cs))
         return fitted
 
     def _fit_cocoa(self, dataset, client, n_blocks, local_passes, cache_mb, state_dir):
