@@ -199,3 +199,15 @@ def test_calibrated_probabilities(data, name, binary):
     assert out["probabilities"].dtype == np.float32 and out["probabilities"].shape == want.shape
     np.testing.assert_allclose(out["probabilities"], want, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_regressor_pipeline_through_skl2onnx(data):
+    import skl2onnx
+
+    X, _, X_test, _ = data
+    y = 0.5 * X[:, 0] - X[:, 1] + 0.3
+    pipe = make_pipeline(MinMaxScaler((-1, 1)), elmscale.FLSASVMRegressor(n_support=15))
+    pipe.fit(3.0 * X, y)
+    elmscale.to_onnx(pipe)
+    out = run_onnx(skl2onnx.to_onnx(pipe, X[:1]), 3.0 * X_test)
+    assert_close(out["prediction"], pipe.predict(3.0 * X_test))
