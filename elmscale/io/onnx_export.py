@@ -281,7 +281,7 @@ def _pairwise_coupling(g: _Graph, r: str, k: int) -> str:
         for s in range(k):
             if s != t:
                 Q[s][t] = g.op("Neg", g.op("Mul", R[s, t], R[t, s]))
-    rhs = [g.op("Add", g.op("Mul", Q[i][i], g.const(np.float64(0.0))), one) for i in range(k)]
+    rhs = [one] * k  # broadcast: (n, 1) once eliminated
     for i in range(k):  # forward elimination
         for j in range(i + 1, k):
             f = g.op("Div", Q[j][i], Q[i][i])
@@ -390,9 +390,8 @@ def _build(model) -> tuple[_Graph, dict[str, str]]:
         n_classes = len(model.classes_)
         if "pairs_" in fitted or "pair_masks_" in fitted:  # _calibration_scores: pairs'
             calib = scores if n_classes > 2 else g.op("Neg", scores)
-        elif n_classes > 2:
-            calib = "decision64"
-            g.rename(decision, calib)
+        elif n_classes > 2:  # one column per class
+            calib = decision
         else:
             calib = g.op("Reshape", decision, g.const(np.array([-1, 1], dtype=np.int64)))
         proba = _probabilities(
