@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -489,16 +490,20 @@ _FILE_EVENTS = ("open", "os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.sy
 
 
 def _audit(event, args):
-    if _AUDIT["on"] and event in _FILE_EVENTS:
+    # the calling thread's events only: a Dask or Ray monitor thread of the test session
+    # reads /proc/<pid>/stat on its own schedule (seen once as a failure here)
+    if _AUDIT["on"] and event in _FILE_EVENTS and threading.get_ident() == _AUDIT["thread"]:
         _AUDIT["events"].append((event, args[0] if args else None))
 
 
 def file_events(fn):
-    """``fn()``'s file opens, removals, renames and directory changes (audit events)."""
+    """``fn()``'s file opens, removals, renames and directory changes (audit events), in
+    the thread that calls it (``fn`` runs there; loading a model file starts no thread)."""
     if not _AUDIT.get("hooked"):
         sys.addaudithook(_audit)
         _AUDIT["hooked"] = True
     _AUDIT["events"] = []
+    _AUDIT["thread"] = threading.get_ident()
     _AUDIT["on"] = True
     try:
         fn()
