@@ -563,6 +563,7 @@ class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
     """
 
     target_coding = "plus_minus"
+    multiclass_coupling = "one_vs_rest"  # (predict_proba: the class columns, normalised)
 
     _parameter_constraints: dict = {**_BaseELM._parameter_constraints, "probability": ["boolean"]}
 
@@ -615,9 +616,6 @@ class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
         self._fit_calibration(X, y, path=(models, [m.C for m in models]))
         self._take_calibration(models[-1])
         return models
-
-    def _calibration_coupling(self) -> str:
-        return "binary" if len(self.classes_) == 2 else "one_vs_rest"
 
     def _calibration_scores(self, X) -> np.ndarray:
         """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two

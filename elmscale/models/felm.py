@@ -77,6 +77,8 @@ def _one_numba_thread():
 class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, BaseEstimator):
     """What FELM and FKELM share: the pairs, the selection loop, scoring, attributes."""
 
+    multiclass_coupling = "pairwise"  # (predict_proba: the pairs coupled, Wu-Lin-Weng)
+
     _common_constraints: dict = {
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "psi": [Interval(numbers.Real, 0, None, closed="left")],
@@ -199,9 +201,6 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
     def _get_support_mask(self):
         check_is_fitted(self)
         return self.support_mask_
-
-    def _calibration_coupling(self) -> str:
-        return "binary" if len(self.classes_) == 2 else "pairwise"
 
     def _calibration_scores(self, X) -> np.ndarray:
         """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two

@@ -418,6 +418,8 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
 
     target_coding = "plus_minus"
 
+    multiclass_coupling = "one_vs_rest"  # (predict_proba: the class columns, normalised)
+
     _parameter_constraints: dict = {
         **_BaseFLSASVM._parameter_constraints,
         "probability": ["boolean"],
@@ -471,9 +473,6 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
             if model.n_support == self.n_support:
                 self._take_calibration(model)
         return models
-
-    def _calibration_coupling(self) -> str:
-        return "binary" if len(self.classes_) == 2 else "one_vs_rest"
 
     def _calibration_scores(self, X) -> np.ndarray:
         """The scores the sigmoids read, ``(n, n_problems)``: the output for two classes

@@ -243,12 +243,16 @@ class ProbabilityMixin:
     """``predict_proba`` / ``predict_log_proba`` from sigmoids fitted on out-of-fold scores.
 
     A classifier provides ``probability`` (a parameter), ``classes_``,
-    ``_calibration_scores(X)`` ``(n, n_problems)`` and ``_calibration_coupling()``, and
+    ``_calibration_scores(X)`` ``(n, n_problems)`` and ``multiclass_coupling`` (how its
+    problems are coupled for three classes or more: "pairwise" or "one_vs_rest"), and
     calls :meth:`_fit_calibration` at the end of ``fit`` with the arrays it was fitted on.
     """
 
-    def _calibration_coupling(self) -> str:  # pragma: no cover - abstract
-        raise NotImplementedError
+    multiclass_coupling: str
+
+    def _calibration_coupling(self) -> str:
+        """ "binary" for two classes (one problem), else the family's ``multiclass_coupling``."""
+        return "binary" if len(self.classes_) == 2 else self.multiclass_coupling
 
     def _calibration_scores(self, X) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -116,6 +116,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     probability_coupling_ : "binary" or "pairwise"
     """
 
+    multiclass_coupling = "pairwise"  # (predict_proba: the pairs coupled, Wu-Lin-Weng)
+
     _parameter_constraints: dict = {
         "kernel": [StrOptions(set(KERNEL_KINDS))],
         "hidden": [StrOptions(set(HIDDEN_KINDS)), None],
@@ -534,9 +536,6 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             else:
                 out[:] = 0.0
         return out
-
-    def _calibration_coupling(self) -> str:
-        return "binary" if len(self.classes_) == 2 else "pairwise"
 
     def _calibration_scores(self, X) -> np.ndarray:
         """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
