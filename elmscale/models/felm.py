@@ -34,7 +34,11 @@ from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
 from elmscale.models.probability import ProbabilityMixin
-from elmscale.models.sparse_elm import decision_to_class_index, ovo_decision
+from elmscale.models.sparse_elm import (
+    decision_to_class_index,
+    ovo_decision,
+    pair_problem_scores,
+)
 from elmscale.models.sparse_elm_pairs import pair_problem
 from elmscale.solvers.feature_flips import (
     PSI_SCALES,
@@ -203,22 +207,20 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
         return self.support_mask_
 
     def _calibration_scores(self, X) -> np.ndarray:
-        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
-        classes (> 0: ``classes_[1]``), else the pairs' scores (> 0: the pair's first)."""
+        """The scores the sigmoids read, ``(n, n_problems)`` (``pair_problem_scores``)."""
+        return pair_problem_scores(self._checked_pair_scores(X), self.classes_.size)
+
+    def _checked_pair_scores(self, X) -> np.ndarray:
+        """``_pair_scores`` of validated rows, on the estimator's threads."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         with thread_budget(self.n_threads):
-            scores = self._pair_scores(np.asarray(X, dtype=np.float64))
-        return -scores if len(self.classes_) == 2 else scores
+            return self._pair_scores(np.asarray(X, dtype=np.float64))
 
     def decision_function(self, X) -> np.ndarray:
         """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes), the
         one-vs-rest view of the pairs' votes (as ``SparseELMClassifier``)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        with thread_budget(self.n_threads):
-            scores = self._pair_scores(np.asarray(X, dtype=np.float64))
-        return ovo_decision(scores, self.classes_.size)
+        return ovo_decision(self._checked_pair_scores(X), self.classes_.size)
 
     def predict(self, X) -> np.ndarray:
         index = decision_to_class_index(self.decision_function(X))  # checks fitted first

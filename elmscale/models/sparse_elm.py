@@ -50,6 +50,13 @@ def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
     return _ovr_decision_function(pair_scores < 0, -pair_scores, n_classes)
 
 
+def pair_problem_scores(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
+    """The scores the calibration's sigmoids read from one-vs-one pair scores ``(n,
+    n_pairs)``: the decision value for two classes (> 0: the second class), else the pairs'
+    scores (> 0: the pair's first class)."""
+    return -pair_scores if n_classes == 2 else pair_scores
+
+
 def decision_to_class_index(decision: np.ndarray) -> np.ndarray:
     """Index into ``classes_`` of the decision values of :func:`ovo_decision`."""
     if decision.ndim == 1:
@@ -538,10 +545,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         return out
 
     def _calibration_scores(self, X) -> np.ndarray:
-        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
-        classes (> 0: ``classes_[1]``), else the pairs' scores (> 0: the pair's first)."""
-        scores = self._pair_scores(X)
-        return -scores if len(self.classes_) == 2 else scores
+        """The scores the sigmoids read, ``(n, n_problems)`` (:func:`pair_problem_scores`)."""
+        return pair_problem_scores(self._pair_scores(X), len(self.classes_))
 
     def decision_function(self, X) -> np.ndarray:
         """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes).
