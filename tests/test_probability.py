@@ -521,3 +521,20 @@ def test_sparse_elm_log_loss_held_out_is_within_002_of_svcs(name, sigma, C):
     svc_loss = log_loss(y_te, svc.predict_proba(X_te), labels=svc.classes_)
     our_loss = log_loss(y_te, ours.predict_proba(X_te), labels=ours.classes_)
     assert our_loss <= svc_loss + 0.02, (name, our_loss, svc_loss)
+
+
+@pytest.mark.parametrize("name", ["sparse ELM kernel", "ELM random nodes", "KBRELM"])
+def test_scikit_learns_calibratedclassifiercv_wraps_a_classifier(name):
+    """scikit-learn 1.9 deprecates SVC(probability=True) for
+    CalibratedClassifierCV(SVC(), ensemble=False): the same habit works on ours (through
+    decision_function), and with the sigmoid it is our calibration apart from LIBSVM's
+    prior-corrected targets and the folds."""
+    from sklearn.calibration import CalibratedClassifierCV
+
+    X, y = _data(3)
+    wrapped = CalibratedClassifierCV(FAMILIES[name](), method="sigmoid", ensemble=False, cv=5)
+    P = wrapped.fit(X, y).predict_proba(X)
+    np.testing.assert_array_equal(wrapped.classes_, np.unique(y))
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    ours = FAMILIES[name]().set_params(probability=True).fit(X, y).predict_proba(X)
+    assert np.mean(P.argmax(axis=1) == ours.argmax(axis=1)) > 0.9
