@@ -35,7 +35,7 @@ from elmscale import (
     KBRELMClassifier,
     SparseELMClassifier,
 )
-from elmscale.models.probability import (
+from elmscale.linalg.calibration import (
     calibrated_proba,
     one_vs_rest_normalise,
     pairwise_coupling,

@@ -36,6 +36,7 @@ from elmscale import registry
 from elmscale.core.files import atomic_write
 from elmscale.features.kernels import Kernel, KernelFeatures
 from elmscale.features.layers import ConcatenatedLayers, HiddenLayer
+from elmscale.linalg.calibration import MIN_PROB
 
 __all__ = ["OPSET", "UnsupportedModelError", "register_skl2onnx", "save_onnx", "to_onnx"]
 
@@ -238,7 +239,6 @@ def _ovo_output(g: _Graph, scores: str, classes):
 
 
 # -- probabilities (elmscale.models.probability) --------------------------------------------
-MIN_PROB = 1e-7  # elmscale.models.probability.MIN_PROB: pairs' probabilities clipped to it
 
 
 def _probabilities(g: _Graph, scores: str, A, B, coupling: str, n_classes: int) -> str:
@@ -259,7 +259,7 @@ def _probabilities(g: _Graph, scores: str, A, B, coupling: str, n_classes: int) 
 
 
 def _pairwise_coupling(g: _Graph, r: str, k: int) -> str:
-    """Wu, Lin and Weng's method 2 (``elmscale.models.probability.pairwise_coupling``):
+    """Wu, Lin and Weng's method 2 (``elmscale.linalg.calibration.pairwise_coupling``):
     ``p = Q^-1 1 / (1' Q^-1 1)`` per row, ``Q_tt = sum_s r_st^2``, ``Q_st = -r_st r_ts``;
     ``Q x = 1`` solved by Gaussian elimination unrolled over the ``k x k`` entries, each a
     ``(n, 1)`` column (Q is positive definite: no pivoting), then clipped at 0 and
