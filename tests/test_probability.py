@@ -17,6 +17,7 @@ classes (96-100 % on seed 1, the tests' set; 93 % asserted), 98-100 % on 2 (98 %
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -538,3 +539,31 @@ def test_scikit_learns_calibratedclassifiercv_wraps_a_classifier(name):
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
     ours = FAMILIES[name]().set_params(probability=True).fit(X, y).predict_proba(X)
     assert np.mean(P.argmax(axis=1) == ours.argmax(axis=1)) > 0.9
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_scikit_learns_estimator_checks_pass_with_probability(name):
+    """Every check of scikit-learn's check_estimator passes on the calibrated estimator
+    but one assertion of check_classifiers_train: that argmax(predict_proba) equals
+    predict on every row, which LIBSVM's design does not promise (module docstring; SVC
+    with probability=True does not either): there, at most 2 % of the rows may differ
+    (measured: 1-2 rows of 200-300).  Where that assertion fails, the rest of its
+    check (predict_proba refusing malformed input) is asserted here instead."""
+    from sklearn.utils.estimator_checks import check_estimator
+
+    estimator = FAMILIES[name]().set_params(probability=True)
+    results = check_estimator(estimator, on_fail=None)
+    failed = [r for r in results if r["status"] == "failed"]
+    for r in failed:
+        assert r["check_name"] == "check_classifiers_train", (r["check_name"], r["exception"])
+        assert "Arrays are not equal" in str(r["exception"]), r["exception"]
+        mismatched = re.search(r"Mismatched elements: (\d+) / (\d+)", str(r["exception"]))
+        assert mismatched is not None, r["exception"]
+        assert int(mismatched[1]) / int(mismatched[2]) <= 0.02, r["exception"]
+    X, y = _data(3)
+    model = FAMILIES[name]().set_params(probability=True).fit(X, y)
+    with pytest.raises(ValueError):
+        model.predict_proba(X.T)
+    with pytest.raises(ValueError):
+        model.predict_proba(X[:, :3])
