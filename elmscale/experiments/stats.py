@@ -287,12 +287,23 @@ def cd_diagram(
     missing = set(ranks.index) - set(pvalues.index) | set(ranks.index) - set(pvalues.columns)
     if missing:
         raise ValueError(f"no p-values for method(s) {sorted(map(str, missing))}")
+    from matplotlib.transforms import offset_copy
+
     fig, ax = plt.subplots(figsize=(6.0, 1.2 + 0.35 * len(ranks)))
     try:
-        sp.critical_difference_diagram(ranks, pvalues, cd=cd, alpha=alpha, ax=ax)
-        if cd is not None:  # the library draws the CD bar across the rank labels: lift them
-            ax.tick_params(axis="x", pad=18)
-        if title:  # above the CD bar, which the library draws over the axis labels
+        sp.critical_difference_diagram(ranks, pvalues, alpha=alpha, ax=ax)
+        if cd is not None:
+            # drawn here, not by the library (which puts the bar and its label across the
+            # rank labels): a bar of length cd from the best rank, in points above the axis
+            # and its labels, as in Demsar's figures
+            start = float(ranks.min())
+            lift = offset_copy(ax.transData, fig=fig, y=26, units="points")
+            ax.plot([start, start + cd], [0, 0], "k", linewidth=2, transform=lift, clip_on=False)
+            ax.update_datalim([(start, 0.0), (start + cd, 0.0)])  # the bar inside the x range
+            ax.autoscale_view()
+            label = offset_copy(ax.transData, fig=fig, y=29, units="points")
+            ax.text(start + cd / 2, 0, f"CD = {cd:.2g}", ha="center", va="bottom", transform=label)
+        if title:
             fig.suptitle(title)
         fig.tight_layout()
         path = Path(path)
