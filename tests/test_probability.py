@@ -507,7 +507,8 @@ def test_sparse_elm_log_loss_held_out_is_within_002_of_svcs(name, sigma, C):
     """The kernel sparse ELM (SVC's dual without the bias, the same kernel and C) against
     LIBSVM's own calibration on two binary sets and two multiclass ones (satimage: 6
     classes, svmguide2: 3).  The other families' figures (not all within 0.02: they are
-    other models at these parameters) are benchmarks/calibration.py's table in the README."""
+    other models at these parameters) are benchmarks/calibration.py's table in
+    docs/guide/probabilities.md."""
     import warnings
 
     from sklearn.metrics import log_loss

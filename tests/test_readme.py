@@ -1,12 +1,16 @@
-"""The README's Python snippets run as written, with a few explicit stand-ins.
+"""The Python snippets of the README and of the documentation's pages run as written,
+with a few explicit stand-ins.
 
-Each ```python block of README.md runs in a fresh interpreter (working directory a
-temporary folder, this checkout's elmscale first on the path) after the replacements its
+Each ```python block of README.md and of docs/**/*.md runs in a fresh interpreter
+(working directory a temporary folder, this checkout's elmscale first on the path) after
+the replacements its
 entry in STAND_INS lists: the cluster addresses become the test session's Dask
 LocalCluster and local Ray, ``../shared`` the tests' shared folder.  Every replacement
 must find its text exactly as often as listed, and every block must have an entry (and
-every entry a block): a README that changes fails here until this file follows it, so
-that a snippet that stops working cannot pass unnoticed.
+every entry a block): a page that changes fails here until this file follows it, so
+that a snippet that stops working cannot pass unnoticed.  A block that only includes a
+file (``--8<-- "docs/examples/x.py"``, the family pages' worked examples) is that file,
+run by tests/test_docs_examples.py.
 """
 
 from __future__ import annotations
@@ -25,24 +29,45 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```$", README.read_text(), flags=re.M | re.S)
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+SNIPPET = re.compile(r'^--8<-- "[^"]+"$')
+
+
+def _blocks(pages) -> list[str]:
+    """The ```python blocks of the pages, but those that only include a file."""
+    found = []
+    for page in pages:
+        for block in re.findall(r"^```python\n(.*?)^```$", page.read_text(), flags=re.M | re.S):
+            lines = [line for line in block.splitlines() if line.strip()]
+            if not all(SNIPPET.match(line) for line in lines):
+                found.append(block)
+    return found
+
+
+BLOCKS = _blocks(PAGES)
 
 
 @dataclass
 class StandIn:
-    """What one README block needs to run here."""
+    """What one python block needs to run here."""
 
     needle: str  # text that identifies the block
     # old text -> (new text, occurrences); "{name}" in the new text is filled in by the test
     replace: dict = field(default_factory=dict)
     expects: tuple = ()  # text the test's set-up relies on (the data it writes, names)
-    prelude: str = ""  # names the README leaves to the reader
+    prelude: str = ""  # names the page leaves to the reader
     creates: tuple = ()  # files the block must write
     shared: bool = False  # reads ../shared
     fixtures: tuple = ()
 
 
 STAND_INS = {
+    "readme-families": StandIn(
+        needle="GGBRELMRegressor(n_estimators=10",
+        expects=('elmscale.save(sparse, "model.elm")',),
+        creates=("model.elm",),
+    ),
+    "getting-started": StandIn(needle='"breast_cancer.elm"', creates=("breast_cancer.elm",)),
     "python-api": StandIn(
         needle='load("../shared/data/svmguide1/svmguide1")',
         replace={'"../shared/': ('"{shared}/', 2)},
@@ -80,8 +105,8 @@ STAND_INS = {
 def _entry(block: str) -> str:
     found = [name for name, spec in STAND_INS.items() if spec.needle in block]
     assert len(found) == 1, (
-        f"README python block matches stand-ins {found} (expected "
-        f"one): give it an entry in tests/test_readme.py\n{block}"
+        f"python block matches stand-ins {found} (expected one; blocks of "
+        f"README.md and docs/**/*.md): give it an entry in tests/test_readme.py\n{block}"
     )
     return found[0]
 
@@ -98,9 +123,9 @@ def _params():
 
 
 def test_every_stand_in_has_its_readme_block():
-    assert BLOCKS, f"no ```python block found in {README}"
+    assert _blocks([README]), f"no ```python block found in {README}"
     used = {_entry(block) for block in BLOCKS}
-    assert used == set(STAND_INS), f"no README block for {sorted(set(STAND_INS) - used)}"
+    assert used == set(STAND_INS), f"no python block for {sorted(set(STAND_INS) - used)}"
 
 
 def _write_big_parquet(directory: Path):
@@ -135,12 +160,12 @@ def test_readme_python_block_runs(block, tmp_path, request):
         ray = request.getfixturevalue("ray_session")
         values["ray"] = ray.get_runtime_context().gcs_address
     for text in spec.expects:
-        assert text in block, f"the README block no longer has {text!r}:\n{block}"
+        assert text in block, f"the python block no longer has {text!r}:\n{block}"
     source = block
     for old, (new, count) in spec.replace.items():
         found = source.count(old)
         assert found == count, (
-            f"{old!r} found {found} times in the README block, expected "
+            f"{old!r} found {found} times in the python block, expected "
             f"{count}: update tests/test_readme.py\n{block}"
         )
         source = source.replace(old, new.format(**values))

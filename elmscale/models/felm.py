@@ -248,7 +248,7 @@ class FELMClassifier(_FeatureSelectingELM):
         psi = 1 prices sqrt(d) kept features at ``f0`` (per one-vs-one pair, its own
         ``f0``); a logarithmic grid such as 2^-8 .. 2^4 walks from (nearly) every feature
         to a few.  The default 2^-4 keeps a subset at about the accuracy of every feature
-        (README, "FELM and FKELM": colon 143 of 2,000 genes, leukaemia 129 of 7,129).
+        (docs/guide/felm.md: colon 143 of 2,000 genes, leukaemia 129 of 7,129).
     psi_scale : {"relative", "absolute"}, default="relative"
         "absolute": psi is the cost itself, in the objective's units (the paper's psi;
         those units differ by orders of magnitude between problems).

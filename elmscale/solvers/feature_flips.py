@@ -43,7 +43,7 @@ number of features: psi = 1 prices ``sqrt(d)`` kept features (the geometric midd
 the walk from ``d`` features to 1) at ``f0``.  An absolute psi acts in the objective's
 own units, which differ by orders of magnitude between problems (``f0`` is 0.4 on colon
 and about 1,000 on 2,100 rows x 57 features), so that no fixed grid of absolute values
-finds the trade-off (README, "FELM and FKELM", for the measurements).
+finds the trade-off (docs/guide/felm.md, for the measurements).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ The paper's tables of per-set values are not in its text (only captions); what i
 is how often GGBRELM is best or second best and the Friedman F*, and :func:`claims` sets
 this run's counts beside those.
 
-What the default run leaves out, and why (2 cores; measured in the README): the sets
+What the default run leaves out, and why (2 cores; measured in docs/reproducing.md): the sets
 above :data:`DEFAULT_MAX_ROWS` rows (KBRELM's nested CV needs 26 eigendecompositions of
 an N x N kernel per outer fold; GBRELM at D = 1000 a 10,000-column Gram or S N x N
 factorisations per fit).  Name them with ``--sets`` to run them.
