@@ -68,6 +68,16 @@ STAND_INS = {
         creates=("model.elm",),
     ),
     "getting-started": StandIn(needle='"breast_cancer.elm"', creates=("breast_cancer.elm",)),
+    "model-files": StandIn(
+        needle="# any registered estimator, a Scaler or a Pipeline",
+        prelude=(
+            "from elmscale import SparseELMClassifier\n"
+            "from elmscale.data import generate_classification\n"
+            "_data = generate_classification(300, n_features=4, random_state=0)\n"
+            "model = SparseELMClassifier().fit(_data.X, _data.y)\n"
+        ),
+        creates=("model.elm",),
+    ),
     "python-api": StandIn(
         needle='load("../shared/data/svmguide1/svmguide1")',
         replace={'"../shared/': ('"{shared}/', 2)},
