@@ -55,3 +55,53 @@ def test_the_readme_is_a_front_page():
     head = "\n".join(lines[:12])
     assert "elmscale run pipelines/quickstart.toml" in head
     assert '.venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest' in head
+
+
+def _documented_parameters(cls) -> set[str]:
+    """The names a class's docstring documents as parameters: the ``name : type`` lines
+    of its numpydoc Parameters section, or the ``name`` each written in double backquotes
+    in a prose "Parameters: ..." paragraph; "Same parameters as ``Other``" adds Other's."""
+    import inspect
+
+    doc = inspect.getdoc(cls) or ""
+    names = set()
+    section = re.search(r"^Parameters\n-+\n(.*?)(?=^\w[\w ]*\n-+\n|\Z)", doc, flags=re.M | re.S)
+    if section:
+        for line in section.group(1).splitlines():
+            head = re.match(r"^(\w+(?:, \w+)*) :", line)
+            if head:
+                names.update(part.strip() for part in head.group(1).split(","))
+    prose = re.search(r"^Parameters: (.*?)(?:\n\n|\Z)", doc, flags=re.M | re.S)
+    if prose:
+        names.update(re.findall(r"``(\w+)``", prose.group(1)))
+    same = re.search(r"Same parameters as ``(\w+)``", doc)
+    if same:
+        names |= _documented_parameters(getattr(elmscale, same.group(1)))
+    return names
+
+
+def test_every_estimator_documents_every_parameter():
+    """The API reference renders the docstrings: a parameter added to an estimator and
+    not to its docstring fails here."""
+    import inspect
+
+    from sklearn.base import BaseEstimator
+
+    estimators = [
+        getattr(elmscale, name)
+        for name in elmscale.__all__
+        if inspect.isclass(getattr(elmscale, name))
+        and issubclass(getattr(elmscale, name), BaseEstimator)
+    ]
+    assert len(estimators) >= 15
+    # the three forms are read: a numpydoc section, a prose list, "Same parameters as"
+    assert {"hidden", "C", "probability"} <= _documented_parameters(elmscale.ELMClassifier)
+    assert {"psi", "tau"} <= _documented_parameters(elmscale.FKELMClassifier)
+    assert {"hidden", "C"} <= _documented_parameters(elmscale.ELMRegressor)
+    problems = {}
+    for cls in estimators:
+        params = set(cls().get_params(deep=False))
+        documented = _documented_parameters(cls)
+        if params - documented:
+            problems[cls.__name__] = f"undocumented {sorted(params - documented)}"
+    assert not problems, problems

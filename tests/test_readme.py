@@ -69,7 +69,7 @@ STAND_INS = {
     ),
     "getting-started": StandIn(needle='"breast_cancer.elm"', creates=("breast_cancer.elm",)),
     "model-files": StandIn(
-        needle="# any registered estimator, a Scaler or a Pipeline",
+        needle="# a registered estimator, a Scaler, a Pipeline",
         prelude=(
             "from elmscale import SparseELMClassifier\n"
             "from elmscale.data import generate_classification\n"
