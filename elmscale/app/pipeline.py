@@ -1,22 +1,12 @@
 """Pipeline files: one TOML file describing a run, checked before anything runs.
 
-Sections and keys (defaults in brackets)::
-
-    [run]      name ["run"], task ("train" | "cv" | "score") ["train"], seed [0]
-    [data]     train, test, score (paths: Parquet file / directory / glob, CSV, LIBSVM),
-               features (list or pattern), label (a column; default: Parquet's "label"
-               or the last column; none for LIBSVM), id_columns [[]],
-               scale [true], generate (a table {rows, test_rows, features, classes}:
-               write the train / test Parquet files first when they are missing),
-               test_size (rows, or a fraction, held out of ``train`` at random with
-               run.seed when there is no ``test``; in-memory estimators only)
-    [model]    estimator (a name in ``elmscale.registry``: "ELMClassifier",
-               "ELMRegressor", "SparseELMClassifier", ...) ["ELMClassifier"], params (a
-               table of the estimator's parameters)
-    [search]   grid (a table of lists, or "paper"), folds [5], scoring
-    [compute]  scheduler, scheduler_file (Dask), ray_address (Ray), workers
-               [cores], threads_per_worker [1]
-    [output]   dir ["runs"], decision [false] (decision values in scores)
+A pipeline file has the sections ``[run]``, ``[data]``, ``[model]``, ``[search]``,
+``[compute]`` and ``[output]``.  :data:`SPEC` declares every key once: its type as a user
+reads it, its default, the values it takes and what it means; the checks of a value's type,
+range and choices are made from it, and so is the reference page
+``docs/reference/pipeline-keys.md`` (``python docs/gen_reference.py``).  The checks that
+involve several keys (``data.test_size`` against ``data.test``, the files a task needs,
+the files that must exist, the estimator's parameters) are written below as code.
 
 Relative paths are taken from the current directory.  ``load_pipeline`` reads a file,
 applies ``--set section.key=value`` overrides, and returns a ``Pipeline`` whose
@@ -27,43 +17,298 @@ only when there is none.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import glob
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from elmscale import registry
 
-__all__ = ["Pipeline", "PipelineError", "load_pipeline", "parse_override"]
+__all__ = ["Key", "Pipeline", "PipelineError", "SPEC", "load_pipeline", "parse_override"]
 
 TASKS = ("train", "cv", "score")
 
-SCHEMA: dict[str, dict] = {
-    "run": {"name": "run", "task": "train", "seed": 0},
-    "data": {
-        "train": None,
-        "test": None,
-        "score": None,
-        "features": None,
-        "label": None,
-        "id_columns": [],
-        "scale": True,
-        "generate": None,
-        "test_size": None,
-    },
-    "model": {"estimator": "ELMClassifier", "params": {}},
-    "search": {"grid": None, "folds": 5, "scoring": None},
-    "compute": {
-        "scheduler": None,
-        "scheduler_file": None,
-        "ray_address": None,
-        "workers": None,
-        "threads_per_worker": 1,
-    },
-    "output": {"dir": "runs", "decision": False, "model": None},
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# The types a key may have, by the words the reference page shows: the check of a value's
+# type is the one its words name.
+TYPES: dict[str, Callable[[object], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "path": lambda v: isinstance(v, str),
+    "integer": _is_int,
+    "boolean": lambda v: isinstance(v, bool),
+    "table": lambda v: isinstance(v, dict),
+    "list of strings": _is_str_list,
+    "string or list of strings": lambda v: isinstance(v, str) or _is_str_list(v),
+    "string or integer": lambda v: isinstance(v, str) or _is_int(v),
+    "integer or fraction": lambda v: _is_int(v) or isinstance(v, float),
+    "string or table": lambda v: isinstance(v, str | dict),
 }
-GENERATE_KEYS = ("rows", "test_rows", "features", "classes")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One pipeline key, declared once for the checks and for the reference page.
+
+    type : the value's type in the words of ``TYPES`` ("integer", "path", ...).
+    default : the value when the file does not set it; None is "unset" (TOML has no null,
+        so an unset key is always the default).
+    description : one line for users (Markdown).
+    choices : the only values allowed, if any.
+    minimum : the smallest value allowed (integers).
+    rule, expected : a further condition on a value of the right type, and the words
+        after "expected" in the error (and in the reference's allowed values) when a value
+        breaks it; ``expected`` is derived from ``type`` / ``choices`` / ``minimum`` when
+        empty.
+    default_text : how the reference shows an unset default that the run resolves (say,
+        from the machine's cores); plain "unset" when empty.
+    keys : the sub-keys of a table with fixed keys (``data.generate``).
+    """
+
+    type: str
+    default: object
+    description: str
+    choices: tuple = ()
+    minimum: int | None = None
+    rule: Callable[[object], bool] | None = field(default=None, compare=False)
+    expected: str = ""
+    default_text: str = ""
+    keys: dict[str, Key] | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"unknown key type {self.type!r}; expected one of {list(TYPES)}")
+
+    def expectation(self) -> str:
+        """The words after "expected" in an error about this key's value."""
+        if self.expected:
+            return self.expected
+        if self.choices:
+            return f"one of {self.choices}"
+        article = "an" if self.type[0] in "aeiou" else "a"
+        if self.keys is not None:
+            return f"{article} {self.type} {{{', '.join(self.keys)}}}"
+        if self.minimum is not None:
+            return f"{article} {self.type} >= {self.minimum}"
+        return f"{article} {self.type}"
+
+    def accepts(self, value) -> bool:
+        """Whether ``value`` has this key's type and is in its range / choices (an unset
+        default is accepted)."""
+        if value is None and self.default is None:
+            return True
+        if not TYPES[self.type](value):
+            return False
+        if self.choices and value not in self.choices:
+            return False
+        if self.minimum is not None and value < self.minimum:
+            return False
+        return self.rule is None or bool(self.rule(value))
+
+    def problem(self, name: str, value) -> str | None:
+        """The error about ``value`` as the key ``name``, or None when it is accepted."""
+        if self.accepts(value):
+            return None
+        return f"{name} = {value!r}; expected {self.expectation()}"
+
+
+def _is_name(value) -> bool:
+    return bool(value) and "/" not in value
+
+
+def _is_test_size(value) -> bool:
+    return (_is_int(value) and value >= 1) or (isinstance(value, float) and 0 < value < 1)
+
+
+def _is_grid(value) -> bool:
+    if isinstance(value, str):
+        return value == "paper"
+    return bool(value) and all(isinstance(v, list) and v for v in value.values())
+
+
+# data.generate's sub-keys: the shape of the synthetic data written when the files are missing
+GENERATE: dict[str, Key] = {
+    "rows": Key("integer", 100_000, "training rows written to `data.train`", minimum=1),
+    "test_rows": Key(
+        "integer",
+        None,
+        "test rows written to `data.test` (with `data.test` set)",
+        minimum=1,
+        default_text="unset: no test file",
+    ),
+    "features": Key("integer", 8, "feature columns", minimum=1),
+    "classes": Key("integer", 2, "classes of the label column", minimum=2),
+}
+
+SPEC: dict[str, dict[str, Key]] = {
+    "run": {
+        "name": Key(
+            "string",
+            "run",
+            "the run's name: its directory is `<output.dir>/<name>-<UTC time>/`",
+            rule=_is_name,
+            expected="a non-empty name without '/'",
+        ),
+        "task": Key(
+            "string",
+            "train",
+            "`train` fits the model, `cv` chooses its parameters by cross-validation over "
+            "`search.grid` and refits, `score` scores `data.score` with `output.model`",
+            choices=TASKS,
+        ),
+        "seed": Key(
+            "integer",
+            0,
+            "seeds the folds, the `data.test_size` hold-out, the generated data and the "
+            "estimator's `random_state` when its parameters leave it unset",
+            minimum=0,
+        ),
+    },
+    "data": {
+        "train": Key(
+            "path",
+            None,
+            "training data: a Parquet file, directory or glob (fitted on Dask where the "
+            "estimator can), or a CSV, LIBSVM or ARFF file (read into memory); needed by "
+            "tasks `train` and `cv`",
+        ),
+        "test": Key(
+            "path",
+            None,
+            "test data the fitted model is evaluated on (same formats as `data.train`)",
+        ),
+        "score": Key(
+            "path",
+            None,
+            "data to score, file by file, into the run's `scores/`; needed by task `score`",
+        ),
+        "features": Key(
+            "string or list of strings",
+            None,
+            'the feature columns: a list of names or a pattern such as `"V*"`',
+            default_text="unset: every numeric column but the label",
+        ),
+        "label": Key(
+            "string or integer",
+            None,
+            'the label column: a name, a position, `"first"` or `"last"`',
+            default_text="unset: Parquet's `label` column, else the last column",
+        ),
+        "id_columns": Key(
+            "list of strings",
+            [],
+            "columns copied from `data.score` into the scores beside the predictions",
+        ),
+        "scale": Key(
+            "boolean",
+            True,
+            "scale the features to [-1, 1] on the training data (the papers' protocol)",
+        ),
+        "generate": Key(
+            "table",
+            None,
+            "synthetic data: write `data.train` (and `data.test`) as Parquet first when they "
+            "are missing (sub-keys below)",
+            keys=GENERATE,
+        ),
+        "test_size": Key(
+            "integer or fraction",
+            None,
+            "rows (a count, or a fraction of them) held out of `data.train` at random with "
+            "`run.seed` and evaluated on, when there is no `data.test`; in-memory "
+            "estimators only",
+            rule=_is_test_size,
+            expected="a row count >= 1 or a fraction in (0, 1)",
+            default_text="unset: no hold-out",
+        ),
+    },
+    "model": {
+        "estimator": Key(
+            "string",
+            "ELMClassifier",
+            "the estimator: a registered name (listed below)",
+            expected="a registered estimator's name",
+        ),
+        "params": Key(
+            "table",
+            {},
+            "the estimator's parameters, checked against it before anything runs "
+            "(`--set model.params.C=10` sets one)",
+        ),
+    },
+    "search": {
+        "grid": Key(
+            "string or table",
+            None,
+            "the parameter grid of task `cv`: a table of lists (`{C = [1, 10], sigma = "
+            '[0.5, 1]}`), or `"paper"` for the paper\'s grid of the estimator',
+            rule=_is_grid,
+            expected='"paper" or a table of non-empty lists',
+        ),
+        "folds": Key("integer", 5, "cross-validation folds (task `cv`)", minimum=2),
+        "scoring": Key(
+            "string",
+            None,
+            "a scikit-learn scoring name for the cross-validation (on Parquet data: "
+            "`accuracy` or `neg_mean_squared_error`)",
+            default_text="unset: the estimator's own score",
+        ),
+    },
+    "compute": {
+        "scheduler": Key(
+            "string",
+            None,
+            "a Dask scheduler address (`tcp://host:8786`); the `--scheduler` flag and "
+            "`DASK_SCHEDULER_ADDRESS` come first",
+            default_text="unset: a local Dask cluster when there is no Ray address either",
+        ),
+        "scheduler_file": Key(
+            "path", None, "a Dask scheduler file, used when no scheduler address is given"
+        ),
+        "ray_address": Key(
+            "string",
+            None,
+            "a Ray address (`auto`, `ray://host:10001`, `host:port`); the `--ray-address` "
+            "flag and `RAY_ADDRESS` come first",
+            default_text="unset: a local Ray when there is no Dask address either",
+        ),
+        "workers": Key(
+            "integer",
+            None,
+            "workers of the local Dask cluster (and CPUs of the local Ray: workers x threads)",
+            minimum=1,
+            default_text="unset: the machine's available cores / `threads_per_worker`",
+        ),
+        "threads_per_worker": Key("integer", 1, "threads of each local Dask worker", minimum=1),
+    },
+    "output": {
+        "dir": Key("path", "runs", "where the run directories are written"),
+        "decision": Key(
+            "boolean", False, "write the decision values beside the predictions in the scores"
+        ),
+        "model": Key(
+            "path",
+            None,
+            "the model file (`model.elm`) that task `score` scores with; required by it",
+        ),
+    },
+}
+
+# The defaults, section -> key -> value (the configuration of a file that sets nothing)
+SCHEMA: dict[str, dict] = {
+    section: {name: key.default for name, key in keys.items()} for section, keys in SPEC.items()
+}
+GENERATE_KEYS = tuple(GENERATE)
 
 
 class PipelineError(ValueError):
@@ -125,57 +370,58 @@ def load_pipeline(path, overrides=()) -> Pipeline:
     problems: list[str] = []
     config = {}
     for section, raw_values in raw.items():
-        if section not in SCHEMA:
-            problems.append(f"unknown section [{section}]{_closest(section, SCHEMA)}")
+        if section not in SPEC:
+            problems.append(f"unknown section [{section}]{_closest(section, SPEC)}")
             continue
         if not isinstance(raw_values, dict):
             problems.append(f"[{section}] must be a table")
             continue
         for key in raw_values:
-            if key not in SCHEMA[section]:
-                problems.append(f"unknown key {section}.{key}{_closest(key, SCHEMA[section])}")
+            if key not in SPEC[section]:
+                problems.append(f"unknown key {section}.{key}{_closest(key, SPEC[section])}")
     for section, defaults in SCHEMA.items():
         given = raw.get(section, {}) if isinstance(raw.get(section, {}), dict) else {}
-        config[section] = {**defaults, **{k: v for k, v in given.items() if k in defaults}}
+        config[section] = {
+            **copy.deepcopy(defaults),
+            **{k: v for k, v in given.items() if k in defaults},
+        }
     pipeline = Pipeline(str(path), config, problems)
-    _check_values(pipeline)
+    refused = _check_declared(pipeline)
+    _check_values(pipeline, refused)
     return pipeline
 
 
-def _check_values(p: Pipeline) -> None:
+def _check_declared(p: Pipeline) -> set[str]:
+    """Every value against its declaration in ``SPEC`` (type, range, choices), and
+    ``data.generate``'s sub-keys against ``GENERATE``; returns the names of the keys
+    refused, which the checks across keys then leave alone."""
+    refused = set()
+    for section, keys in SPEC.items():
+        for name, key in keys.items():
+            problem = key.problem(f"{section}.{name}", p[section][name])
+            if problem:
+                p.problems.append(problem)
+                refused.add(f"{section}.{name}")
+    generate = p["data"]["generate"]
+    if isinstance(generate, dict):
+        for name, value in generate.items():
+            if name not in GENERATE:
+                p.problems.append(f"unknown key data.generate.{name}{_closest(name, GENERATE)}")
+            elif problem := GENERATE[name].problem(f"data.generate.{name}", value):
+                p.problems.append(problem)
+    return refused
+
+
+def _check_values(p: Pipeline, refused: set[str]) -> None:
+    """The checks across keys (the declared ones are ``_check_declared``'s)."""
     run, data, model, search, compute = (
         p[s] for s in ("run", "data", "model", "search", "compute")
     )
     problems = p.problems
-    if run["task"] not in TASKS:
-        problems.append(f"run.task = {run['task']!r}; expected one of {TASKS}")
-    if not isinstance(run["seed"], int) or run["seed"] < 0:
-        problems.append(f"run.seed = {run['seed']!r}; expected an integer >= 0")
-    if not isinstance(run["name"], str) or not run["name"] or "/" in run["name"]:
-        problems.append(f"run.name = {run['name']!r}; expected a name without '/'")
     generate = data["generate"]
-    if generate is not None:
-        if not isinstance(generate, dict):
-            problems.append("data.generate must be a table {rows, test_rows, features, classes}")
-        else:
-            for key, value in generate.items():
-                if key not in GENERATE_KEYS:
-                    problems.append(
-                        f"unknown key data.generate.{key}{_closest(key, GENERATE_KEYS)}"
-                    )
-                elif not isinstance(value, int) or value < (2 if key == "classes" else 1):
-                    problems.append(f"data.generate.{key} = {value!r}; expected a positive integer")
-    test_size = data["test_size"]
-    if test_size is not None and not (
-        (isinstance(test_size, int) and test_size >= 1)
-        or (isinstance(test_size, float) and 0 < test_size < 1)
-    ):
-        problems.append(
-            f"data.test_size = {test_size!r}; expected a row count >= 1 or a fraction in (0, 1)"
-        )
-    if test_size is not None and data["test"]:
+    if data["test_size"] is not None and data["test"]:
         problems.append("data.test_size and data.test are both set; expected one of them")
-    task = run["task"] if isinstance(run["task"], str) else None  # a list or table: refused above
+    task = None if "run.task" in refused else run["task"]
     needed = {"train": ("train",), "cv": ("train",), "score": ("score",)}.get(task, ())
     for key in needed:
         if not data[key]:
@@ -183,48 +429,34 @@ def _check_values(p: Pipeline) -> None:
     for key in ("train", "test", "score"):
         value = data[key]
         generated = generate and value in (data["train"], data["test"])
-        if value and not _exists(str(value)) and not generated:
+        if value and f"data.{key}" not in refused and not _exists(value) and not generated:
             problems.append(f"data.{key}: {value}: no such file or directory")
     if task == "score" and not p["output"]["model"]:
         problems.append("output.model (the model file to score with) is required for task 'score'")
-    elif task == "score" and not Path(str(p["output"]["model"])).is_file():
-        problems.append(f"output.model: {p['output']['model']}: no such file")
+    elif task == "score" and "output.model" not in refused:
+        if not Path(p["output"]["model"]).is_file():
+            problems.append(f"output.model: {p['output']['model']}: no such file")
     estimators = registry.names()
-    if model["estimator"] not in estimators:
+    known_estimator = "model.estimator" not in refused and model["estimator"] in estimators
+    if "model.estimator" not in refused and not known_estimator:
         problems.append(
-            f"model.estimator = {model['estimator']!r}"
-            f"{_closest(str(model['estimator']), estimators)}"
+            f"model.estimator = {model['estimator']!r}{_closest(model['estimator'], estimators)}"
         )
-    elif isinstance(model["params"], dict):
+    if known_estimator and "model.params" not in refused:
         _check_estimator_params(model["estimator"], model["params"], problems)
-    else:
-        problems.append("model.params must be a table")
-    if not isinstance(search["folds"], int) or search["folds"] < 2:
-        problems.append(f"search.folds = {search['folds']!r}; expected an integer >= 2")
     grid = search["grid"]
-    if task == "cv":
-        if grid is None:
-            problems.append(
-                "search.grid is required for task 'cv' (a table of lists, or \"paper\")"
-            )
-        elif grid != "paper" and not (
-            isinstance(grid, dict)
-            and grid
-            and all(isinstance(v, list) and v for v in grid.values())
-        ):
-            problems.append('search.grid must be "paper" or a table of non-empty lists')
-        elif isinstance(grid, dict) and model["estimator"] in estimators:
-            _check_estimator_params(
-                model["estimator"], {k: v[0] for k, v in grid.items()}, problems, "search.grid"
-            )
-    workers = compute["workers"]
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        problems.append(f"compute.workers = {workers!r}; expected an integer >= 1")
-    threads = compute["threads_per_worker"]
-    if not isinstance(threads, int) or threads < 1:
-        problems.append(f"compute.threads_per_worker = {threads!r}; expected an integer >= 1")
-    if compute["scheduler_file"] and not Path(str(compute["scheduler_file"])).is_file():
-        problems.append(f"compute.scheduler_file: {compute['scheduler_file']}: no such file")
+    if task == "cv" and grid is None:
+        problems.append("search.grid is required for task 'cv' (a table of lists, or \"paper\")")
+    elif (
+        task == "cv" and isinstance(grid, dict) and known_estimator and "search.grid" not in refused
+    ):
+        _check_estimator_params(
+            model["estimator"], {k: v[0] for k, v in grid.items()}, problems, "search.grid"
+        )
+    scheduler_file = compute["scheduler_file"]
+    if scheduler_file and "compute.scheduler_file" not in refused:
+        if not Path(scheduler_file).is_file():
+            problems.append(f"compute.scheduler_file: {scheduler_file}: no such file")
 
 
 def make_estimator(name: str, params: dict):

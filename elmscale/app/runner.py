@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from elmscale import registry
-from elmscale.app.pipeline import SCHEMA, Pipeline, make_estimator
+from elmscale.app.pipeline import GENERATE, SCHEMA, Pipeline, make_estimator
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 from elmscale.data.columns import PARQUET_SUFFIXES
@@ -169,13 +169,14 @@ def _is_parquet(path: str) -> bool:
 def _generate(data: dict, seed: int) -> None:
     from elmscale.data.synthetic import write_generated_parquet
 
-    spec = data["generate"]
-    if not spec:
+    if not data["generate"]:
         return
-    shape = {"n_features": spec.get("features", 8), "n_classes": spec.get("classes", 2)}
+    # the sub-keys' defaults are the pipeline schema's (test_rows unset: no test file)
+    spec = {**{name: key.default for name, key in GENERATE.items()}, **data["generate"]}
+    shape = {"n_features": spec["features"], "n_classes": spec["classes"]}
     for key, rows, offset in (
-        ("train", spec.get("rows", 100_000), 0),
-        ("test", spec.get("test_rows", 0), 1),
+        ("train", spec["rows"], 0),
+        ("test", spec["test_rows"] or 0, 1),
     ):
         if data[key] and rows:
             write_generated_parquet(data[key], rows, random_state=seed + offset, **shape)
