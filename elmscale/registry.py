@@ -163,10 +163,12 @@ _UNIFIED_GRID = "elmscale.models.paper_grids:unified_elm_grid"
 
 
 def _random_nodes(params: dict) -> bool:
+    """with random nodes only (``kernel`` unset)"""
     return params.get("kernel") is None
 
 
 def _sparse_random_nodes(params: dict) -> bool:
+    """with random nodes only (``hidden`` set)"""
     # the sparse ELM's random-node problem runs as CoCoA+ rounds over the units
     return params.get("hidden") is not None
 

@@ -564,12 +564,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a pipeline file without running it")
-    p.add_argument("pipeline")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE")
+    p.add_argument("pipeline", help="pipeline file (TOML)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a pipeline value (TOML syntax), repeatable",
+    )
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("score", help="score Parquet / CSV files larger than memory")
-    p.add_argument("model")
+    p.add_argument("model", help="a saved model file (.elm)")
     p.add_argument("input", help="a Parquet or CSV file, or a directory of them")
     p.add_argument("output", help="output file (.parquet / .csv) or directory")
     p.add_argument(
@@ -581,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the model file's, else every numeric column but ids and label)",
     )
     p.add_argument("--decision", action="store_true", help="also write decision values")
-    p.add_argument("--batch-rows", type=int, default=262_144)
+    p.add_argument("--batch-rows", type=int, default=262_144, help="rows read and scored at a time")
     p.add_argument("--scheduler", help="Dask scheduler: one task per file")
     p.add_argument("--ray-address", help="Ray address: one task per file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -589,20 +594,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="quick start: generate data, train, evaluate, save a model")
     p.add_argument("--rows", type=int, default=200_000, help="training rows (default 200000)")
-    p.add_argument("--n-hidden", type=int, default=1000)
-    p.add_argument("--C", type=float, default=100.0)
-    p.add_argument("--data-dir", default="data/generated")
-    p.add_argument("--output-dir", default="runs/quickstart")
+    p.add_argument("--n-hidden", type=int, default=1000, help="hidden nodes of the ELM")
+    p.add_argument("--C", type=float, default=100.0, help="the ELM's regularisation C")
+    p.add_argument(
+        "--data-dir", default="data/generated", help="where the generated data are written"
+    )
+    p.add_argument(
+        "--output-dir", default="runs/quickstart", help="where the model and metrics are written"
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("convert", help="convert LIBSVM / CSV / ARFF to Parquet")
-    p.add_argument("input")
-    p.add_argument("output")
-    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "csv", "arff", "parquet"])
+    p.add_argument("input", help="the file to convert")
+    p.add_argument("output", help="the Parquet file to write")
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "libsvm", "csv", "arff", "parquet"],
+        help="the input's format (auto: from its name and contents)",
+    )
     p.add_argument("--label", help="label column: name, position, 'first' or 'last'")
     p.add_argument("--missing", choices=["error", "drop"], help="missing values (CSV)")
     p.add_argument("--n-features", type=int, help="feature count (LIBSVM test files)")
-    p.add_argument("--row-group-size", type=int, default=262_144)
+    p.add_argument("--row-group-size", type=int, default=262_144, help="rows per Parquet row group")
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("train", help="train a model and save it")
@@ -631,8 +645,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="score a data file with a saved model")
-    p.add_argument("model")
-    p.add_argument("data")
+    p.add_argument("model", help="a saved model file (.elm)")
+    p.add_argument("data", help="the data to score (Parquet, CSV, LIBSVM, ARFF)")
     p.add_argument("output", help="output .csv or .parquet")
     p.add_argument(
         "--label",
@@ -643,12 +657,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("export", help="export a saved model to ONNX (needs elmscale[onnx])")
-    p.add_argument("model")
+    p.add_argument("model", help="a saved model file (.elm)")
     p.add_argument("output", help="the .onnx file to write")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("info", help="versions, thread pools, and a model file's metadata")
-    p.add_argument("model", nargs="?")
+    p.add_argument("model", nargs="?", help="a model file whose metadata to show")
     p.set_defaults(func=cmd_info)
 
     from elmscale.app.warmup import STEP_NAMES
