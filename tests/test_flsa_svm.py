@@ -313,25 +313,6 @@ def test_two_spirals_are_seeded_balanced_and_checked():
         generate_two_spirals(1)
 
 
-def test_the_two_spirals_example_draws_both_models(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "examples" / "flsa_svm_two_spirals.py"
-    out = tmp_path / "spirals.png"
-    done = subprocess.run(
-        [sys.executable, str(script), "--out", str(out), "--train", "200"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "FLSA-SVM:" in done.stdout and "SVC:" in done.stdout
-    assert not list(tmp_path.glob(".*.tmp"))
-
-
 def test_path_grid_search_runs_n_support_as_the_path_as_scikit_learns_search_chooses():
     from sklearn.model_selection import GridSearchCV as SkGridSearchCV
     from sklearn.model_selection import KFold
