@@ -30,7 +30,7 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
     "--hide-scrollbars",
-    "--window-size=1280,1600",
+    "--window-size=1280,2200",
 ]
 
 
