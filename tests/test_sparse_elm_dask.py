@@ -213,3 +213,69 @@ def test_the_cache_budget_bounds_a_process_holding_two_blocks(tmp_path):
     assert peak <= budget + 2 * unit_bytes + 2**20, (peak, budget, unit_bytes)
     assert not result.whole_blocks
     assert fit(max_rounds=0).whole_blocks  # both blocks fit the default 1 GB together
+
+
+def test_support_rows_stay_out_of_the_coordinators_memory(three_classes, tmp_path):
+    """The coordinator receives support counts only; the rows' numbers are joined from the
+    workers' files into one file that is memory-mapped and unlinked (nothing left on
+    disk), so its memory does not grow with them (issue 31: 547 MB at 10M rows, 787 MB
+    at 20M).  The rows are those whose dual variables are positive, as before."""
+    import glob
+    import tempfile
+
+    state = tmp_path / "state"
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "elmscale-support-*")))
+    model = _model(n_hidden=10, max_iter=3).fit(three_classes, n_blocks=2, state_dir=state)
+    support = model.support_
+    assert isinstance(support, np.memmap) and not support.flags.writeable
+    assert not os.path.exists(support.filename)  # unlinked once mapped
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "elmscale-support-*"))) == before
+    assert sorted(os.listdir(state)) == []  # the units' support files are removed too
+    assert support.dtype == np.int64 and np.all(np.diff(support) > 0)
+    assert model.n_support_.sum() == support.size > 5_000  # most rows of 15,000
+    # per class: the counts the coordinator summed are the rows' labels'
+    _, y = three_classes.read()
+    np.testing.assert_array_equal(
+        model.n_support_, [np.sum(y[np.asarray(support)] == c) for c in model.classes_]
+    )
+
+
+def test_joining_the_support_files_holds_one_unit_at_a_time(three_classes, tmp_path):
+    """Every row a support vector (the units' dual variables written as after a round):
+    joining their numbers allocates about one unit's worth, not the whole support."""
+    import tracemalloc
+
+    from elmscale.distributed.cocoa import (
+        CocoaProblem,
+        _count_support,
+        _save_alpha,
+        _support_rows,
+    )
+
+    units = three_classes.units(6)
+    assert len(units) == 6
+    problem = CocoaProblem(
+        layer={},
+        classes=(0, 1, 2),
+        pairs=((0, 1), (0, 2), (1, 2)),
+        C=1.0,
+        sigma_prime=1.0,
+        local_passes=1,
+        local_tol=TOL,
+        seed=0,
+        state_dir=str(tmp_path),
+        fit_id="t",
+        cache_mb=0.0,
+        whole_blocks=False,
+    )
+    for unit in units:
+        _save_alpha(problem, unit, 1, np.ones((3, unit.n_rows)))
+    counts = _count_support(None, units, 1, problem)
+    assert counts.sum() == three_classes.n_rows
+    tracemalloc.start()
+    support = _support_rows(units, problem)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    np.testing.assert_array_equal(support, np.arange(three_classes.n_rows))
+    largest_unit = max(u.n_rows for u in units) * 8
+    assert peak < 3 * largest_unit < support.nbytes, (peak, largest_unit, support.nbytes)

@@ -91,8 +91,9 @@ class BlockResult(NamedTuple):
 class CocoaResult(NamedTuple):
     """``beta`` (n_pairs x L), per pair ``primal`` / ``dual`` objectives and ``gap``
     (relative), ``rounds``, ``converged``, ``support`` (global row numbers of the rows with
-    a_i > 0 in any pair, sorted), ``support_classes`` (their class indices), the wall
-    ``seconds`` of each round, and ``whole_blocks`` (the plan: see ``fit_cocoa``)."""
+    a_i > 0 in any pair, sorted: a read-only memory map of a file, never held in memory
+    whole), ``n_support`` (their count per class), the wall ``seconds`` of each round, and
+    ``whole_blocks`` (the plan: see ``fit_cocoa``)."""
 
     beta: np.ndarray
     primal: np.ndarray
@@ -101,7 +102,7 @@ class CocoaResult(NamedTuple):
     rounds: int
     converged: bool
     support: np.ndarray
-    support_classes: np.ndarray
+    n_support: np.ndarray
     seconds: list
     whole_blocks: bool
 
@@ -293,14 +294,25 @@ def block_round(
 
 
 def unit_support(unit: WorkUnit, round_index: int, problem: CocoaProblem, *, n_threads: int = 1):
-    """``(global rows, class indices)`` of the unit's rows with a_i > 0 in any pair.
+    """Support vectors per class of the unit's rows (a_i > 0 in any pair); their global row
+    numbers are written to the unit's support file in the state folder
+    (:func:`_support_path`), not returned, so that the coordinator receives counts only.
     (``n_threads``: ``map_units`` gives every unit function its budget; this reads.)"""
     del n_threads
     alpha = _load_alpha(problem, unit, round_index)
     local = np.flatnonzero((alpha > 0).any(axis=0))
     _, y = unit.read()
     y_idx = _class_index(y[local], problem.classes, unit)
-    return unit.start + local, y_idx
+    path = _support_path(problem, unit.index)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, (unit.start + local).astype(np.int64), allow_pickle=False)
+    os.replace(tmp, path)
+    return np.bincount(y_idx, minlength=len(problem.classes))
+
+
+def _support_path(problem: CocoaProblem, unit_index: int) -> Path:
+    return Path(problem.state_dir) / f"unit{unit_index:06d}.support.npy"
 
 
 # -- the coordinator ----------------------------------------------------------------------
@@ -423,7 +435,8 @@ def fit_cocoa(
         _run_rounds(
             rounds, client, workers, blocks, units, problem, tol, max_rounds, n_threads, on_round
         )
-        support, support_classes = _support(client, units, rounds.r, problem)
+        n_support = _count_support(client, units, rounds.r, problem)
+        support = _support_rows(units, problem)
     finally:
         _clean_up(client, units, problem, rounds.r, state if own_dir else None)
     gaps = rounds.gaps
@@ -435,7 +448,7 @@ def fit_cocoa(
         rounds=rounds.r,
         converged=rounds.converged,
         support=support,
-        support_classes=support_classes,
+        n_support=n_support,
         seconds=rounds.seconds,
         whole_blocks=problem.whole_blocks,
     )
@@ -524,6 +537,8 @@ def _clean_up(client, units, problem: CocoaProblem, last_round: int, own_dir) ->
     else:
         for done in (last_round, last_round + 1):
             _remove_round(problem, units, done)
+        for unit in units:  # left by a fit that failed before joining them
+            _support_path(problem, unit.index).unlink(missing_ok=True)
 
 
 def _remove_round(problem: CocoaProblem, units, round_index: int) -> None:
@@ -534,10 +549,31 @@ def _remove_round(problem: CocoaProblem, units, round_index: int) -> None:
             pass
 
 
-def _support(client, units, round_index, problem):
+def _count_support(client, units, round_index, problem) -> np.ndarray:
+    """Support vectors per class, summed from the units' counts (the rows stay in files)."""
     from elmscale.distributed.executors import map_units
 
-    parts = map_units(unit_support, units, client=client, round_index=round_index, problem=problem)
-    rows = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
-    cls = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
-    return rows.astype(np.int64), cls
+    counts = map_units(unit_support, units, client=client, round_index=round_index, problem=problem)
+    return np.sum(counts, axis=0, dtype=np.int64)
+
+
+def _support_rows(units, problem: CocoaProblem) -> np.ndarray:
+    """The units' support files (in unit order: their rows ascend) joined into one .npy
+    file, streamed a unit at a time, and returned as a read-only memory map of it.  The
+    file is unlinked once mapped (its pages live as long as the map), so the coordinator's
+    memory does not grow with the support vectors (issue 31: 787 MB at 20M rows) and
+    nothing is left on disk."""
+    parts = [_support_path(problem, unit.index) for unit in units]
+    sizes = [np.load(part, mmap_mode="r").shape[0] for part in parts]
+    fd, name = tempfile.mkstemp(prefix="elmscale-support-", suffix=".npy")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            header = {"descr": "<i8", "fortran_order": False, "shape": (int(sum(sizes)),)}
+            np.lib.format.write_array_header_1_0(f, header)
+            for part in parts:
+                f.write(np.load(part, allow_pickle=False).tobytes())
+                part.unlink()
+        return np.load(path, mmap_mode="r")
+    finally:
+        path.unlink(missing_ok=True)

@@ -384,7 +384,9 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         each process's cache of hidden outputs, ``state_dir`` a folder every
         worker can read for the dual variables (default: a temporary folder, fine on one
         machine).  The model holds ``coef_`` and the hidden layer, not the support
-        vectors' rows (``support_`` are their row numbers).  With a kernel the rows are
+        vectors' rows: ``support_`` are their row numbers, a read-only memory map of a file
+        that is never read whole into memory (the coordinator's memory stays flat as the
+        rows grow).  With a kernel the rows are
         gathered here and solved by the single-process solver.
         """
         from elmscale.data.parquet import ParquetDataset
@@ -489,7 +491,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.support_ = result.support
         self.support_vectors_ = np.empty((0, dataset.n_features), dtype=np.float32)
         self.dual_coef_ = np.empty((len(pairs), 0))
-        self.n_support_ = np.bincount(result.support_classes, minlength=n_classes)
+        self.n_support_ = result.n_support
         self.n_iter_ = np.full(len(pairs), result.rounds)
         self.objective_ = result.dual
         self.duality_gap_ = result.gap
