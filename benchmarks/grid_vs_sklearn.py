@@ -66,8 +66,10 @@ def main(argv=None) -> int:
 
     import ray
 
+    from elmscale.distributed.connect import start_local_ray
+
     start = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"  local Ray start {time.perf_counter() - start:.1f} s (not counted)")
     ours = GridSearchCV(
         SparseELMClassifier(kernel="gaussian"),

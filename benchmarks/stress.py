@@ -840,18 +840,24 @@ def security_section(args, cases: list) -> None:
     dask.passed = sum(rel.is_loopback(entry[2]) for entry in report["dask"])
     dask.seconds = seconds
     dask.notes.append(f"{dask.tries} listening sockets, {dask.passed} on loopback")
+    # every listening socket of the local Ray's processes (GCS, raylet, core workers,
+    # dashboard agent, runtime env agent), started by elmscale's start_local_ray
     ray_listen = Case("security: local Ray listens on 127.0.0.1 only", "security")
     ray_listen.tries = len(report["ray"])
     ray_listen.passed = sum(rel.is_loopback(entry[2]) for entry in report["ray"])
-    outside = sorted({f"{e[1]} {e[2]}" for e in report["ray"] if not rel.is_loopback(e[2])})
-    if outside:
-        # Ray binds its gRPC servers to every interface and its agents to the node's IP,
-        # whatever ray.init is given (localhost is turned into the node IP): elmscale
-        # cannot narrow it; the token below is what guards them.
+    ray_listen.seconds = seconds
+    beyond = rel.ray_beyond_loopback(report)
+    servers = sorted({rel.ray_server_name(report, entry) for entry in report["ray"]})
+    ray_listen.notes.append(
+        f"{ray_listen.tries} listening sockets, {ray_listen.passed} on loopback "
+        f"(node address {report.get('ray_node_ip')}): {', '.join(servers)}"
+    )
+    if beyond and all(known for _, known in beyond):
+        # only servers Ray's options cannot narrow (rel.RAY_LOOPBACK_LIMITS, each with
+        # why): a known limit, guarded by the token below
         ray_listen.status = "limit"
-        ray_listen.notes.append(
-            "not narrowable by elmscale; beyond loopback: " + "; ".join(outside)
-        )
+    for line, known in beyond:
+        ray_listen.notes.append(("limit: " if known else "beyond loopback: ") + line)
     auth = Case("security: Ray token authentication on", "security")
     auth.tries = 1 + ("unauthenticated_client_refused" in report)
     auth.passed = int(report["ray_token_auth"]) + int(
@@ -884,10 +890,9 @@ _RAY: dict = {}
 
 
 def _ray():
-    import ray
+    from elmscale.distributed.connect import connect_ray
 
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    connect_ray("local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 FAULTS = [

@@ -448,14 +448,33 @@ def main():
                              if tuple(x[2:]) not in before]
             report["ray_token_auth"] = bool(is_token_auth_enabled())
             report["gcs_address"] = ray.get_runtime_context().gcs_address
+            report["ray_node_ip"] = ray.util.get_node_ip_address()
+            node = [n for n in ray.nodes() if n["Alive"]][0]
+            report["ray_servers"] = {
+                str(node[key]): name for key, name in [
+                    ("NodeManagerPort", "raylet node manager"),
+                    ("ObjectManagerPort", "raylet object manager"),
+                    ("MetricsAgentPort", "dashboard agent gRPC"),
+                    ("MetricsExportPort", "metrics export (Prometheus)"),
+                    ("DashboardAgentListenPort", "dashboard agent HTTP"),
+                    ("RuntimeEnvAgentPort", "runtime env agent"),
+                ] if node.get(key, -1) not in (None, -1, 0)
+            }
+            report["ray_servers"][report["gcs_address"].rsplit(":", 1)[1]] = "GCS server"
             if len(sys.argv) > 2:  # a client without the token must be refused
                 import subprocess
                 code = f"import ray; ray.init(address={report['gcs_address']!r})"
+                # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: the client keeps 127.0.0.1 as it is
+                # (else Ray turns it into this machine's outward address, where the
+                # loopback-only GCS does not answer): the token is what refuses it
                 env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 32,
-                           RAY_AUTH_TOKEN_PATH="/nonexistent")
+                           RAY_AUTH_TOKEN_PATH="/nonexistent",
+                           RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
                 r = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
                                    capture_output=True, text=True)
-                report["unauthenticated_client_refused"] = r.returncode != 0
+                # refused for its token (the GCS says Unauthenticated), not unreachable
+                report["unauthenticated_client_refused"] = (
+                    r.returncode != 0 and "Unauthenticated" in r.stderr)
                 report["unauthenticated_client_error"] = (r.stderr.strip().splitlines() or [""])[-1]
     finally:
         compute.close()
@@ -482,7 +501,47 @@ def probe_local_clusters(ray: bool, try_unauthenticated: bool = False, timeout: 
 
 
 def is_loopback(address: str) -> bool:
-    return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    """127.0.0.0/8, ::1, or an IPv4-mapped IPv6 loopback (``::ffff:127.0.0.1``: a gRPC
+    server of Ray on 127.0.0.1 shows so; Python < 3.13 does not count it as loopback)."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+# Servers of a local Ray that Ray's options cannot keep on loopback (Ray 2.60: none; with
+# elmscale.distributed.connect.start_local_ray every one listens on 127.0.0.1 only):
+# "server name": "why (the option Ray lacks)".  A server listed here beyond loopback is a
+# known limit of the matrix; any other one fails it.
+RAY_LOOPBACK_LIMITS: dict = {}
+
+
+def ray_server_name(report: dict, entry: list) -> str:
+    """What a listening socket of the probed Ray is: its server by port, else its process
+    (a core worker's gRPC server: the driver, ``python``, or a ``ray::`` worker)."""
+    _, process, _, port = entry
+    server = report.get("ray_servers", {}).get(str(port))
+    worker = process.startswith("python") or process.startswith("ray::")
+    return server or ("core worker gRPC" if worker else process)
+
+
+def ray_beyond_loopback(report: dict) -> list:
+    """The probed Ray's listening sockets beyond loopback: ``(line, known)`` each, the line
+    naming server, process, address, port and why (a known limit's reason, or what went
+    wrong), ``known`` whether the server is one of :data:`RAY_LOOPBACK_LIMITS`."""
+    lines = []
+    for entry in report["ray"]:
+        if is_loopback(entry[2]):
+            continue
+        server = ray_server_name(report, entry)
+        why = RAY_LOOPBACK_LIMITS.get(server) or (
+            f"the node address is {report.get('ray_node_ip')}, not 127.0.0.1: "
+            "start_local_ray's loopback option did not take"
+            if not is_loopback(report.get("ray_node_ip", "0.0.0.0"))
+            else "beyond loopback although the node address is 127.0.0.1"
+        )
+        line = f"{server} ({entry[1]} pid {entry[0]}) on {entry[2]}:{entry[3]}: {why}"
+        lines.append((line, server in RAY_LOOPBACK_LIMITS))
+    return lines
 
 
 _AUDIT: dict = {"on": False, "events": []}

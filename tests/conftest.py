@@ -40,10 +40,13 @@ def dask_client():
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray with 2 CPUs, once per session."""
+    """A real local Ray with 2 CPUs, once per session, started as elmscale starts one (on
+    127.0.0.1 only)."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from elmscale.distributed.connect import start_local_ray
+
+    start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -1,5 +1,6 @@
 """Ray fan-out on a real local Ray: one-vs-one pairs and grid search equal local runs."""
 
+import ipaddress
 import json
 import os
 import signal
@@ -108,11 +109,12 @@ def test_results_do_not_depend_on_ray_cpus(ray_session, tmp_path):
         X, y
     )
     script = f"""
-import json, ray
+import json
 from elmscale import SparseELMClassifier
 from elmscale.data import generate_classification
+from elmscale.distributed.connect import start_local_ray
 from elmscale.model_selection import GridSearchCV
-ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+start_local_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
 data = generate_classification(900, n_features=6, n_classes=3, random_state=11)
 search = GridSearchCV(SparseELMClassifier(), {GRID!r}, cv=3, random_state=4,
                       ray_address="auto").fit(data.X, data.y)
@@ -129,6 +131,42 @@ search.save_results({str(tmp_path / "one_cpu.json")!r})
         [r["mean_test_score"] for r in rows], two.cv_results_["mean_test_score"]
     )
     assert [r["params"] for r in rows] == two.cv_results_["params"]
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback  # ::ffff:127.0.0.1 too
+
+
+@pytest.mark.timeout(120)
+def test_the_local_ray_listens_on_loopback_only(ray_session):
+    """The session's Ray, started by elmscale's start_local_ray: its node address is
+    127.0.0.1 and every socket this process and its children (GCS, raylet, workers,
+    agents) listen on is a loopback one; Ray's own servers are among them."""
+    ray = ray_session
+    ray.get(ray.remote(lambda: 1).remote())  # a worker up, its gRPC server listening
+    me = psutil.Process()
+    listening = []
+    for proc in [me] + me.children(recursive=True):
+        try:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    listening.append((proc.name(), conn.laddr.ip, conn.laddr.port))
+        except psutil.Error:  # a process that ended meanwhile
+            pass
+    beyond = [entry for entry in listening if not _loopback(entry[1])]
+    assert not beyond, f"listening beyond loopback: {beyond}"
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
+    node = [n for n in ray.nodes() if n["Alive"]][0]
+    gcs_port = int(ray.get_runtime_context().gcs_address.rsplit(":", 1)[1])
+    ports = {port for _, _, port in listening}
+    for name, port in [
+        ("GCS server", gcs_port),
+        ("raylet node manager", node["NodeManagerPort"]),
+        ("raylet object manager", node["ObjectManagerPort"]),
+        ("runtime env agent", node["RuntimeEnvAgentPort"]),
+    ]:
+        assert port in ports, f"{name} (port {port}) not found listening: {listening}"
 
 
 def test_a_failing_piece_names_its_fold_and_parameters(ray_session):

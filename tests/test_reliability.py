@@ -191,14 +191,39 @@ def test_model_file_members_are_read_never_extracted(model_case, tmp_path, monke
 @pytest.mark.timeout(300)
 def test_local_clusters_listen_on_loopback_and_ray_keeps_token_auth():
     """The Dask cluster and the Ray that ``elmscale run`` starts by itself: Dask's scheduler,
-    nannies and workers listen on 127.0.0.1 only; Ray's token authentication is on (Ray
-    binds its own servers beyond loopback whatever it is given: the token guards them)."""
+    nannies and workers, and every server of Ray's (GCS, raylet, core workers, dashboard
+    agent, runtime env agent) listen on 127.0.0.1 only, but for the servers Ray cannot keep
+    there (``rel.RAY_LOOPBACK_LIMITS``, none with Ray 2.60); Ray's token authentication is
+    on."""
     report = rel.probe_local_clusters(ray=True)
     assert report["dask"], "no listening socket found: the probe saw no cluster"
     outside = [entry for entry in report["dask"] if not rel.is_loopback(entry[2])]
     assert not outside, f"listening beyond 127.0.0.1: {outside}"
     assert report["ray"], "no Ray listening socket found"
+    beyond = rel.ray_beyond_loopback(report)
+    assert all(known for _, known in beyond), [line for line, _ in beyond]
+    assert rel.is_loopback(report["ray_node_ip"]), report["ray_node_ip"]
+    servers = {rel.ray_server_name(report, entry) for entry in report["ray"]}
+    assert {"GCS server", "raylet node manager", "raylet object manager"} <= servers, servers
     assert report["ray_token_auth"] is True
+
+
+@pytest.mark.parametrize(
+    "address, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.5", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("::ffff:0.0.0.0", False),
+        ("192.0.2.2", False),
+        ("fe80::1%eth0", False),
+    ],
+)
+def test_is_loopback_counts_ipv4_mapped_loopback(address, loopback):
+    assert rel.is_loopback(address) is loopback
 
 
 # -- what the fuzzing found, one example each ------------------------------------------------

@@ -5,21 +5,30 @@ A scheduler or a head that does not answer must not leave a run waiting forever 
 file that does not exist waits for it for good): :func:`connect_dask` and
 :func:`connect_ray` give up after ``timeout`` seconds with a :class:`ConnectionError`
 naming the address.  Neither imports Dask or Ray until called.
+
+A Ray this process starts (``connect_ray("local")``, :func:`start_local_ray`) listens on
+127.0.0.1 only: its GCS, raylet, workers, dashboard agent and runtime-env agent are
+reachable from this machine alone (Ray's token authentication guards them too).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
+import logging
 import os
 import socket
 import time
 from urllib.parse import urlsplit
 
-__all__ = ["CONNECT_TIMEOUT", "connect_dask", "connect_ray"]
+__all__ = ["CONNECT_TIMEOUT", "LOOPBACK", "connect_dask", "connect_ray", "start_local_ray"]
 
 CONNECT_TIMEOUT = 10.0  # seconds; a scheduler or head starting at the same time has this long
 _RETRY_EVERY = 0.25
+log = logging.getLogger(__name__)
 _RAY_CLIENT_PORT = 10001
+LOOPBACK = "127.0.0.1"  # the node address of a Ray started here
 
 
 def connect_dask(
@@ -75,8 +84,9 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
     """Initialise Ray for ``address`` unless Ray is initialised already (then it is used as
     it is).
 
-    ``"local"`` starts a Ray in this process (``init_kwargs`` go to ``ray.init``, for
-    example ``num_cpus``).  ``"host:port"`` (a head's GCS) and ``"ray://host:port"`` (Ray
+    ``"local"`` starts a Ray in this process listening on 127.0.0.1 only
+    (:func:`start_local_ray`; ``init_kwargs`` go to ``ray.init``, for example
+    ``num_cpus``).  ``"host:port"`` (a head's GCS) and ``"ray://host:port"`` (Ray
     Client) must accept a TCP connection within ``timeout`` seconds, and ``"auto"`` must
     find a running cluster (``RAY_ADDRESS``, or the last ``ray start`` on this machine)
     that does; otherwise :class:`ConnectionError` naming the address.
@@ -90,18 +100,69 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
             "Ray is not initialised: call ray.init() first or pass a Ray address "
             "(for example 'auto' for a cluster started with `ray start`)"
         )
+    if address == "local":
+        start_local_ray(**init_kwargs)
+        return
     init_kwargs.setdefault("log_to_driver", False)
-    if address != "local":
-        target = _find_auto_address() if address == "auto" else address
-        host, port = _host_port(target)
-        if not _accepts_connections(host, port, timeout):
-            found = f" (found by 'auto' at {target})" if address == "auto" else ""
-            raise ConnectionError(
-                f"cannot reach the Ray cluster at {address}{found}: nothing "
-                f"accepts connections on {host}:{port} within {timeout:g} s;"
-                " is it running?"
-            )
+    target = _find_auto_address() if address == "auto" else address
+    host, port = _host_port(target)
+    if not _accepts_connections(host, port, timeout):
+        found = f" (found by 'auto' at {target})" if address == "auto" else ""
+        raise ConnectionError(
+            f"cannot reach the Ray cluster at {address}{found}: nothing "
+            f"accepts connections on {host}:{port} within {timeout:g} s;"
+            " is it running?"
+        )
     ray.init(address=address, **init_kwargs)
+
+
+def start_local_ray(**init_kwargs) -> None:
+    """Start a Ray in this process whose servers all listen on 127.0.0.1 (``init_kwargs``
+    go to ``ray.init``, for example ``num_cpus``).
+
+    Ray binds its GCS, raylet, core workers and agents to the node's address, and to every
+    interface unless that address is a loopback one; but it turns a loopback
+    ``_node_ip_address`` into the machine's outward address unless Ray clusters are off
+    (``ray_constants.ENABLE_RAY_CLUSTER``, false on macOS and Windows, where a local Ray
+    is on 127.0.0.1 for this reason).  It is switched off while ``ray.init`` starts the
+    node, and back afterwards; Ray's processes are given the node address on their command
+    lines.
+    """
+    import ray
+
+    init_kwargs.setdefault("log_to_driver", False)
+    init_kwargs.setdefault("_node_ip_address", LOOPBACK)
+    init_kwargs.setdefault("dashboard_host", LOOPBACK)
+    with _ray_clusters_off():
+        ray.init(address="local", **init_kwargs)
+    node_ip = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(node_ip).is_loopback:
+        log.warning(
+            "the local Ray's node address is %s, not %s: its servers listen beyond this "
+            "machine (Ray's token authentication guards them)",
+            node_ip,
+            LOOPBACK,
+        )
+
+
+@contextlib.contextmanager
+def _ray_clusters_off():
+    """Ray's "clusters off" switch (macOS / Windows: the node's address is 127.0.0.1)
+    while the block runs; nothing when this Ray has none."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:  # a Ray whose internals moved: start_local_ray says so afterwards
+        yield
+        return
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
+        yield
+        return
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def _find_auto_address() -> str:
