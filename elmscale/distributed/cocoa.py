@@ -26,6 +26,7 @@ fresh worker starts fast.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 import shutil
@@ -46,9 +47,12 @@ from elmscale.data.parquet import ParquetDataset, WorkUnit
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.solvers.cocoa_local import (
+    block_vector,
     duality_gap,
+    implied_duals,
     local_passes,
     pass_seed,
+    sample_beta,
     scale_rows,
     start_terms,
 )
@@ -58,6 +62,9 @@ __all__ = ["CocoaProblem", "CocoaResult", "block_round", "clear_cache", "fit_coc
 #: Rows of one unit at most (its hidden outputs are one float32 array: 262,144 rows x 200
 #: nodes is 210 MB); larger row groups are cut into contiguous ranges.
 MAX_UNIT_ROWS = 262_144
+#: The warm start's sample (rows per hidden node, and at most this share of the rows).
+WARM_ROWS_PER_NODE = 100
+WARM_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class CocoaProblem:
     fit_id: str  # names this fit's entries in the workers' caches
     cache_mb: float
     whole_blocks: bool  # the plan: each block solved over all its rows (else unit by unit)
+    warm: bool = False  # round 0 starts from the duals block_start wrote (else from zero)
+    start_scale: tuple = ()  # per pair, the factor on those duals (_warm_start's line search)
 
 
 class BlockResult(NamedTuple):
@@ -143,11 +152,13 @@ def _state_path(problem: CocoaProblem, unit_index: int, round_index: int) -> Pat
 
 
 def _load_alpha(problem: CocoaProblem, unit: WorkUnit, round_index: int) -> np.ndarray:
-    if round_index == 0:
+    if round_index == 0 and not problem.warm:
         return np.zeros((len(problem.pairs), unit.n_rows))
     path = _state_path(problem, unit.index, round_index)
     try:
         alpha = np.load(path, allow_pickle=False)
+        if round_index == 0 and problem.start_scale:
+            alpha *= np.asarray(problem.start_scale)[:, None]
     except OSError as exc:
         raise RuntimeError(
             f"{path}: the dual variables of unit {unit.index} after round {round_index} "
@@ -293,6 +304,52 @@ def block_round(
     return BlockResult((v - v_start) / root, totals.hinge, totals.alpha_sum, totals.passes)
 
 
+def unit_sample(unit: WorkUnit, fraction: float, problem: CocoaProblem, *, n_threads: int = 1):
+    """``(X, class index)`` of a seeded uniform sample of the unit's rows (each row kept
+    with probability ``fraction``): the warm start's rows, sent to the coordinator."""
+    del n_threads
+    X, y = unit.read()
+    rng = np.random.default_rng([problem.seed, unit.index])
+    keep = np.flatnonzero(rng.random(unit.n_rows) < fraction)
+    return np.ascontiguousarray(X[keep], dtype=np.float32), _class_index(
+        y[keep], problem.classes, unit
+    )
+
+
+def _pair_rows(y_idx, pair, n_pairs):
+    a, b = pair
+    rows = slice(None) if n_pairs == 1 else np.flatnonzero((y_idx == a) | (y_idx == b))
+    return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
+
+
+def block_start(
+    units: list[WorkUnit], betas: np.ndarray, problem: CocoaProblem, *, n_threads: int = 1
+) -> np.ndarray:
+    """The warm start of a block: each pair's duals implied by ``betas`` (n_pairs x L, the
+    sample's solutions) on the block's rows, written as round 0's; returns the block's
+    ``A_k a`` (n_pairs x L) and, per pair, its sum of ``a``."""
+    n_pairs = len(problem.pairs)
+    total = np.zeros_like(betas)
+    alpha_sum = np.zeros(n_pairs)
+    groups = [units] if problem.whole_blocks else [[unit] for unit in units]
+    with thread_budget(n_threads):
+        for group in groups:
+            H, y_idx = _block_outputs(group, problem)
+            alpha = np.zeros((n_pairs, H.shape[0]))
+            for p, pair in enumerate(problem.pairs):
+                rows, t = _pair_rows(y_idx, pair, n_pairs)
+                Hp = H if n_pairs == 1 else H[rows]
+                alpha[p, rows] = implied_duals(Hp, t, betas[p], problem.sigma_prime, problem.C)
+                total[p] += block_vector(Hp, t, alpha[p, rows], problem.sigma_prime)
+                alpha_sum[p] += alpha[p, rows].sum()
+            at = 0
+            for unit in group:
+                _save_alpha(problem, unit, 0, alpha[:, at : at + unit.n_rows])
+                at += unit.n_rows
+            del H, y_idx
+    return total, alpha_sum
+
+
 def unit_support(unit: WorkUnit, round_index: int, problem: CocoaProblem, *, n_threads: int = 1):
     """Support vectors per class of the unit's rows (a_i > 0 in any pair); their global row
     numbers are written to the unit's support file in the state folder
@@ -343,21 +400,19 @@ def _cut_units(dataset: ParquetDataset) -> list[WorkUnit]:
     return units
 
 
-def _run_round(client, workers, blocks, beta, round_index, problem, n_threads):
+def _on_blocks(client, workers, blocks, fn, *args, n_threads=None):
+    """``[fn(block, *args, n_threads=1) for block in blocks]``: side by side on this
+    process's cores, one BLAS / numba thread each as on workers (so the sums, hence the
+    bits, are the cluster's); or each block on its worker (block i on ``workers[i %
+    len(workers)]``, where its hidden outputs are cached)."""
     if client is None:
-        # side by side on this process's cores, one BLAS / numba thread each as on workers
-        # (so the sums, hence the bits, are the cluster's)
         with ThreadPoolExecutor(max(1, min(len(blocks), resolve_n_threads(n_threads)))) as pool:
-            return list(
-                pool.map(lambda b: block_round(b, beta, round_index, problem, n_threads=1), blocks)
-            )
+            return list(pool.map(lambda b: fn(b, *args, n_threads=1), blocks))
     futures = [
         client.submit(
-            block_round,
+            fn,
             block,
-            beta,
-            round_index,
-            problem,
+            *args,
             n_threads=1,
             pure=False,
             workers=[workers[i % len(workers)]],
@@ -367,6 +422,51 @@ def _run_round(client, workers, blocks, beta, round_index, problem, n_threads):
         for i, block in enumerate(blocks)
     ]
     return client.gather(futures)
+
+
+def _run_round(client, workers, blocks, beta, round_index, problem, n_threads):
+    return _on_blocks(
+        client, workers, blocks, block_round, beta, round_index, problem, n_threads=n_threads
+    )
+
+
+def _warm_start(client, workers, blocks, units, problem, n_rows, sample_rows, n_threads):
+    """Round 0's beta from a sample: ``sample_rows`` rows drawn uniformly on the workers,
+    each pair solved here with ``C * n / m`` (the sample's primal estimating the whole
+    one's), and every block starting from the duals that solution implies on its rows
+    (``block_start``)."""
+    from elmscale.distributed.executors import map_units
+
+    fraction = min(1.0, sample_rows / n_rows)
+    parts = map_units(unit_sample, units, client=client, fraction=fraction, problem=problem)
+    X = np.concatenate([part[0] for part in parts])
+    y_idx = np.concatenate([part[1] for part in parts])
+    layer = feature_map_from_dict(problem.layer)
+    H = np.empty((X.shape[0], layer.n_hidden), dtype=np.float32)
+    layer.transform(X, out=H)
+    n_pairs = len(problem.pairs)
+    betas = np.zeros((n_pairs, layer.n_hidden))
+    with thread_budget(n_threads):
+        for p, pair in enumerate(problem.pairs):
+            rows, t = _pair_rows(y_idx, pair, n_pairs)
+            if t.size:
+                betas[p] = sample_beta(
+                    H[rows],
+                    t,
+                    C=problem.C * n_rows / max(X.shape[0], 1),
+                    tol=problem.local_tol,
+                    seed=pass_seed(problem.seed, 0, p),
+                )
+    del H, X
+    starts = _on_blocks(client, workers, blocks, block_start, betas, problem, n_threads=n_threads)
+    beta = np.sum([start[0] for start in starts], axis=0)
+    alpha_sum = np.sum([start[1] for start in starts], axis=0)
+    # the implied duals overshoot (every row inside the margin at C): scale each pair's by
+    # the exact line search of the dual 1/2 s^2 |beta|^2 - s sum a on s in [0, 1], so the
+    # start is never worse than zero
+    norms = np.einsum("pl,pl->p", beta, beta)
+    scale = np.clip(alpha_sum / np.maximum(norms, 1e-300), 0.0, 1.0)
+    return beta * scale[:, None], tuple(float(x) for x in scale)
 
 
 def fit_cocoa(
@@ -385,6 +485,7 @@ def fit_cocoa(
     seed: int = 0,
     n_threads: int | None = None,
     on_round=None,
+    warm_rows: int | None = None,
 ) -> CocoaResult:
     """Solve every one-vs-one pair of the random-node sparse ELM on ``dataset`` by CoCoA+.
 
@@ -394,7 +495,9 @@ def fit_cocoa(
     ``local_passes``: passes per round at most; ``cache_mb``: each process's cache of
     hidden outputs; ``state_dir``: where the dual variables live (a fresh temporary
     folder by default, removed at the end); ``on_round(round, gaps)`` is called after each
-    round.
+    round; ``warm_rows``: the rows of the warm start's sample (``_warm_start``; default
+    ``WARM_ROWS_PER_NODE`` per hidden node, at most a ``WARM_FRACTION`` of the rows; 0
+    starts every dual at zero).
 
     The plan (``CocoaResult.whole_blocks``): when every block one process holds fits in
     its ``cache_mb`` together, each block is solved over all its rows, its outputs cached
@@ -406,6 +509,8 @@ def fit_cocoa(
     cluster may solve whole blocks where one process would go unit by unit.
     """
     _check_round_cap(max_rounds)
+    if warm_rows is not None:
+        _warm_rows(warm_rows, 1, 1)  # checked before any work
     workers, n_blocks = _layout(client, n_blocks)
     units = _cut_units(dataset)
     blocks = _blocks(units, n_blocks)
@@ -414,6 +519,7 @@ def fit_cocoa(
     state.mkdir(parents=True, exist_ok=True)
     classes = tuple(np.asarray(classes).tolist())
     n_hidden = int(layer["n_hidden"])
+    warm_rows = _warm_rows(warm_rows, dataset.n_rows, n_hidden)
     held = _blocks_per_process(client, workers, blocks)
     block_bytes = max(_hidden_bytes(block, n_hidden) for block in blocks)
     problem = CocoaProblem(
@@ -429,9 +535,15 @@ def fit_cocoa(
         fit_id=uuid.uuid4().hex,
         cache_mb=float(cache_mb),
         whole_blocks=held * block_bytes <= float(cache_mb) * 2**20,
+        warm=warm_rows > 0,
     )
     rounds = _Rounds(np.zeros((len(problem.pairs), n_hidden)))
     try:
+        if problem.warm:
+            rounds.beta, scale = _warm_start(
+                client, workers, blocks, units, problem, dataset.n_rows, warm_rows, n_threads
+            )
+            problem = dataclasses.replace(problem, start_scale=scale)
         _run_rounds(
             rounds, client, workers, blocks, units, problem, tol, max_rounds, n_threads, on_round
         )
@@ -452,6 +564,14 @@ def fit_cocoa(
         seconds=rounds.seconds,
         whole_blocks=problem.whole_blocks,
     )
+
+
+def _warm_rows(warm_rows, n_rows: int, n_hidden: int) -> int:
+    if warm_rows is None:
+        return min(WARM_ROWS_PER_NODE * n_hidden, int(WARM_FRACTION * n_rows))
+    if isinstance(warm_rows, bool) or not isinstance(warm_rows, numbers.Integral) or warm_rows < 0:
+        raise ValueError(f"warm_rows must be an integer >= 0 or None; got {warm_rows!r}")
+    return min(int(warm_rows), n_rows)
 
 
 def _check_round_cap(max_rounds) -> None:
@@ -572,7 +692,7 @@ def _support_rows(units, problem: CocoaProblem) -> np.ndarray:
             header = {"descr": "<i8", "fortran_order": False, "shape": (int(sum(sizes)),)}
             np.lib.format.write_array_header_1_0(f, header)
             for part in parts:
-                f.write(np.load(part, allow_pickle=False).tobytes())
+                np.load(part, allow_pickle=False).tofile(f)
                 part.unlink()
         return np.load(path, mmap_mode="r")
     finally:

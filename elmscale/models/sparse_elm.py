@@ -364,6 +364,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         local_passes=100,
         cache_mb=1024.0,
         state_dir=None,
+        warm_rows=None,
     ):
         """Fit the one-vs-one pairs on ``X``, ``y``.
 
@@ -383,7 +384,9 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         ``local_passes`` the coordinate-descent passes per block and round, ``cache_mb``
         each process's cache of hidden outputs, ``state_dir`` a folder every
         worker can read for the dual variables (default: a temporary folder, fine on one
-        machine).  The model holds ``coef_`` and the hidden layer, not the support
+        machine), ``warm_rows`` the rows of the sample whose solution starts the rounds
+        (default 100 per hidden node, at most a fifth of the rows; 0: from zero).  The
+        model holds ``coef_`` and the hidden layer, not the support
         vectors' rows: ``support_`` are their row numbers, a read-only memory map of a file
         that is never read whole into memory (the coordinator's memory stays flat as the
         rows grow).  With a kernel the rows are
@@ -399,7 +402,9 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 )
             if self.hidden is not None:
                 self._fit_calibration(X, None)  # a clear error with probability=True
-                return self._fit_cocoa(X, client, n_blocks, local_passes, cache_mb, state_dir)
+                return self._fit_cocoa(
+                    X, client, n_blocks, local_passes, cache_mb, state_dir, warm_rows
+                )
             from elmscale.distributed import dataplane
 
             X, y = dataplane.gather_rows(X, client=client, n_threads=self.n_threads)
@@ -451,7 +456,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self._fit_calibration(X, y, ray_address=ray_address, path=(fitted, Cs))
         return fitted
 
-    def _fit_cocoa(self, dataset, client, n_blocks, local_passes, cache_mb, state_dir):
+    def _fit_cocoa(self, dataset, client, n_blocks, local_passes, cache_mb, state_dir, warm_rows):
         from elmscale.distributed import dataplane
         from elmscale.distributed.cocoa import fit_cocoa
 
@@ -479,6 +484,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             local_passes=int(local_passes),
             cache_mb=float(cache_mb),
             state_dir=state_dir,
+            warm_rows=warm_rows,
             max_rounds=500 if self.max_iter < 0 else int(self.max_iter),
             seed=seed,
             n_threads=self.n_threads,

@@ -29,7 +29,17 @@ import numpy as np
 from elmscale.core.seeding import GAMMA, mix64
 from elmscale.solvers.explicit_dual import run_explicit_dual
 
-__all__ = ["BlockTerms", "duality_gap", "local_passes", "pass_seed", "scale_rows", "start_terms"]
+__all__ = [
+    "BlockTerms",
+    "block_vector",
+    "duality_gap",
+    "implied_duals",
+    "local_passes",
+    "pass_seed",
+    "sample_beta",
+    "scale_rows",
+    "start_terms",
+]
 
 
 class BlockTerms(NamedTuple):
@@ -112,3 +122,38 @@ def duality_gap(
     primal = half + float(C) * float(hinge)
     dual = half - float(alpha_sum)
     return primal, dual, (primal + dual) / max(primal, 1e-12)
+
+
+# -- the warm start: the duals a sample's solution implies -----------------------------------
+
+
+def sample_beta(H: np.ndarray, t: np.ndarray, *, C: float, tol: float, seed: int) -> np.ndarray:
+    """The primal vector of the problem on a sample of the rows (H float32, m x L, not
+    scaled), solved to ``tol`` by the single-process dual coordinate descent.  Give it
+    ``C * n / m`` for a uniform sample of m of n rows: the primal ``1/2 |beta|^2 + C sum
+    hinge`` over n rows is then estimated by the sample's, so its beta estimates the
+    whole problem's."""
+    alpha = np.zeros(H.shape[0])
+    beta = np.zeros(H.shape[1])
+    run_explicit_dual(H, t, alpha, beta, C=C, tol=tol, max_passes=10_000, rng_state=seed or 1)
+    return beta
+
+
+def implied_duals(
+    H_scaled: np.ndarray, t: np.ndarray, beta: np.ndarray, sigma_prime: float, C: float
+) -> np.ndarray:
+    """``a_i = C`` where a row's margin ``t_i h_i . beta`` is below 1, else 0: the dual the
+    optimality conditions pair with ``beta`` (rows exactly on the margin, whose ``a_i`` lie
+    between, taken as bound), a start for the rounds that is feasible whatever ``beta``."""
+    margins = H_scaled @ (beta / np.sqrt(sigma_prime)).astype(np.float32)
+    margins = margins.astype(np.float64)
+    margins *= t
+    return np.where(margins < 1.0, float(C), 0.0)
+
+
+def block_vector(
+    H_scaled: np.ndarray, t: np.ndarray, alpha: np.ndarray, sigma_prime: float
+) -> np.ndarray:
+    """``A_k a = sum_i a_i t_i h_i`` of a block's rows (H scaled by ``scale_rows``)."""
+    weights = (alpha * t).astype(np.float32)
+    return (H_scaled.T @ weights).astype(np.float64) / np.sqrt(sigma_prime)
