@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import shlex
 import sys
@@ -63,6 +64,23 @@ def _parse_params(items: list[str]) -> dict:
             raise UsageError(f"--param expects KEY=VALUE; got {item!r}")
         params[key.strip()] = _parse_value(value)
     return params
+
+
+def _positive_float(zero: bool = False):
+    """An argparse type: a finite number above 0 (or 0 too, with ``zero``); argparse's
+    message names the flag."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            least = "0 or more" if zero else "above 0"
+            raise argparse.ArgumentTypeError(f"{text}: expected a number {least}")
+        return value
+
+    return parse
 
 
 def _label_spec(text: str | None):
@@ -514,10 +532,18 @@ def cmd_reproduce(args) -> int:
             executor=executor,
             quiet=args.quiet,
             command=command,
+            memory_gb=args.memory_gb,
+            piece_timeout=args.piece_timeout or None,
+            timeout_every_piece=args.timeout_every_piece,
+            retry_left_out=args.retry_left_out,
+            dry_run=args.dry_run,
         )
     finally:
         if client is not None:
             client.close()
+    if result.report is None:
+        print(f"dry run of {args.paper}: {result.n_pieces} pieces planned above; none run")
+        return EXIT_OK
     below = (
         int(result.report.comparison.get("below", []).sum()) if len(result.report.comparison) else 0
     )
@@ -675,6 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_warmup)
 
     from elmscale.experiments.papers import PAPERS
+    from elmscale.experiments.protocol import DEFAULT_PIECE_TIMEOUT
 
     p = sub.add_parser(
         "reproduce",
@@ -705,6 +732,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="Dask scheduler address: the pieces run there")
     p.add_argument("--ray-address", help="Ray address ('auto', host:port): the pieces run there")
     p.add_argument("--threads", type=int, help="local threads (default: all cores)")
+    p.add_argument(
+        "--memory-gb",
+        type=_positive_float(),
+        help="memory the pieces running at once may hold together, GB (default: 80%% of "
+        "the available memory; on Ray / Dask, of each worker machine's); a piece whose "
+        "estimate is larger is left out before it starts",
+    )
+    p.add_argument(
+        "--piece-timeout",
+        type=_positive_float(zero=True),
+        default=DEFAULT_PIECE_TIMEOUT,
+        metavar="SECONDS",
+        help="stop a baseline's piece (SVC) after this many seconds and leave it out "
+        f"(default {DEFAULT_PIECE_TIMEOUT:g}; 0: no limit)",
+    )
+    p.add_argument(
+        "--timeout-every-piece",
+        action="store_true",
+        help="--piece-timeout applies to every piece, not only the baselines'",
+    )
+    p.add_argument(
+        "--retry-left-out",
+        action="store_true",
+        help="run again the pieces an earlier run in --out left out (time budget hit, "
+        "process killed)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the memory plan (each group's estimate, the budget, pieces at once, "
+        "the pieces refused) and stop: nothing runs, nothing is written",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_reproduce)
     return parser

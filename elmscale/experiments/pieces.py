@@ -46,6 +46,17 @@ class PieceResult(NamedTuple):
     timings: list[dict]
     #: the piece's own wall time (0 in journals written before it was recorded)
     seconds: float = 0.0
+    #: "done", or why it has no rows: "timeout" (its time budget hit), "killed" (its
+    #: process died: out of memory, a signal), "memory" (larger than the memory budget)
+    status: str = "done"
+    #: the reason in words, for the report ("" when done)
+    left_out: str = ""
+    #: its process's peak resident memory above its start, MB (0: not measured)
+    peak_mb: float = 0.0
+    #: the engine's estimate of it before it started, MB (0: none made)
+    estimate_mb: float = 0.0
+    #: when it started (seconds since the epoch; 0: not recorded)
+    started_at: float = 0.0
 
 
 class PaperSVC(ClassifierMixin, BaseEstimator):
@@ -336,10 +347,10 @@ _RUNNERS = {"trial": run_trial, "curve": run_curve, "grid": run_grid}
 
 def run_piece(piece: Piece, *, datasets: dict[str, LoadedSet]) -> PieceResult:
     """Run ``piece`` on one BLAS and one numba thread."""
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
     with thread_budget(1):
         result = _RUNNERS[piece.kind](piece, datasets[piece.dataset])
-    return result._replace(seconds=time.perf_counter() - start)
+    return result._replace(seconds=time.perf_counter() - start, started_at=started_at)
 
 
 run_piece.progress_label = "reproduce"

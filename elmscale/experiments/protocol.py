@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 __all__ = [
+    "DEFAULT_PIECE_TIMEOUT",
     "CurveFigure",
     "DataSet",
     "Evaluation",
@@ -23,6 +24,12 @@ __all__ = [
     "Table",
     "piece_key",
 ]
+
+#: seconds a baseline's piece (scikit-learn's SVC on one trial: its CV over the grid, the
+#: final fit) may run before it is stopped and left out, so that a paper's full run ends
+#: on a laptop (measured: SVC's polynomial kernel on a9a ran past 16 minutes a trial);
+#: ``elmscale reproduce --piece-timeout`` changes it, 0 lifts it
+DEFAULT_PIECE_TIMEOUT = 900.0
 
 
 @dataclass(frozen=True)

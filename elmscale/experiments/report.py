@@ -108,6 +108,8 @@ class Report:
     files: list[Path] = field(default_factory=list)
     piece_time_s: float = 0.0
     n_pieces: int = 0
+    #: (piece key, reason) of the pieces left out: no result, not a number made up
+    left_out: list[tuple[str, str]] = field(default_factory=list)
 
 
 def table_statistics(summary: pd.DataFrame, out_dir: Path, protocol: Protocol | None = None):
@@ -375,12 +377,16 @@ def build_report(
     skipped: list[str],
     piece_time_s: float = 0.0,
     n_pieces: int = 0,
+    left_out: list[tuple[str, str]] | None = None,
 ) -> Report:
     """Write figures, ``summary.csv``, ``report.md`` and ``report.html`` (``summary`` is
-    :func:`summarise` of ``tables``)."""
+    :func:`summarise` of ``tables``; ``left_out``: (piece key, reason) of the pieces that
+    gave no result, listed)."""
     out_dir = Path(out_dir)
     comparison = compare(summary, paper)
-    report = Report(comparison, piece_time_s=piece_time_s, n_pieces=n_pieces)
+    report = Report(
+        comparison, piece_time_s=piece_time_s, n_pieces=n_pieces, left_out=list(left_out or [])
+    )
     if not summary.empty:
         report.files.append(
             atomic_write(out_dir / "summary.csv", lambda tmp: comparison.to_csv(tmp, index=False))
@@ -472,6 +478,13 @@ def _render(protocol, report, command, wall_time_s, skipped, out_dir):
     notes += [f"{d.name}: {d.note}" for d in protocol.datasets if d.note]
     md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     page += ["<h2>Notes</h2><ul>"] + [f"<li>{html.escape(n)}</li>" for n in notes] + ["</ul>"]
+    if report.left_out:
+        heading = f"Pieces left out ({len(report.left_out)}): no result, not counted"
+        frame = pd.DataFrame(
+            [{"piece": key, "left out": reason} for key, reason in sorted(report.left_out)]
+        )
+        md += [f"## {heading}", "", _markdown(frame), ""]
+        page += [f"<h2>{html.escape(heading)}</h2>", _html_table(frame)]
 
     comparison = report.comparison
     for table in protocol.tables:

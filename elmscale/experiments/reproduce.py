@@ -2,7 +2,9 @@
 
 :func:`reproduce` reads the protocol's data sets (a missing one is skipped with a line
 saying so), runs every piece the output directory's journal lacks on the executor given
-(local threads, Ray or Dask), writes the raw tables, then the report beside them.
+(local threads, Ray or Dask) within a memory budget and, for the baselines, a time budget
+per piece (:func:`~elmscale.experiments.engine.run_pieces`), writes the raw tables, then
+the report beside them (the pieces left out listed with their reasons).
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from elmscale.experiments.engine import (
     write_tables,
 )
 from elmscale.experiments.papers import PAPERS
-from elmscale.experiments.protocol import Piece, Protocol
+from elmscale.experiments.protocol import DEFAULT_PIECE_TIMEOUT, Piece, Protocol
 
 if TYPE_CHECKING:
     from elmscale.experiments.report import Report
 
-__all__ = ["ReproduceResult", "default_data_dir", "load_protocol", "reproduce"]
+__all__ = [
+    "DEFAULT_PIECE_TIMEOUT",
+    "ReproduceResult",
+    "default_data_dir",
+    "load_protocol",
+    "reproduce",
+]
 
 
 def _function(target: str) -> Callable:
@@ -82,7 +90,8 @@ class ReproduceResult:
     out_dir: Path
     n_pieces: int
     skipped: list[str]
-    report: Report
+    #: None after a dry run
+    report: Report | None
     wall_time_s: float
 
 
@@ -139,10 +148,21 @@ def reproduce(
     quiet: bool = False,
     command: str | None = None,
     log: Callable[[str], None] | None = None,
+    memory_gb: float | None = None,
+    piece_timeout: float | None = DEFAULT_PIECE_TIMEOUT,
+    timeout_every_piece: bool = False,
+    retry_left_out: bool = False,
+    dry_run: bool = False,
 ) -> ReproduceResult:
     """Run ``paper``'s protocol into ``out_dir`` (resuming a run found there); ``cv_rows``:
     each trial's parameter search on at most that many training rows
-    (:meth:`~elmscale.experiments.protocol.Protocol.with_cv_rows`)."""
+    (:meth:`~elmscale.experiments.protocol.Protocol.with_cv_rows`).
+
+    ``memory_gb``: the memory the pieces in flight may hold together (default: 80 % of
+    the available memory); ``piece_timeout``: seconds a baseline's piece (SVC) may run,
+    every piece's with ``timeout_every_piece`` (None: no limit); ``retry_left_out``: run
+    again the pieces an earlier run left out (:func:`~elmscale.experiments.engine.
+    run_pieces`); ``dry_run``: log the memory plan and stop there (``report`` None)."""
     start = time.perf_counter()
     log = log or (lambda line: print(line, file=sys.stderr))
     protocol = load_protocol(paper, quick=quick, trials=trials).with_cv_rows(cv_rows)
@@ -166,13 +186,24 @@ def reproduce(
             "(give --data-dir, or --sets with your own files)"
         )
     if (out_dir / JOURNAL).exists():
-        finished = {p.key for p in pieces} & set(Journal(out_dir).read())
+        journaled = Journal(out_dir).read()
+        finished = {p.key for p in pieces} & set(journaled)
+        left = sorted(k for k in finished if journaled[k].status != "done")
+        if retry_left_out:
+            finished -= set(left)
         log(
             f"elmscale reproduce: resuming in {out_dir}: "
             f"{len(finished)} of {len(pieces)} pieces already done"
+            + (
+                f" ({len(left)} of them left out: time budget hit or killed; "
+                "--retry-left-out runs them again)"
+                if left and not retry_left_out
+                else ""
+            )
+            + (f"; {len(left)} left out earlier run again" if left and retry_left_out else "")
         )
     bar = None
-    if not quiet:
+    if not quiet and not dry_run:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(pieces), desc=f"reproduce {paper}", unit="piece")
@@ -182,10 +213,25 @@ def reproduce(
             bar.update(done - bar.n)
 
     try:
-        results = run_pieces(pieces, loaded, out_dir, executor=executor, on_progress=progress)
+        results = run_pieces(
+            pieces,
+            loaded,
+            out_dir,
+            executor=executor,
+            on_progress=progress,
+            memory_budget=None if memory_gb is None else float(memory_gb) * 2**30,
+            piece_timeout=piece_timeout,
+            timeout_every_piece=timeout_every_piece,
+            retry_left_out=retry_left_out,
+            log=lambda line: log(f"elmscale reproduce: {line}"),
+            dry_run=dry_run,
+        )
     finally:
         if bar is not None:
             bar.close()
+    if dry_run:
+        wall = time.perf_counter() - start
+        return ReproduceResult(protocol, out_dir, len(pieces), skipped, None, wall)
     tables = collect_tables(results)
     write_tables(tables, out_dir)
     reference_dir = (
@@ -216,5 +262,6 @@ def reproduce(
         skipped=skipped,
         piece_time_s=sum(r.seconds for r in results.values()),
         n_pieces=len(results),
+        left_out=[(r.key, r.left_out) for r in results.values() if r.status != "done"],
     )
     return ReproduceResult(protocol, out_dir, len(pieces), skipped, report, wall)
