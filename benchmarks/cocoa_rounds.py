@@ -7,8 +7,8 @@
 The blocks run on this process's threads (``fit_cocoa`` without a client: the same
 rounds, bit for bit, as on a cluster with K worker threads), so the rounds and the gap are
 what K workers would need; the seconds are this machine's 2 cores running K blocks and say
-nothing about K machines.  Each K twice: every dual starting at zero (``warm_rows=0``) and
-the warm start (a sample's solution, ``fit_cocoa``'s default).  Same problem as
+nothing about K machines.  Each K twice: every dual starting at zero (``warm_rows=0``, the
+default) and the warm start (a sample's solution, ``warm_rows="auto"``).  Same problem as
 benchmarks/sparse_elm_dask.py: L = 200 sigmoid nodes, C = 1, tol 1e-3, the generated
 8-feature set of benchmarks/make_parquet.py (written as 64 files, so that every K has
 its blocks).  Prints a table and draws the rounds against
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     )
     print(f"{'K':>3} {'start':>6} {'rounds':>7} {'gap':>9} {'dual objective':>15} {'seconds':>8}")
     found = {}
-    for start, warm_rows in (("zero", 0), ("warm", None)):
+    for start, warm_rows in (("zero", 0), ("warm", "auto")):
         for k in blocks:
             began = time.perf_counter()
             result = fit_cocoa(

@@ -305,8 +305,8 @@ def test_joining_the_support_files_holds_one_unit_at_a_time(three_classes, tmp_p
 def test_the_warm_start_takes_fewer_rounds_to_the_same_objective(three_classes, n_blocks):
     """Round 0 from the duals a sample's solution implies (issue 31 item 1) against every
     dual at zero: fewer rounds, the same objective within tol, three pairs."""
-    cold = _model(n_hidden=10).fit(three_classes, n_blocks=n_blocks, warm_rows=0)
-    warm = _model(n_hidden=10).fit(three_classes, n_blocks=n_blocks)  # 1,000 sampled rows
+    cold = _model(n_hidden=10).fit(three_classes, n_blocks=n_blocks)  # from zero, the default
+    warm = _model(n_hidden=10).fit(three_classes, n_blocks=n_blocks, warm_rows="auto")
     assert cold.converged_.all() and warm.converged_.all()
     assert warm.n_iter_[0] < cold.n_iter_[0], (warm.n_iter_, cold.n_iter_)
     # both within tol of the optimum: their dual objectives within tol of each other
@@ -314,5 +314,5 @@ def test_the_warm_start_takes_fewer_rounds_to_the_same_objective(three_classes, 
 
 
 def test_warm_rows_is_checked():
-    with pytest.raises(ValueError, match="warm_rows must be an integer >= 0"):
+    with pytest.raises(ValueError, match="warm_rows must be 'auto' or an integer >= 0"):
         fit_cocoa(None, {"n_hidden": 5}, [0, 1], C=1.0, tol=TOL, warm_rows=-1)

@@ -485,7 +485,7 @@ def fit_cocoa(
     seed: int = 0,
     n_threads: int | None = None,
     on_round=None,
-    warm_rows: int | None = None,
+    warm_rows: int | str = 0,
 ) -> CocoaResult:
     """Solve every one-vs-one pair of the random-node sparse ELM on ``dataset`` by CoCoA+.
 
@@ -495,9 +495,11 @@ def fit_cocoa(
     ``local_passes``: passes per round at most; ``cache_mb``: each process's cache of
     hidden outputs; ``state_dir``: where the dual variables live (a fresh temporary
     folder by default, removed at the end); ``on_round(round, gaps)`` is called after each
-    round; ``warm_rows``: the rows of the warm start's sample (``_warm_start``; default
-    ``WARM_ROWS_PER_NODE`` per hidden node, at most a ``WARM_FRACTION`` of the rows; 0
-    starts every dual at zero).
+    round; ``warm_rows``: the rows of the warm start's sample (``_warm_start``; "auto":
+    ``WARM_ROWS_PER_NODE`` per hidden node, at most a ``WARM_FRACTION`` of the rows; 0,
+    the default, starts every dual at zero: measured on 1M rows x 200 nodes, the warm
+    start took as many rounds for K = 2 and 4 blocks, one more for K = 1, and left a
+    larger gap after 40 rounds for K = 8; on 15,000-50,000 rows it saved 0-17 rounds).
 
     The plan (``CocoaResult.whole_blocks``): when every block one process holds fits in
     its ``cache_mb`` together, each block is solved over all its rows, its outputs cached
@@ -509,8 +511,7 @@ def fit_cocoa(
     cluster may solve whole blocks where one process would go unit by unit.
     """
     _check_round_cap(max_rounds)
-    if warm_rows is not None:
-        _warm_rows(warm_rows, 1, 1)  # checked before any work
+    _warm_rows(warm_rows, 1, 1)  # checked before any work
     workers, n_blocks = _layout(client, n_blocks)
     units = _cut_units(dataset)
     blocks = _blocks(units, n_blocks)
@@ -567,10 +568,10 @@ def fit_cocoa(
 
 
 def _warm_rows(warm_rows, n_rows: int, n_hidden: int) -> int:
-    if warm_rows is None:
+    if isinstance(warm_rows, str) and warm_rows == "auto":
         return min(WARM_ROWS_PER_NODE * n_hidden, int(WARM_FRACTION * n_rows))
     if isinstance(warm_rows, bool) or not isinstance(warm_rows, numbers.Integral) or warm_rows < 0:
-        raise ValueError(f"warm_rows must be an integer >= 0 or None; got {warm_rows!r}")
+        raise ValueError(f"warm_rows must be 'auto' or an integer >= 0; got {warm_rows!r}")
     return min(int(warm_rows), n_rows)
 
 
