@@ -83,13 +83,20 @@ def main(argv=None) -> int:
         fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
         for start in ("zero", "warm"):
             ks = [k for k in blocks if found[start, k] is not None]
-            ax.plot(ks, [max(found[start, k], 0.5) for k in ks], "o-", label=f"start: {start}")
+            line = ax.plot(ks, [max(found[start, k], 0.5) for k in ks], "o-", label=start)[0]
+            capped = [k for k in blocks if found[start, k] is None]
+            if capped:  # not converged: drawn open at the cap
+                ax.plot(
+                    capped, [args.max_rounds] * len(capped), "o", mfc="none",
+                    color=line.get_color(), label=f"{start}: not converged in {args.max_rounds}",
+                )  # fmt: skip
         ax.set(
             xscale="log", yscale="log", xlabel="blocks K (workers)",
             ylabel=f"rounds to a relative gap of {args.tol:g}",
             title=f"CoCoA+ on {rows:,} rows, {args.n_hidden} nodes",
         )  # fmt: skip
         ax.set_xticks(blocks, [str(k) for k in blocks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend()
         fig.savefig(plot, dpi=100)
         print(f"plot: {plot}")
