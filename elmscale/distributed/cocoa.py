@@ -231,19 +231,24 @@ class _Totals:
         self.passes = 0
 
 
+def _pair_rows(y_idx, pair, n_pairs):
+    """A pair's rows among these (all of them for a single pair) and their +1 / -1 targets
+    (+1: the pair's first class)."""
+    a, b = pair
+    rows = slice(None) if n_pairs == 1 else np.flatnonzero((y_idx == a) | (y_idx == b))
+    return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
+
+
 def _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, seed_key, totals):
     """Every pair's gap terms at ``beta`` and local solve on these rows (``alpha``
     (n_pairs, n) and ``v`` (n_pairs, L) updated in place)."""
     n_pairs = len(problem.pairs)
-    for p, (a, b) in enumerate(problem.pairs):
-        if n_pairs == 1:
-            rows, Hp, labels, ap = None, H, y_idx, alpha[0]
-        else:
-            rows = np.flatnonzero((y_idx == a) | (y_idx == b))
-            if rows.size == 0:
-                continue
-            Hp, labels, ap = H[rows], y_idx[rows], alpha[p, rows]
-        t = np.where(labels == a, 1.0, -1.0)
+    for p, pair in enumerate(problem.pairs):
+        rows, t = _pair_rows(y_idx, pair, n_pairs)
+        if t.size == 0:
+            continue
+        # one pair: every row, its duals updated in place; else copies, written back below
+        Hp, ap = (H, alpha[0]) if n_pairs == 1 else (H[rows], alpha[p, rows])
         terms = start_terms(Hp, t, ap, beta[p], problem.sigma_prime)
         totals.hinge[p] += terms.hinge
         totals.alpha_sum[p] += terms.alpha_sum
@@ -258,7 +263,7 @@ def _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, seed_key, totals
             seed=pass_seed(problem.seed, round_index, seed_key * n_pairs + p),
         )
         totals.passes = max(totals.passes, done)
-        if rows is not None:
+        if n_pairs > 1:
             alpha[p, rows] = ap
 
 
@@ -314,12 +319,6 @@ def unit_sample(unit: WorkUnit, fraction: float, problem: CocoaProblem, *, n_thr
     return np.ascontiguousarray(X[keep], dtype=np.float32), _class_index(
         y[keep], problem.classes, unit
     )
-
-
-def _pair_rows(y_idx, pair, n_pairs):
-    a, b = pair
-    rows = slice(None) if n_pairs == 1 else np.flatnonzero((y_idx == a) | (y_idx == b))
-    return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
 
 
 def block_start(
