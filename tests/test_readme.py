@@ -185,6 +185,11 @@ def test_readme_python_block_runs(block, tmp_path, request):
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["MPLBACKEND"] = "Agg"
+    if "ray_session" in spec.fixtures:
+        # the session's Ray is a local one elmscale started on 127.0.0.1: another process
+        # joins it only with Ray's clusters-off switch (docs/reliability.md, Security),
+        # else Ray swaps 127.0.0.1 for the machine's outward address and cannot connect
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     run = subprocess.run(
         [sys.executable, "snippet.py"],
         cwd=tmp_path,
