@@ -287,3 +287,29 @@ def test_a_task_imports_elmscale_numerics_without_scikit_learn():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.timeout(180)
+def test_another_process_joins_the_local_ray_through_connect_ray(ray_session):
+    """A second process (no switch in its environment) given the session's loopback
+    address by connect_ray reaches it: Ray alone would swap 127.0.0.1 for the machine's
+    outward address there and fail after minutes."""
+    address = ray_session.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    script = (
+        "import sys, ray\n"
+        "from elmscale.distributed.connect import connect_ray\n"
+        "connect_ray(sys.argv[1])\n"
+        "print(ray.get(ray.remote(lambda: 41).remote()) + 1)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split()[-1] == "42"

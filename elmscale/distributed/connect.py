@@ -86,7 +86,8 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
 
     ``"local"`` starts a Ray in this process listening on 127.0.0.1 only
     (:func:`start_local_ray`; ``init_kwargs`` go to ``ray.init``, for example
-    ``num_cpus``).  ``"host:port"`` (a head's GCS) and ``"ray://host:port"`` (Ray
+    ``num_cpus``); a loopback ``host:port`` joins such a Ray from another process.
+    ``"host:port"`` (a head's GCS) and ``"ray://host:port"`` (Ray
     Client) must accept a TCP connection within ``timeout`` seconds, and ``"auto"`` must
     find a running cluster (``RAY_ADDRESS``, or the last ``ray start`` on this machine)
     that does; otherwise :class:`ConnectionError` naming the address.
@@ -113,7 +114,24 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
             f"accepts connections on {host}:{port} within {timeout:g} s;"
             " is it running?"
         )
-    ray.init(address=address, **init_kwargs)
+    if _is_loopback(host):
+        # a local Ray on 127.0.0.1 (start_local_ray): joined with the same switch, else
+        # Ray swaps 127.0.0.1 for this machine's outward address and cannot reach it
+        with _ray_clusters_off():
+            ray.init(address=address, **init_kwargs)
+    else:
+        ray.init(address=address, **init_kwargs)
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
 
 
 def start_local_ray(**init_kwargs) -> None:
