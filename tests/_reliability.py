@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import ipaddress
 import json
 import os
 import subprocess
@@ -33,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+
+from elmscale.distributed.connect import is_loopback
 
 FEATURES = ["f1", "f2", "f3", "f4"]
 
@@ -498,14 +499,6 @@ def probe_local_clusters(ray: bool, try_unauthenticated: bool = False, timeout: 
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     assert result.returncode == 0 and lines, result.stderr[-3000:]
     return json.loads(lines[-1][6:])
-
-
-def is_loopback(address: str) -> bool:
-    """127.0.0.0/8, ::1, or an IPv4-mapped IPv6 loopback (``::ffff:127.0.0.1``: a gRPC
-    server of Ray on 127.0.0.1 shows so; Python < 3.13 does not count it as loopback)."""
-    ip = ipaddress.ip_address(address.split("%")[0])
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return (mapped or ip).is_loopback
 
 
 # Servers of a local Ray that Ray's options cannot keep on loopback (Ray 2.60: none; with

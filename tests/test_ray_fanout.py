@@ -1,6 +1,5 @@
 """Ray fan-out on a real local Ray: one-vs-one pairs and grid search equal local runs."""
 
-import ipaddress
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from elmscale import ELMClassifier, SparseELMClassifier
 from elmscale.data import Scaler, generate_classification, load
+from elmscale.distributed.connect import is_loopback
 from elmscale.distributed.executors import PieceFailed
 from elmscale.model_selection import GridSearchCV, paper_grid
 
@@ -133,11 +133,6 @@ search.save_results({str(tmp_path / "one_cpu.json")!r})
     assert [r["params"] for r in rows] == two.cv_results_["params"]
 
 
-def _loopback(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%")[0])
-    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback  # ::ffff:127.0.0.1 too
-
-
 @pytest.mark.timeout(120)
 def test_the_local_ray_listens_on_loopback_only(ray_session):
     """The session's Ray, started by elmscale's start_local_ray: its node address is
@@ -154,7 +149,7 @@ def test_the_local_ray_listens_on_loopback_only(ray_session):
                     listening.append((proc.name(), conn.laddr.ip, conn.laddr.port))
         except psutil.Error:  # a process that ended meanwhile
             pass
-    beyond = [entry for entry in listening if not _loopback(entry[1])]
+    beyond = [entry for entry in listening if not is_loopback(entry[1])]
     assert not beyond, f"listening beyond loopback: {beyond}"
     assert ray.util.get_node_ip_address() == "127.0.0.1"
     node = [n for n in ray.nodes() if n["Alive"]][0]

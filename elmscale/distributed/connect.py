@@ -114,7 +114,7 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
             f"accepts connections on {host}:{port} within {timeout:g} s;"
             " is it running?"
         )
-    if _is_loopback(host):
+    if is_loopback(host):
         # a local Ray on 127.0.0.1 (start_local_ray): joined with the same switch, else
         # Ray swaps 127.0.0.1 for this machine's outward address and cannot reach it
         with _ray_clusters_off():
@@ -123,15 +123,19 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
         ray.init(address=address, **init_kwargs)
 
 
-def _is_loopback(host: str | None) -> bool:
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is this machine only: "localhost", 127.0.0.0/8, ::1, or an
+    IPv4-mapped loopback (``::ffff:127.0.0.1``: how Ray's gRPC servers on 127.0.0.1 show;
+    Python < 3.13 does not count it); a scope (``%lo``) is ignored, other names are not."""
     if host is None:
         return False
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(host.split("%")[0])
     except ValueError:  # a host name
         return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
 def start_local_ray(**init_kwargs) -> None:
