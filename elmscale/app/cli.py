@@ -564,6 +564,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    """``--set SECTION.KEY=VALUE``: run and validate read a pipeline file the same way."""
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help="override a pipeline value (TOML syntax), repeatable",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="elmscale", description="Extreme Learning Machines at scale.")
     from elmscale import __version__
@@ -576,12 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786)")
     p.add_argument("--scheduler-file", help="Dask scheduler file")
     p.add_argument("--ray-address", help="Ray address ('auto', 'ray://host:10001', host:port)")
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="SECTION.KEY=VALUE",
-        help="override a pipeline value (TOML syntax), repeatable",
-    )
+    _add_overrides(p)
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -591,12 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a pipeline file without running it")
     p.add_argument("pipeline", help="pipeline file (TOML)")
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="SECTION.KEY=VALUE",
-        help="override a pipeline value (TOML syntax), repeatable",
-    )
+    _add_overrides(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("score", help="score Parquet / CSV files larger than memory")
