@@ -279,14 +279,14 @@ def test_joining_the_support_files_holds_one_unit_at_a_time(three_classes, tmp_p
         "import pickle, sys, tracemalloc\n"
         "import numpy as np\n"
         "from elmscale.distributed.cocoa import _support_rows\n"
-        "units, problem = pickle.load(open(sys.argv[1], 'rb'))\n"
+        "units, problem, n_rows = pickle.load(open(sys.argv[1], 'rb'))\n"
         "tracemalloc.start()\n"
-        "support = _support_rows(units, problem)\n"
+        "support = _support_rows(units, problem, n_rows)\n"
         "peak = tracemalloc.get_traced_memory()[1]\n"
         "print(peak, int(np.array_equal(support, np.arange(support.size))), support.size)\n"
     )
     inputs = tmp_path / "inputs.pkl"
-    inputs.write_bytes(__import__("pickle").dumps((units, problem)))
+    inputs.write_bytes(__import__("pickle").dumps((units, problem, int(counts.sum()))))
     run = __import__("subprocess").run(
         [__import__("sys").executable, "-c", script, str(inputs)],
         capture_output=True,

@@ -548,7 +548,7 @@ def fit_cocoa(
             rounds, client, workers, blocks, units, problem, tol, max_rounds, n_threads, on_round
         )
         n_support = _count_support(client, units, rounds.r, problem)
-        support = _support_rows(units, problem)
+        support = _support_rows(units, problem, int(n_support.sum()))
     finally:
         _clean_up(client, units, problem, rounds.r, state if own_dir else None)
     gaps = rounds.gaps
@@ -677,23 +677,32 @@ def _count_support(client, units, round_index, problem) -> np.ndarray:
     return np.sum(counts, axis=0, dtype=np.int64)
 
 
-def _support_rows(units, problem: CocoaProblem) -> np.ndarray:
+def _support_rows(units, problem: CocoaProblem, n_rows: int) -> np.ndarray:
     """The units' support files (in unit order: their rows ascend) joined into one .npy
     file, streamed a unit at a time, and returned as a read-only memory map of it.  The
     file is unlinked once mapped (its pages live as long as the map), so the coordinator's
     memory does not grow with the support vectors (issue 31: 787 MB at 20M rows) and
     nothing is left on disk."""
     parts = [_support_path(problem, unit.index) for unit in units]
-    sizes = [np.load(part, mmap_mode="r").shape[0] for part in parts]
     fd, name = tempfile.mkstemp(prefix="elmscale-support-", suffix=".npy")
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as f:
-            header = {"descr": "<i8", "fortran_order": False, "shape": (int(sum(sizes)),)}
+            # n_rows: the units' counts summed (_count_support), checked against the files
+            header = {"descr": "<i8", "fortran_order": False, "shape": (n_rows,)}
             np.lib.format.write_array_header_1_0(f, header)
+            written = 0
             for part in parts:
-                np.load(part, allow_pickle=False).tofile(f)
+                rows = np.load(part, allow_pickle=False)
+                rows.tofile(f)
+                written += rows.size
+                del rows  # before the next unit's: one unit's rows at a time
                 part.unlink()
+        if written != n_rows:
+            raise RuntimeError(
+                f"{problem.state_dir}: the units' support files hold {written} rows, their "
+                f"counts {n_rows}"
+            )
         return np.load(path, mmap_mode="r")
     finally:
         path.unlink(missing_ok=True)
