@@ -4,6 +4,7 @@ rounds on a 2-worker Dask LocalCluster, against the single-process solver.
     python benchmarks/sparse_elm_dask.py            # 1M rows against one process; 10M, 20M
     python benchmarks/sparse_elm_dask.py --quick    # 100k rows against one process; 200k, 400k
     python benchmarks/sparse_elm_dask.py --cap-rounds 3   # 20M for its memory only
+    python benchmarks/sparse_elm_dask.py --small 100000 --memory-rounds 2   # 10M, 20M: memory
 
 Data: benchmarks/make_parquet.py's generated problem (8 features, 3 % label noise; row i
 the same in every size, so the first 1M rows of the 10M set are the 1M set), kept in
@@ -80,6 +81,13 @@ def main(argv=None) -> int:
         "convergence, is measured)",
     )
     parser.add_argument(
+        "--memory-rounds",
+        type=int,
+        default=None,
+        help="rounds at most for every large set, the first included (their peak memory "
+        "compared at equal rounds, not their convergence)",
+    )
+    parser.add_argument(
         "--data-dir", type=Path, default=Path(__file__).resolve().parent / "generated"
     )
     args = parser.parse_args(argv)
@@ -123,7 +131,11 @@ def main(argv=None) -> int:
     )
     peaks = {}
     for i, n in enumerate(large):
-        cap = args.cap_rounds if i > 0 else None
+        cap = (
+            args.memory_rounds
+            if args.memory_rounds is not None
+            else (args.cap_rounds if i > 0 else None)
+        )
         with _cluster() as cluster, Client(cluster) as client:
             fitted, seconds, coordinator, workers, accuracy = _cocoa(
                 args, sets[n], client, test, cap
