@@ -35,6 +35,7 @@ from elmscale.distributed.units import (
     unit_column_stats,
     unit_fold_scores,
     unit_gram,
+    unit_kernel_matvec,
     unit_kernel_rows,
     unit_method,
     unit_metric_sums,
@@ -56,6 +57,7 @@ __all__ = [
     "gather_rows",
     "gram",
     "kernel_matrix",
+    "kernel_matvec",
     "predict",
 ]
 
@@ -249,6 +251,31 @@ def kernel_matrix(
         kernel=kernel.to_dict(),
     )
     return np.concatenate(blocks)
+
+
+def kernel_matvec(
+    dataset: ParquetDataset,
+    points: np.ndarray,
+    coef: np.ndarray,
+    kernel: Kernel,
+    *,
+    client=None,
+    n_threads: int | None = None,
+) -> np.ndarray:
+    """``K(every row of dataset, points) @ coef``, float64, in row order: each unit's
+    product on its worker, fused (the kernel block is never stored), only the product back
+    (the divide-and-conquer kernel solve's partition and starting gradient)."""
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    parts = map_units(
+        unit_kernel_matvec,
+        _units(dataset, client),
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        points=broadcast(points, client),
+        coef=broadcast(np.ascontiguousarray(coef, dtype=np.float64), client),
+        kernel=kernel.to_dict(),
+    )
+    return np.concatenate(parts)
 
 
 def _model_for_tasks(model, n_threads: int | None):

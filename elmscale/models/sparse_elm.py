@@ -31,6 +31,7 @@ from elmscale.models.probability import ProbabilityMixin
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
     DENSE_ROWS,
+    fit_binary,
     fit_dense_pairs,
     fits_gram_budget,
     is_kernel,
@@ -39,6 +40,10 @@ from elmscale.models.sparse_elm_pairs import (
     pair_problem,
     pair_validation_scores,
 )
+
+#: With ``n_parts="auto"``, at most one divide-and-conquer part per this many rows (below
+#: it the fit is gathered and solved here alone).
+AUTO_PART_ROWS = 5_000
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -365,6 +370,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         cache_mb=1024.0,
         state_dir=None,
         warm_rows=0,
+        n_parts="auto",
     ):
         """Fit the one-vs-one pairs on ``X``, ``y``.
 
@@ -390,11 +396,28 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         model holds ``coef_`` and the hidden layer, not the support
         vectors' rows: ``support_`` are their row numbers, a read-only memory map of a file
         that is never read whole into memory (the coordinator's memory stays flat as the
-        rows grow).  With a kernel the rows are
-        gathered here and solved by the single-process solver.
+        rows grow).
+
+        With a kernel the rows are gathered here.  With a ``client`` they are then solved
+        by divide and conquer (Hsieh, Si and Dhillon, ICML 2014;
+        ``elmscale.distributed.divide_conquer``): kernel k-means on a sample of
+        ``SAMPLE_ROWS`` rows (seeded by ``random_state``) cuts the rows into ``n_parts``
+        parts (every row to its nearest centre, computed on the workers); each part's pairs
+        are solved on the workers, side by side, by the single-process solver; their duals
+        start the global solve here, with the starting gradient computed on the workers;
+        the global solve stops by the same KKT rule as a fit from arrays, so the model is
+        the same optimum within ``tol``.  ``n_parts``: "auto" (the default: the cluster's
+        worker threads, at most one part per ``AUTO_PART_ROWS`` rows), or a number; 0 or 1
+        gathers and solves here alone, as without a client.  ``n_iter_`` then counts the
+        global solve's steps, ``sub_iter_`` (n_parts, n_pairs) the parts', and
+        ``phase_seconds_`` the wall seconds of its phases (``PHASES``: partition,
+        sub-solves, gradient, global solve); ``n_parts_`` the parts used (1 without),
+        ``part_sizes_`` their rows.
         """
         from elmscale.data.parquet import ParquetDataset
 
+        self._check_n_parts(n_parts, X, client)
+        self._forget_divide_conquer()
         if isinstance(X, ParquetDataset):
             if y is not None:
                 raise ValueError(
@@ -408,7 +431,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 )
             from elmscale.distributed import dataplane
 
-            X, y = dataplane.gather_rows(X, client=client, n_threads=self.n_threads)
+            dataset = X
+            X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
+            parts = self._parts_wanted(n_parts, client, dataset.n_rows)
+            if parts > 1:
+                return self._fit_divide_conquer(dataset, X, y, client, parts)
         elif client is not None:
             raise ValueError(
                 "client is used with a ParquetDataset (elmscale.open_parquet); got arrays, "
@@ -422,8 +449,76 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
+        if is_kernel(feature_map):
+            self.n_parts_ = 1
         self._warn_if_not_converged()
         self._fit_calibration(X, y, ray_address=ray_address)
+        return self
+
+    def _check_n_parts(self, n_parts, X, client) -> None:
+        """``n_parts`` is "auto" or an integer >= 0, and more than one part only where
+        divide and conquer runs: a kernel, a ParquetDataset and a client."""
+        from elmscale.data.parquet import ParquetDataset
+
+        if not (
+            (isinstance(n_parts, str) and n_parts == "auto")
+            or (
+                isinstance(n_parts, numbers.Integral)
+                and not isinstance(n_parts, bool)
+                and int(n_parts) >= 0
+            )
+        ):
+            raise ValueError(f"n_parts must be 'auto' or an integer >= 0; got {n_parts!r}")
+        if isinstance(n_parts, str) or int(n_parts) <= 1:
+            return
+        if self.hidden is not None:
+            raise ValueError(
+                f"n_parts={n_parts}: divide and conquer solves a kernel; random nodes "
+                "(hidden) on a ParquetDataset take n_blocks"
+            )
+        if not isinstance(X, ParquetDataset) or client is None:
+            raise ValueError(
+                f"n_parts={n_parts}: divide and conquer runs on a Dask cluster: give a "
+                "ParquetDataset (elmscale.open_parquet) and client, or n_parts=1"
+            )
+
+    def _parts_wanted(self, n_parts, client, n_rows: int) -> int:
+        """The parts of a kernel fit on a ParquetDataset (1: gather and solve here)."""
+        if client is None:
+            return 1
+        if n_parts == "auto":
+            threads = sum(client.nthreads().values())
+            return max(1, min(threads, n_rows // AUTO_PART_ROWS))
+        return int(n_parts)
+
+    def _forget_divide_conquer(self) -> None:
+        # refitting forgets: a plain fit leaves no divide-and-conquer status behind
+        for name in ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_"):
+            self.__dict__.pop(name, None)
+
+    def _fit_divide_conquer(self, dataset, X, y, client, n_parts: int):
+        from elmscale.distributed.divide_conquer import fit_divide_conquer
+
+        X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
+        result = fit_divide_conquer(
+            dataset,
+            X32,
+            rows_of,
+            kernel=feature_map,
+            solve=fit_binary,
+            options={"C": float(self.C), **self._solver_options()},
+            n_parts=n_parts,
+            client=client,
+            seed=seed,
+            n_threads=self.n_threads,
+        )
+        self._assemble(X32, y_idx, pairs, result.solutions, rows_of, feature_map)
+        self.n_parts_ = int(result.part_sizes.size)
+        self.part_sizes_ = result.part_sizes
+        self.sub_iter_ = result.sub_iter
+        self.phase_seconds_ = result.seconds
+        self._warn_if_not_converged()
+        self._fit_calibration(X, y)
         return self
 
     def fit_path(self, X, y, Cs, *, ray_address=None):

@@ -78,6 +78,7 @@ def fit_binary(
     H=None,
     gradient0=None,
     gradient0_alpha=None,
+    g_bar0=None,
     gram=None,
     gram_rows=None,
     state=None,
@@ -86,7 +87,8 @@ def fit_binary(
 
     ``alpha0`` warm-starts the solver (``gradient0``: the exact gradient of
     ``gradient0_alpha``, default ``alpha0``, returned as ``gradient`` by the previous
-    call); ``H``, the layer's output on ``X`` when the caller already has it; ``gram``,
+    call; ``g_bar0``, its G_bar, when known: see ``solve_kernel_dual``); ``H``, the
+    layer's output on ``X`` when the caller already has it; ``gram``,
     ``K(X, X)`` in float64 when the caller solves the same rows many times (or a small
     problem once: then, without ``state``, the dense solver ``solve_dense_dual`` takes it,
     and ``gram_rows`` may name this problem's rows of a larger ``gram``), and
@@ -113,6 +115,7 @@ def fit_binary(
             alpha0=alpha0,
             gradient0=gradient0,
             gradient0_alpha=gradient0_alpha,
+            g_bar0=g_bar0,
             gram=gram,
             state=state,
         )

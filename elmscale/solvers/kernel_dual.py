@@ -470,6 +470,7 @@ def solve_kernel_dual(
     pair_steps=True,
     gradient0=None,
     gradient0_alpha=None,
+    g_bar0=None,
     tail_size=None,
     gram=None,
     state=None,
@@ -493,6 +494,9 @@ def solve_kernel_dual(
     path's predictor moves alpha0), the starting gradient is it plus Q times the
     change, and the final exact gradient the starting one plus Q times the change
     of alpha, when fewer variables changed than there are support vectors.
+    ``g_bar0``: with ``gradient0``, G_bar of the alpha it belongs to (``Q`` times its
+    variables at C, the others 0), exactly, when the caller has it (a divide-and-conquer
+    start computes both in one pass elsewhere): the start then computes no product.
 
     ``gram``: a precomputed float64 ``K(X, X)`` (n x n), for a small problem solved
     many times (``pair_path`` passes one along a C path): columns and exact
@@ -524,7 +528,14 @@ def solve_kernel_dual(
     counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(args.helper)}
     kept = state is not None
     state = _solver_state(state, args.X32, args.t64, kernel, cache_size, args.tol)
-    start = _warm_start(exact_q, args, alpha0, gradient0, gradient0_alpha, state.known_bar, counts)
+    known_bar = state.known_bar
+    if g_bar0 is not None and gradient0 is not None and alpha0 is not None:
+        reference = np.asarray(alpha0 if gradient0_alpha is None else gradient0_alpha, np.float64)
+        known_bar = (
+            np.where(reference >= args.C, reference, 0.0),
+            np.asarray(g_bar0, dtype=np.float64),
+        )
+    start = _warm_start(exact_q, args, alpha0, gradient0, gradient0_alpha, known_bar, counts)
     sol = _solver_solution(start, state.perm, args.C)
     q = _q_matrix(state, kernel, args.gram)
     settings = _Settings(
