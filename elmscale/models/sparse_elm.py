@@ -121,6 +121,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     hidden_layer_ : the random layer (random nodes only)
     n_support_ : support vectors per class
     n_iter_, objective_, kkt_violation_, converged_ : per pair
+    n_parts_ : parts of a kernel fit (1: solved whole; more: divide and conquer on Dask, see
+        ``fit``'s ``n_parts``), with ``part_sizes_`` (rows per part), ``sub_iter_``
+        (n_parts, n_pairs: the parts' steps; ``n_iter_`` is then the global solve's) and
+        ``phase_seconds_`` (``divide_conquer.PHASES``) when divided
     pairs_ : (n_pairs, 2) class indices of each pair; +1 is the first class
     prob_a_, prob_b_ : (n_problems,) Platt's sigmoids ``1 / (1 + exp(A f + B))``
         (``probability=True``): the decision value for two classes, else each pair's score
