@@ -10,11 +10,8 @@ coordinator adds the changes (CoCoA+'s "adding", with ``sigma' = K``) and sends 
 beta with the next round.  Rounds end when every one-vs-one pair's relative duality gap is
 at most ``tol``; no row ever leaves its worker.
 
-A block's passes keep their shrinking from round to round: a round starts from the rows
-the previous one left active (most rows settle at 0 or C early; a fresh start spent its
-first passes over every row shrinking them again), and from every row again when the gap
-stalls.  A unit's dual variables and active rows live in ``state_dir``, files per unit
-and round, written to a temporary name and renamed: a task run again after its worker died reads the same inputs
+A unit's dual variables live in ``state_dir``, one file per unit and round, written to a
+temporary name and renamed: a task run again after its worker died reads the same inputs
 and writes the same output, so a lost worker changes nothing in the result.  With a
 LocalCluster (or any cluster on one file system) the default temporary folder works; on
 machines without a shared file system, ``state_dir`` must be a path every worker sees.
