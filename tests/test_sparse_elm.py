@@ -296,42 +296,6 @@ def test_explicit_solver_reaches_the_qp_optimum(C, tail_size):
     assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
 
 
-@pytest.mark.parametrize("start", ["none", "half", "all"])
-def test_explicit_solver_started_with_rows_shrunk_reaches_the_optimum(start):
-    """CoCoA+'s rounds start from the rows the previous round left active: whatever rows
-    start shrunk, the end's check brings them back, and the mask ends as the active rows."""
-    from elmscale.solvers.explicit_dual import run_explicit_dual
-
-    X, y = nonlinear_problem(300, d=3, seed=6)
-    t = np.where(y == 1, 1.0, -1.0)
-    H = HiddenLayer("sigmoid", 3, 30, seed=1).transform(X).astype(np.float32)
-    C = 5.0
-    active = {
-        "none": np.zeros(300, bool),
-        "half": np.arange(300) % 2 == 0,
-        "all": np.ones(300, bool),
-    }[start]
-    alpha, beta = np.zeros(300), np.zeros(30)
-    converged, _, _, _ = run_explicit_dual(
-        H, t, alpha, beta, C=C, tol=1e-3, max_passes=10_000, rng_state=3, active=active
-    )
-    assert converged
-    Ht = H.astype(np.float64) * t[:, None]
-    Q = Ht @ Ht.T
-    ref = _reference_qp(Q, C)
-    # KKT tol 1e-3 on this problem leaves 1.3e-4 of the objective, from any start
-    assert abs(dual_objective(Q, alpha) - ref) <= 1e-3 * abs(ref)
-    assert kkt_violation(alpha, Q @ alpha - 1.0, C) <= 1e-3
-    # converged: the last check came back to every row
-    assert active.all()
-    # stopped early, the mask is the rows still active, fewer than all once shrinking began
-    part = np.ones(300, bool)
-    run_explicit_dual(
-        H, t, np.zeros(300), np.zeros(30), C=C, tol=1e-3, max_passes=5, rng_state=3, active=part
-    )
-    assert 0 < part.sum() < 300
-
-
 def test_warm_start_along_C_reaches_the_same_optimum_in_fewer_steps():
     X, t, Q = _gaussian_problem(3, n=150)
     a1, _, _, _ = solve_kernel_dual(X, t, kernel=GAUSSIAN, C=10.0)

@@ -62,9 +62,6 @@ __all__ = ["CocoaProblem", "CocoaResult", "block_round", "clear_cache", "fit_coc
 #: Rows of one unit at most (its hidden outputs are one float32 array: 262,144 rows x 200
 #: nodes is 210 MB); larger row groups are cut into contiguous ranges.
 MAX_UNIT_ROWS = 262_144
-#: Rounds without a new smallest gap after which a round's passes start from every row
-#: again, not from the rows the previous round left active (``_Rounds.note_gap``).
-STALLED_ROUNDS = 2
 #: The warm start's sample (rows per hidden node, and at most this share of the rows).
 WARM_ROWS_PER_NODE = 100
 WARM_FRACTION = 0.2
@@ -175,34 +172,11 @@ def _load_alpha(problem: CocoaProblem, unit: WorkUnit, round_index: int) -> np.n
 
 
 def _save_alpha(problem: CocoaProblem, unit: WorkUnit, round_index: int, alpha) -> None:
-    _save_array(_state_path(problem, unit.index, round_index), alpha)
-
-
-def _save_array(path: Path, array) -> None:
-    """``array`` written to a temporary name and renamed: never half-written."""
+    path = _state_path(problem, unit.index, round_index)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
     with open(tmp, "wb") as f:
-        np.save(f, array, allow_pickle=False)
+        np.save(f, alpha, allow_pickle=False)
     os.replace(tmp, path)
-
-
-def _active_path(problem: CocoaProblem, unit_index: int, round_index: int) -> Path:
-    return Path(problem.state_dir) / f"unit{unit_index:06d}.round{round_index:06d}.active.npy"
-
-
-def _load_active(problem: CocoaProblem, unit: WorkUnit, round_index: int, fresh: bool):
-    """The unit's rows active at the start of the round per pair (n_pairs x rows, bool):
-    those the previous round's passes left active, or every row (``fresh``)."""
-    if fresh:
-        return np.ones((len(problem.pairs), unit.n_rows), dtype=bool)
-    path = _active_path(problem, unit.index, round_index)
-    try:
-        return np.load(path, allow_pickle=False)
-    except OSError as exc:
-        raise RuntimeError(
-            f"{path}: the active rows of unit {unit.index} after round {round_index} "
-            f"cannot be read ({exc}); state_dir must be a folder every worker can read"
-        ) from exc
 
 
 def _block_outputs(units: list[WorkUnit], problem: CocoaProblem):
@@ -265,19 +239,16 @@ def _pair_rows(y_idx, pair, n_pairs):
     return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
 
 
-def _pair_steps(H, y_idx, alpha, active, beta, v, problem, round_index, seed_key, totals):
+def _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, seed_key, totals):
     """Every pair's gap terms at ``beta`` and local solve on these rows (``alpha``
-    (n_pairs, n), ``active`` (n_pairs, n: the rows each pair's passes start with, set to
-    those they end with) and ``v`` (n_pairs, L) updated in place)."""
+    (n_pairs, n) and ``v`` (n_pairs, L) updated in place)."""
     n_pairs = len(problem.pairs)
     for p, pair in enumerate(problem.pairs):
         rows, t = _pair_rows(y_idx, pair, n_pairs)
         if t.size == 0:
             continue
-        # one pair: every row, updated in place; else copies, written back below
-        Hp, ap, on = (
-            (H, alpha[0], active[0]) if n_pairs == 1 else (H[rows], alpha[p, rows], active[p, rows])
-        )
+        # one pair: every row, its duals updated in place; else copies, written back below
+        Hp, ap = (H, alpha[0]) if n_pairs == 1 else (H[rows], alpha[p, rows])
         terms = start_terms(Hp, t, ap, beta[p], problem.sigma_prime)
         totals.hinge[p] += terms.hinge
         totals.alpha_sum[p] += terms.alpha_sum
@@ -290,12 +261,10 @@ def _pair_steps(H, y_idx, alpha, active, beta, v, problem, round_index, seed_key
             passes=problem.local_passes,
             tol=problem.local_tol,
             seed=pass_seed(problem.seed, round_index, seed_key * n_pairs + p),
-            active=on,
         )
         totals.passes = max(totals.passes, done)
         if n_pairs > 1:
             alpha[p, rows] = ap
-            active[p, rows] = on
 
 
 def block_round(
@@ -303,14 +272,12 @@ def block_round(
     beta: np.ndarray,
     round_index: int,
     problem: CocoaProblem,
-    fresh: bool = True,
     *,
     n_threads: int = 1,
 ) -> BlockResult:
     """One block's share of round ``round_index``: reads its units' dual variables of that
     round, solves its local subproblem from ``beta`` (n_pairs x L), writes the next
-    round's.  The passes start from the rows the previous round's left active (its
-    shrinking kept, a file beside the duals), or from every row when ``fresh``.
+    round's.
 
     With ``problem.whole_blocks`` (the fit's plan, ``fit_cocoa``) the subproblem is solved
     over all the block's rows at once, its hidden outputs kept in the cache from round to
@@ -327,35 +294,19 @@ def block_round(
         if problem.whole_blocks:
             H, y_idx = _block_outputs(units, problem)
             alpha = np.concatenate([_load_alpha(problem, u, round_index) for u in units], axis=1)
-            active = np.concatenate(
-                [_load_active(problem, u, round_index, fresh) for u in units], axis=1
-            )
-            _pair_steps(
-                H, y_idx, alpha, active, beta, v, problem, round_index, units[0].index, totals
-            )
+            _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, units[0].index, totals)
             at = 0
             for unit in units:
-                _save_state(problem, unit, round_index + 1, alpha, active, at)
+                _save_alpha(problem, unit, round_index + 1, alpha[:, at : at + unit.n_rows])
                 at += unit.n_rows
         else:
             for unit in units:
                 H, y_idx = _block_outputs([unit], problem)
                 alpha = _load_alpha(problem, unit, round_index)
-                active = _load_active(problem, unit, round_index, fresh)
-                _pair_steps(
-                    H, y_idx, alpha, active, beta, v, problem, round_index, unit.index, totals
-                )
-                _save_state(problem, unit, round_index + 1, alpha, active, 0)
+                _pair_steps(H, y_idx, alpha, beta, v, problem, round_index, unit.index, totals)
+                _save_alpha(problem, unit, round_index + 1, alpha)
                 del H, y_idx  # before the next unit's: one unit's outputs at a time
     return BlockResult((v - v_start) / root, totals.hinge, totals.alpha_sum, totals.passes)
-
-
-def _save_state(problem, unit: WorkUnit, round_index: int, alpha, active, at: int) -> None:
-    """The unit's columns ``at ..`` of a block's duals and active rows, as round
-    ``round_index``'s inputs."""
-    end = at + unit.n_rows
-    _save_alpha(problem, unit, round_index, alpha[:, at:end])
-    _save_array(_active_path(problem, unit.index, round_index), active[:, at:end])
 
 
 def unit_sample(unit: WorkUnit, fraction: float, problem: CocoaProblem, *, n_threads: int = 1):
@@ -408,7 +359,11 @@ def unit_support(unit: WorkUnit, round_index: int, problem: CocoaProblem, *, n_t
     local = np.flatnonzero((alpha > 0).any(axis=0))
     _, y = unit.read()
     y_idx = _class_index(y[local], problem.classes, unit)
-    _save_array(_support_path(problem, unit.index), (unit.start + local).astype(np.int64))
+    path = _support_path(problem, unit.index)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, (unit.start + local).astype(np.int64), allow_pickle=False)
+    os.replace(tmp, path)
     return np.bincount(y_idx, minlength=len(problem.classes))
 
 
@@ -468,17 +423,9 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads=None):
     return client.gather(futures)
 
 
-def _run_round(client, workers, blocks, beta, round_index, problem, n_threads, fresh=True):
+def _run_round(client, workers, blocks, beta, round_index, problem, n_threads):
     return _on_blocks(
-        client,
-        workers,
-        blocks,
-        block_round,
-        beta,
-        round_index,
-        problem,
-        fresh,
-        n_threads=n_threads,
+        client, workers, blocks, block_round, beta, round_index, problem, n_threads=n_threads
     )
 
 
@@ -657,8 +604,7 @@ def _layout(client, n_blocks: int | None) -> tuple[list, int]:
 
 class _Rounds:
     """The coordinator's state: ``beta``, the last round ``r`` with its per-pair ``gaps``
-    (primal, dual, relative gap), whether it ``converged``, each round's ``seconds``, and
-    whether the next round's passes start from every row (``fresh``)."""
+    (primal, dual, relative gap), whether it ``converged``, each round's ``seconds``."""
 
     def __init__(self, beta: np.ndarray):
         self.beta = beta
@@ -666,23 +612,6 @@ class _Rounds:
         self.gaps: list = []
         self.converged = False
         self.seconds: list = []
-        self.fresh = True
-        self._best = np.inf
-        self._stalled = 0
-
-    def note_gap(self, gap: float) -> None:
-        """The rows kept shrunk from round to round are a guess: a row shrunk at 0 (or C)
-        whose margin the other blocks' changes move back inside (or out of) the margin is
-        not visited until its block's passes meet the local tol and come back to every row.
-        So after ``STALLED_ROUNDS`` rounds without a new smallest gap the next round starts
-        from every row."""
-        if gap < self._best:
-            self._best, self._stalled = gap, 0
-        else:
-            self._stalled += 1
-        self.fresh = self._stalled >= STALLED_ROUNDS
-        if self.fresh:
-            self._stalled = 0
 
 
 def _run_rounds(
@@ -693,9 +622,7 @@ def _run_rounds(
     for r in range(max_rounds + 1):
         rounds.r = r
         started = time.perf_counter()
-        results = _run_round(
-            client, workers, blocks, rounds.beta, r, problem, n_threads, rounds.fresh
-        )
+        results = _run_round(client, workers, blocks, rounds.beta, r, problem, n_threads)
         rounds.gaps = [
             duality_gap(
                 rounds.beta[p],
@@ -711,7 +638,6 @@ def _run_rounds(
         rounds.converged = all(g[2] <= tol for g in rounds.gaps)
         if rounds.converged or r == max_rounds:
             return
-        rounds.note_gap(max(g[2] for g in rounds.gaps))
         _remove_round(problem, units, r)  # round r's inputs: no task reads them again
         for res in results:  # the blocks' changes, added in block order
             rounds.beta += res.delta_beta
@@ -737,8 +663,10 @@ def _clean_up(client, units, problem: CocoaProblem, last_round: int, own_dir) ->
 
 def _remove_round(problem: CocoaProblem, units, round_index: int) -> None:
     for unit in units:
-        _state_path(problem, unit.index, round_index).unlink(missing_ok=True)
-        _active_path(problem, unit.index, round_index).unlink(missing_ok=True)
+        try:
+            _state_path(problem, unit.index, round_index).unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _count_support(client, units, round_index, problem) -> np.ndarray:

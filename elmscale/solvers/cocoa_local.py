@@ -85,7 +85,6 @@ def local_passes(
     tol: float,
     seed: int,
     shrinking: bool = True,
-    active: np.ndarray | None = None,
 ) -> int:
     """Up to ``passes`` passes of dual coordinate descent on the local subproblem.
 
@@ -93,9 +92,6 @@ def local_passes(
     place), ``v`` (float64, L: ``beta / sqrt(sigma')`` plus the block's change so far,
     updated in place; a block of several units passes the same ``v`` from one unit to
     the next).  Stops early when the subproblem is solved to ``tol``.  Returns the passes.
-    ``active``: the rows to start active, set to those active at the end
-    (``run_explicit_dual``): the previous round's, so that a round does not spend its
-    first passes shrinking the same rows again.
     """
     # as solve_explicit_dual: passes, and the small active set the passes stall on solved
     # exactly (measured on 5,000 rows x 100 nodes: 123 passes with it; 5,000 passes of plain
@@ -111,7 +107,6 @@ def local_passes(
         max_passes=passes,
         rng_state=seed,
         shrinking=shrinking,
-        active=active,
     )
     return done
 

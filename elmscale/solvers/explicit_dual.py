@@ -236,7 +236,6 @@ def run_explicit_dual(
     rng_state,
     shrinking=True,
     tail_size=EXPLICIT_TAIL_SIZE,
-    active=None,
 ):
     """The explicit solver from ``(alpha, beta)``, both updated in place: at most
     ``max_passes`` passes of dual coordinate descent over every row of ``H32`` (float32,
@@ -245,34 +244,18 @@ def run_explicit_dual(
     for the single-process problem, CoCoA+'s local ``v`` for a block.  ``rng_state``: the
     row shuffle's xorshift state (nonzero).  Returns ``(converged, passes, tails taken,
     tails failed)``.  The one entry ``solve_explicit_dual`` and CoCoA+'s local passes share.
-
-    ``active``: a boolean mask of the rows to start active (the others shrunk, as if a
-    previous call had shrunk them; default every row), set in place to the rows active at
-    the end, so that a caller resuming the same rows skips the full passes a fresh start
-    takes to shrink them again.  The end's check still covers every row.
     """
     n = H32.shape[0]
     diag = np.empty(n)
     _row_sq_norms(H32, diag)
-    rows = np.arange(n)
-    if active is not None:
-        rows = np.concatenate([np.flatnonzero(active), np.flatnonzero(~active)])
-    progress = new_record(
-        EXPLICIT_STATE,
-        active_size=n if active is None else int(np.count_nonzero(active)),
-        up_bound=np.inf,
-        down_bound=-np.inf,
-    )
+    progress = new_record(EXPLICIT_STATE, active_size=n, up_bound=np.inf, down_bound=-np.inf)
     settings = ExplicitSettings(
         float(C), float(tol), bool(shrinking), int(max_passes), int(tail_size)
     )
-    order = PassOrder(rows, np.array([rng_state], dtype=np.uint64))
+    order = PassOrder(np.arange(n), np.array([rng_state], dtype=np.uint64))
     status, tails, failed = explicit_passes(
         settings, ExplicitProblem(H32, t, diag), ExplicitSolution(alpha, beta), order, progress
     )
-    if active is not None:
-        active[:] = False
-        active[order.active[: int(progress["active_size"])]] = True
     return status == PHASE_OPTIMAL, int(progress["passes"]), tails, failed
 
 
