@@ -155,3 +155,137 @@ def test_auto_is_the_workers_threads_above_a_part_of_rows(binary_set, dask_clien
     assert hasattr(divided, "phase_seconds_")
     divided.fit(binary_set, client=dask_client, n_parts=1)
     assert divided.n_parts_ == 1 and not hasattr(divided, "sub_iter_")
+
+
+# -- early prediction: the parts' models, each row scored by its nearest centre's part --------
+
+
+@pytest.fixture(scope="module")
+def early_binary(binary_set, dask_client):
+    return _model().fit(binary_set, client=dask_client, n_parts=3, early_prediction=True)
+
+
+def _route(model, X):
+    """Each row's part, as the centres say (computed here, apart from the model)."""
+    kernel = model._kernel_obj()
+    cross = kernel.block_matvec(X, model.part_centres_, model.part_weights_)
+    return nearest_centre(cross, model.part_centre_sq_)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("data", "n_classes", "n_parts"), [("binary_set", 2, 3), ("three_classes", 3, 2)]
+)
+def test_early_prediction_is_within_a_point_of_the_exact_fit(
+    request, dask_client, data, n_classes, n_parts
+):
+    dataset = request.getfixturevalue(data)
+    X, y = dataset.read()
+    exact = _model().fit(X, y)
+    early = _model().fit(dataset, client=dask_client, n_parts=n_parts, early_prediction=True)
+    held_out = generate_classification(3_000, 4, n_classes, random_state=70 + n_classes)
+    exact_acc = np.mean(exact.predict(held_out.X) == held_out.y)
+    early_acc = np.mean(early.predict(held_out.X) == held_out.y)
+    assert early_acc >= exact_acc - 0.01, (early_acc, exact_acc)
+    # the status is the parts': no global solve ran
+    n_pairs = n_classes * (n_classes - 1) // 2
+    assert early.n_parts_ == n_parts
+    _status(early, X.shape[0], n_pairs)
+    np.testing.assert_array_equal(early.n_iter_, early.sub_iter_.max(axis=0))
+    assert np.isnan(early.kkt_violation_).all() and early.converged_.all()
+    assert np.all(early.phase_seconds_[2:] == 0)
+    assert early.decision_function(held_out.X).shape == (
+        (held_out.y.size,) if n_classes == 2 else (held_out.y.size, n_classes)
+    )
+
+
+@pytest.mark.timeout(60)
+def test_early_prediction_routes_each_row_to_its_part(early_binary, binary_set, dask_client):
+    model = early_binary
+    assert model.support_part_.shape == model.support_.shape
+    assert set(np.unique(model.support_part_)) == set(range(model.n_parts_))
+    X = generate_classification(2_000, 4, 2, random_state=81).X
+    part = _route(model, X)
+    assert np.unique(part).size == model.n_parts_  # every part scores some rows
+    decision = model.decision_function(X)
+    for q in range(model.n_parts_):
+        # a plain model holding the part's support vectors only
+        sv = model.support_part_ == q
+        alone = _model()
+        alone.__dict__.update(
+            {k: v for k, v in vars(model).items() if k.endswith("_") and k[-2:] != "__"}
+        )
+        for name in ("part_centres_", "part_weights_", "part_centre_sq_", "support_part_"):
+            del alone.__dict__[name]
+        alone.support_ = model.support_[sv]
+        alone.support_vectors_ = model.support_vectors_[sv]
+        alone.dual_coef_ = model.dual_coef_[:, sv]
+        rows = part == q
+        np.testing.assert_allclose(
+            decision[rows], alone.decision_function(X[rows]), rtol=1e-12, atol=1e-12
+        )
+    # not the whole expansion: the parts' sums over every support vector differ
+    whole = _model()
+    whole.__dict__.update({k: v for k, v in vars(model).items() if k.endswith("_")})
+    for name in ("part_centres_", "part_weights_", "part_centre_sq_", "support_part_"):
+        del whole.__dict__[name]
+    assert not np.allclose(whole.decision_function(X), decision)
+    # refitting without early prediction forgets the partition
+    again = _model().fit(binary_set, client=dask_client, n_parts=2)
+    assert not any(hasattr(again, name) for name in ("part_centres_", "support_part_"))
+
+
+@pytest.mark.timeout(60)
+def test_early_prediction_model_file_round_trip(early_binary, tmp_path):
+    import elmscale
+
+    X = generate_classification(1_000, 4, 2, random_state=82).X
+    path = tmp_path / "early.elm"
+    early_binary.save(path)
+    loaded = elmscale.load(path)
+    for name in ("part_centres_", "part_weights_", "part_centre_sq_", "support_part_"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(early_binary, name))
+    assert loaded.part_centres_.dtype == np.float32
+    np.testing.assert_array_equal(loaded.decision_function(X), early_binary.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), early_binary.predict(X))
+
+
+@pytest.mark.timeout(60)
+def test_early_prediction_has_no_onnx_export(early_binary):
+    pytest.importorskip("onnx")
+    from elmscale.io.onnx_export import UnsupportedModelError, to_onnx
+
+    with pytest.raises(UnsupportedModelError, match="early_prediction.*nearest centre"):
+        to_onnx(early_binary)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("bad", [1, 0, "yes", None, np.bool_(True)])
+def test_bad_early_prediction_is_named(binary_set, dask_client, bad):
+    with pytest.raises(ValueError, match="early_prediction must be True or False"):
+        _model().fit(binary_set, client=dask_client, n_parts=2, early_prediction=bad)
+
+
+@pytest.mark.timeout(30)
+def test_early_prediction_only_where_divide_and_conquer_runs(binary_set, dask_client):
+    X, y = binary_set.read()
+    with pytest.raises(ValueError, match="early_prediction=True.*Dask"):
+        _model().fit(X, y, early_prediction=True)
+    with pytest.raises(ValueError, match="early_prediction=True.*Dask"):
+        _model().fit(binary_set, early_prediction=True)
+    with pytest.raises(ValueError, match="early_prediction=True.*hidden"):
+        _model(hidden="sigmoid").fit(binary_set, client=dask_client, early_prediction=True)
+    with pytest.raises(ValueError, match="early_prediction=True.*probability"):
+        _model(probability=True).fit(
+            binary_set, client=dask_client, n_parts=2, early_prediction=True
+        )
+    # 5,000 rows: "auto" gives one part
+    with pytest.raises(ValueError, match="early_prediction=True needs more than one part"):
+        _model().fit(binary_set, client=dask_client, early_prediction=True)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("n_parts", [0, 1])
+def test_one_part_with_early_prediction_raises(binary_set, dask_client, n_parts):
+    with pytest.raises(ValueError, match="early_prediction=True needs more than one part"):
+        _model().fit(binary_set, client=dask_client, n_parts=n_parts, early_prediction=True)

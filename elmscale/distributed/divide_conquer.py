@@ -16,6 +16,10 @@ Divide-and-Conquer Solver for Kernel SVMs", ICML 2014), one level.
    cache), from ``alpha0`` with that gradient, to the same KKT rule as a solve from zero:
    the same optimum within ``tol``.
 
+With ``early=True`` the fit stops after step 2 (Hsieh et al.'s early prediction): no start,
+no global solve; the result carries the parts' duals and the centres, and the model
+predicts each row with the part of its nearest centre.
+
 The client is the caller's; nothing here starts a cluster.  Tasks are pure functions of
 their arguments, submitted with ``retries``, so a lost worker's task runs again to the
 same result.  No scikit-learn here: a fresh worker starts fast.
@@ -52,22 +56,33 @@ RETRIES = 3
 
 
 class PairSolution(NamedTuple):
-    """What a sub-solve sends back: the dual variables on its rows and its steps."""
+    """What a sub-solve sends back: the dual variables on its rows, its steps, its dual
+    objective and whether its KKT check passed."""
 
     alpha: np.ndarray
     n_iter: int
+    objective: float
+    converged: bool
 
 
 class DivideConquerResult(NamedTuple):
-    """``solutions``: each pair's global solution (the solver's own result); ``parts``:
-    each row's part; ``part_sizes``: rows per part; ``sub_iter`` (n_parts, n_pairs): the
-    sub-solves' steps; ``seconds``: wall seconds of each of ``PHASES``."""
+    """``solutions``: each pair's global solution (the solver's own result; None with
+    ``early``); ``parts``: each row's part; ``part_sizes``: rows per part; ``sub_iter``
+    (n_parts, n_pairs): the sub-solves' steps; ``seconds``: wall seconds of each of
+    ``PHASES`` (0 for those ``early`` skips); ``centres``: the partition's centres;
+    ``sub_alphas``: each pair's duals from the sub-solves, on its rows (every row in one
+    part); ``sub_objective`` and ``sub_converged`` (n_parts, n_pairs): the sub-solves'
+    dual objectives and KKT checks (0 and True where a part has no rows of a pair)."""
 
-    solutions: list
+    solutions: list | None
     parts: np.ndarray
     part_sizes: np.ndarray
     sub_iter: np.ndarray
     seconds: np.ndarray
+    centres: KernelCentres
+    sub_alphas: list
+    sub_objective: np.ndarray
+    sub_converged: np.ndarray
 
 
 def partition(
@@ -83,13 +98,19 @@ def partition(
     ``n_parts`` clusters, each row then assigned to its nearest centre.  ``cross(centres)``
     gives ``K(every row, sample) @ weights`` (default: here, in blocks; a fit on Parquet
     computes it on the workers)."""
+    parts, centres = _partition(X, kernel, n_parts, seed=seed, n_sample=n_sample, cross=cross)
+    return parts, centres.n_centres
+
+
+def _partition(X, kernel, n_parts, *, seed, n_sample, cross) -> tuple[np.ndarray, KernelCentres]:
+    """``(part of each row, centres)``: :func:`partition` with its centres."""
     sample = sample_rows(X.shape[0], n_sample, seed)
     centres, _ = kernel_kmeans(kernel, X[sample], n_parts, seed=seed)
     if cross is None:
         values = kernel.block_matvec(X, centres.sample, centres.weights)
     else:
         values = cross(centres)
-    return nearest_centre(values, centres.centre_sq).astype(np.int32), centres.n_centres
+    return nearest_centre(values, centres.centre_sq).astype(np.int32), centres
 
 
 def start_point(alphas, problems, C, product):
@@ -119,7 +140,9 @@ def _sub_solve(X, t, *, solve, kernel, options, n_threads=1) -> PairSolution:
     """One part's pair solved by the single-process solver, on ``n_threads`` threads."""
     with thread_budget(n_threads):
         r = solve(X, t, feature_map=kernel, **options)
-    return PairSolution(np.asarray(r.alpha, dtype=np.float64), int(r.n_iter))
+    return PairSolution(
+        np.asarray(r.alpha, dtype=np.float64), int(r.n_iter), float(r.objective), bool(r.converged)
+    )
 
 
 def _sub_problems(problems, parts, n_parts):
@@ -169,6 +192,7 @@ def fit_divide_conquer(
     seed: int = 0,
     n_sample: int = SAMPLE_ROWS,
     n_threads: int | None = None,
+    early: bool = False,
 ) -> DivideConquerResult:
     """Solve every binary problem of ``problems`` (one-vs-one pairs ``(rows, t)`` over the
     rows ``X`` of ``dataset``, gathered here in its row order) by divide and conquer on the
@@ -179,7 +203,8 @@ def fit_divide_conquer(
     ``options`` its settings (C, tol, cache_size, shrinking, max_iter); ``n_parts`` the
     parts of kernel k-means at most (fewer when clusters come out empty); ``seed`` draws
     the sample and seeds k-means, so the parts are a function of the rows and the seed;
-    ``n_threads`` the threads of the global solve here (pairs side by side).
+    ``n_threads`` the threads of the global solve here (pairs side by side); ``early``
+    stops after the sub-solves (``solutions`` None: the parts' duals are the model).
     """
     DaskExecutor(client)  # checks the client
     seconds = np.zeros(len(PHASES))
@@ -191,7 +216,8 @@ def fit_divide_conquer(
         )
 
     with thread_budget(n_threads):
-        parts, n_found = partition(X, kernel, n_parts, seed=seed, n_sample=n_sample, cross=cross)
+        parts, centres = _partition(X, kernel, n_parts, seed=seed, n_sample=n_sample, cross=cross)
+    n_found = centres.n_centres
     seconds[0] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -199,10 +225,26 @@ def fit_divide_conquer(
     solved = _solve_parts(client, X, problems, pieces, solve, kernel, options)
     alphas = [np.zeros(rows.size) for rows, _ in problems]
     sub_iter = np.zeros((n_found, len(problems)), dtype=np.int64)
+    sub_objective = np.zeros((n_found, len(problems)))
+    sub_converged = np.ones((n_found, len(problems)), dtype=bool)
     for (q, p, where), result in zip(pieces, solved):
         alphas[p][where] = result.alpha
         sub_iter[q, p] = result.n_iter
+        sub_objective[q, p] = result.objective
+        sub_converged[q, p] = result.converged
     seconds[1] = time.perf_counter() - started
+    found = {
+        "parts": parts,
+        "part_sizes": np.bincount(parts, minlength=n_found),
+        "sub_iter": sub_iter,
+        "seconds": seconds,
+        "centres": centres,
+        "sub_alphas": alphas,
+        "sub_objective": sub_objective,
+        "sub_converged": sub_converged,
+    }
+    if early:
+        return DivideConquerResult(solutions=None, **found)
 
     started = time.perf_counter()
 
@@ -222,10 +264,4 @@ def fit_divide_conquer(
 
     solutions = LocalExecutor(n_threads).map(global_solve, range(len(problems)))
     seconds[3] = time.perf_counter() - started
-    return DivideConquerResult(
-        solutions=solutions,
-        parts=parts,
-        part_sizes=np.bincount(parts, minlength=n_found),
-        sub_iter=sub_iter,
-        seconds=seconds,
-    )
+    return DivideConquerResult(solutions=solutions, **found)

@@ -323,6 +323,12 @@ def _sparse_pair_scores(g: _Graph, X: str, model) -> str:
     """SparseELMClassifier: ``(n, n_pairs)`` from its random layer or kernel expansion."""
     if getattr(model, "hidden", None) is not None:
         return _linear_output(g, _hidden_layer(g, "X", model.hidden_layer_), model.coef_)
+    if "part_centres_" in vars(model):
+        raise UnsupportedModelError(
+            f"{type(model).__name__} fitted with early_prediction=True has no ONNX export: "
+            "its routing of each row to the part of its nearest centre is not exported "
+            "(refit with early_prediction=False)"
+        )
     n_pairs = len(model.pairs_)
     if model.support_.size == 0:
         return g.op("MatMul", X, g.const(np.zeros((model.n_features_in_, n_pairs))))

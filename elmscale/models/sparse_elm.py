@@ -31,6 +31,7 @@ from elmscale.models.probability import ProbabilityMixin
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
     DENSE_ROWS,
+    BinarySolution,
     fit_binary,
     fit_dense_pairs,
     fits_gram_budget,
@@ -40,10 +41,13 @@ from elmscale.models.sparse_elm_pairs import (
     pair_problem,
     pair_validation_scores,
 )
+from elmscale.solvers.kernel_kmeans import nearest_centre
 
 #: With ``n_parts="auto"``, at most one divide-and-conquer part per this many rows (below
 #: it the fit is gathered and solved here alone).
 AUTO_PART_ROWS = 5_000
+#: The fitted attributes of an early-prediction fit (``fit(..., early_prediction=True)``).
+EARLY_PREDICTION_ATTRS = ("part_centres_", "part_weights_", "part_centre_sq_", "support_part_")
 
 
 def ovo_decision(pair_scores: np.ndarray, n_classes: int) -> np.ndarray:
@@ -125,6 +129,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         ``fit``'s ``n_parts``), with ``part_sizes_`` (rows per part), ``sub_iter_``
         (n_parts, n_pairs: the parts' steps; ``n_iter_`` is then the global solve's) and
         ``phase_seconds_`` (``divide_conquer.PHASES``) when divided
+    part_centres_, part_weights_, part_centre_sq_, support_part_ : an early-prediction
+        fit's partition (``fit``'s ``early_prediction``): the k-means sample rows
+        (float32), their weights per centre (sample rows x parts), the centres' squared
+        norms in the kernel's space, and each support vector's part
     pairs_ : (n_pairs, 2) class indices of each pair; +1 is the first class
     prob_a_, prob_b_ : (n_problems,) Platt's sigmoids ``1 / (1 + exp(A f + B))``
         (``probability=True``): the decision value for two classes, else each pair's score
@@ -352,10 +360,13 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 else "the default cap (kernels: max(1e7, 100 n) steps; random nodes: "
                 "100,000 passes)"
             )
+            if np.isnan(self.kkt_violation_).all():  # early prediction: the parts' checks
+                violation = "a part's solve"
+            else:
+                violation = f"largest KKT violation {np.nanmax(self.kkt_violation_):.3g}"
             warnings.warn(
                 f"SparseELMClassifier stopped at {limit} before reaching "
-                f"tol={self.tol:g} (largest KKT violation "
-                f"{self.kkt_violation_.max():.3g}); increase max_iter, or scale "
+                f"tol={self.tol:g} ({violation}); increase max_iter, or scale "
                 "the features",
                 ConvergenceWarning,
                 stacklevel=3,
@@ -375,6 +386,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         state_dir=None,
         warm_rows=0,
         n_parts="auto",
+        early_prediction=False,
     ):
         """Fit the one-vs-one pairs on ``X``, ``y``.
 
@@ -417,10 +429,25 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         ``phase_seconds_`` the wall seconds of its phases (``PHASES``: partition,
         sub-solves, gradient, global solve); ``n_parts_`` the parts used (1 without),
         ``part_sizes_`` their rows.
+
+        ``early_prediction=True`` (Hsieh et al.'s early prediction; only where divide and
+        conquer runs: a kernel, a ParquetDataset, a client and more than one part, and
+        not with ``probability=True``) stops after the sub-solves: no starting gradient,
+        no global solve.  The model is the parts' duals, and ``decision_function`` sends
+        each row to its nearest centre (kept as ``part_centres_``, ``part_weights_``,
+        ``part_centre_sq_``) and scores it with that part's support vectors only
+        (``support_part_``).  This is *not* the one-process optimum: it trades some
+        accuracy (a few tenths of a point in the measurements of the guide) for skipping
+        the global solve.  Its status is the parts': ``n_iter_`` the largest of the
+        parts' steps per pair, ``converged_`` whether every part's solve converged,
+        ``objective_`` the sum of the parts' dual objectives (not the whole problem's
+        objective at that point), ``kkt_violation_`` NaN (not checked on the whole
+        problem); ``phase_seconds_`` is 0 for the gradient and global solve.
         """
         from elmscale.data.parquet import ParquetDataset
 
         self._check_n_parts(n_parts, X, client)
+        self._check_early_prediction(early_prediction, n_parts, X, client)
         self._forget_divide_conquer()
         if isinstance(X, ParquetDataset):
             if y is not None:
@@ -438,8 +465,13 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             dataset = X
             X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
             parts = self._parts_wanted(n_parts, client, dataset.n_rows)
+            if early_prediction and parts <= 1:
+                raise ValueError(
+                    f"early_prediction=True needs more than one part; n_parts={n_parts!r} "
+                    f"gives 1 for {dataset.n_rows:,} rows (give n_parts=2 or more)"
+                )
             if parts > 1:
-                return self._fit_divide_conquer(dataset, X, y, client, parts)
+                return self._fit_divide_conquer(dataset, X, y, client, parts, early_prediction)
         elif client is not None:
             raise ValueError(
                 "client is used with a ParquetDataset (elmscale.open_parquet); got arrays, "
@@ -486,6 +518,35 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 "ParquetDataset (elmscale.open_parquet) and client, or n_parts=1"
             )
 
+    def _check_early_prediction(self, early_prediction, n_parts, X, client) -> None:
+        """``early_prediction`` is a bool, and True only where divide and conquer runs (a
+        kernel, a ParquetDataset, a client, not one part) and without ``probability``."""
+        from elmscale.data.parquet import ParquetDataset
+
+        if not isinstance(early_prediction, bool):
+            raise ValueError(f"early_prediction must be True or False; got {early_prediction!r}")
+        if not early_prediction:
+            return
+        if self.hidden is not None:
+            raise ValueError(
+                "early_prediction=True: divide and conquer solves a kernel; random nodes "
+                "(hidden) have no parts to predict with"
+            )
+        if not isinstance(X, ParquetDataset) or client is None:
+            raise ValueError(
+                "early_prediction=True runs with divide and conquer on a Dask cluster: give "
+                "a ParquetDataset (elmscale.open_parquet), a client and n_parts of 2 or more"
+            )
+        if not isinstance(n_parts, str) and int(n_parts) <= 1:
+            raise ValueError(
+                f"early_prediction=True needs more than one part; got n_parts={n_parts}"
+            )
+        if self.probability:
+            raise ValueError(
+                "early_prediction=True with probability=True: the calibration fits models "
+                "from arrays, not the parts' models (fit with probability=False)"
+            )
+
     def _parts_wanted(self, n_parts, client, n_rows: int) -> int:
         """The parts of a kernel fit on a ParquetDataset (1: gather and solve here)."""
         if client is None:
@@ -497,10 +558,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
     def _forget_divide_conquer(self) -> None:
         # refitting forgets: a plain fit leaves no divide-and-conquer status behind
-        for name in ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_"):
+        divided = ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_")
+        for name in (*divided, *EARLY_PREDICTION_ATTRS):
             self.__dict__.pop(name, None)
 
-    def _fit_divide_conquer(self, dataset, X, y, client, n_parts: int):
+    def _fit_divide_conquer(self, dataset, X, y, client, n_parts: int, early: bool = False):
         from elmscale.distributed.divide_conquer import fit_divide_conquer
 
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
@@ -515,8 +577,29 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             client=client,
             seed=seed,
             n_threads=self.n_threads,
+            early=early,
         )
-        self._assemble(X32, y_idx, pairs, result.solutions, rows_of, feature_map)
+        solutions = result.solutions
+        if early:
+            solutions = [
+                BinarySolution(
+                    alpha=alpha,
+                    beta=None,
+                    n_iter=int(result.sub_iter[:, p].max()),
+                    converged=bool(result.sub_converged[:, p].all()),
+                    objective=float(result.sub_objective[:, p].sum()),
+                    kkt_violation=float("nan"),
+                    gradient=None,
+                )
+                for p, alpha in enumerate(result.sub_alphas)
+            ]
+        self._assemble(X32, y_idx, pairs, solutions, rows_of, feature_map)
+        if early:
+            centres = result.centres
+            self.part_centres_ = np.ascontiguousarray(centres.sample, dtype=np.float32)
+            self.part_weights_ = np.asarray(centres.weights, dtype=np.float64)
+            self.part_centre_sq_ = np.asarray(centres.centre_sq, dtype=np.float64)
+            self.support_part_ = result.parts[self.support_].astype(np.int64)
         self.n_parts_ = int(result.part_sizes.size)
         self.part_sizes_ = result.part_sizes
         self.sub_iter_ = result.sub_iter
@@ -645,11 +728,27 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 for rows in iter_row_blocks(X.shape[0], DEFAULT_BLOCK_ROWS):
                     out[rows] = self.hidden_layer_.scores(X[rows], self.coef_)
             elif self.support_.size:
-                out[:] = self._kernel_obj().block_matvec(
-                    X, self.support_vectors_, self.dual_coef_.T
-                )
+                out[:] = self._kernel_pair_scores(X)
             else:
                 out[:] = 0.0
+        return out
+
+    def _kernel_pair_scores(self, X) -> np.ndarray:
+        """``(n, n_pairs)`` of the kernel expansion over the support vectors; for an
+        early-prediction fit, each row's over its nearest centre's part's only."""
+        kernel = self._kernel_obj()
+        if "part_centres_" not in vars(self):
+            return _expansion(kernel, X, self.support_vectors_, self.dual_coef_)
+        part = nearest_centre(
+            kernel.block_matvec(X, self.part_centres_, self.part_weights_), self.part_centre_sq_
+        )
+        out = np.zeros((X.shape[0], len(self.pairs_)))
+        for q in np.unique(part):
+            rows, sv = part == q, self.support_part_ == q
+            if sv.any():
+                out[rows] = _expansion(
+                    kernel, X[rows], self.support_vectors_[sv], self.dual_coef_[:, sv]
+                )
         return out
 
     def _calibration_scores(self, X) -> np.ndarray:
@@ -669,3 +768,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
         index = decision_to_class_index(self.decision_function(X))  # checks fitted first
         return self.classes_[index]
+
+
+def _expansion(kernel: Kernel, X, support_vectors, dual_coef) -> np.ndarray:
+    """``(n, n_pairs)``: the pairs' kernel expansions ``K(X, SV) @ dual_coef.T``."""
+    return kernel.block_matvec(X, support_vectors, dual_coef.T)
