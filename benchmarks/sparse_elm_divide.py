@@ -12,13 +12,18 @@ Parameters: COD-RNA's usual ones, features scaled to [-1, 1], sigma 0.5 (SVC: ga
 * divide and conquer: the same model fitted from the set written as Parquet, on a
   LocalCluster of 2 worker processes of 1 thread each (127.0.0.1), ``n_parts="auto"``
   (the workers' threads) unless ``--n-parts``; its time includes gathering the rows;
+* early prediction: the same, with ``early_prediction=True`` and ``--early-parts`` parts
+  (8; ``--quick``: 2): no global solve, each test row scored by its nearest centre's
+  part (not the one-process optimum);
 * SVC (LIBSVM, one process), in a subprocess that is killed after ``--svc-limit`` seconds
   (30 minutes), and then said to be cut.
 
 Prints fit time, objective (the dual, per one-vs-one pair: one here), test accuracy,
 support vectors, the ratio one-process time / divide-and-conquer time (target: 1.5x or
 more at equal accuracy), and the divide-and-conquer phases' seconds (partition,
-sub-solves, gradient, global solve) with the global solve's steps.
+sub-solves, gradient, global solve) with the global solve's steps; for early prediction,
+fit time, test accuracy and its difference in points from the one-process fit's, support
+vectors, the ratio one-process time / early-prediction time, and its phases.
 
 Data: COD-RNA's training file from ../shared/data (the whole file, scaled on its rows);
 its test file ``cod-rna.t`` is not in the shared folder, so the accuracy is measured on
@@ -166,6 +171,25 @@ def compare(name, X, y, X_te, y_te, tested_on, folder: Path, client, args) -> No
         )
     else:
         print("    one part: gathered and solved here (n_parts)")
+
+    start = time.perf_counter()
+    early = _model().fit(dataset, client=client, n_parts=args.early_parts, early_prediction=True)
+    early_s = time.perf_counter() - start
+    early_acc = float(np.mean(early.predict(X_te) == y_te))
+    phases = ", ".join(
+        f"{phase} {seconds:.2f} s" for phase, seconds in zip(PHASES[:2], early.phase_seconds_)
+    )
+    print(
+        f"  early prediction    : fit {early_s:8.2f} s, test acc {early_acc:.4f} "
+        f"({100 * (early_acc - single_acc):+.2f} points against one process), SVs "
+        f"{early.support_.size:,}; one process / early prediction {single_s / early_s:.2f}x",
+        flush=True,
+    )
+    print(
+        f"    {early.n_parts_} parts of {', '.join(f'{n:,}' for n in early.part_sizes_)} rows; "
+        f"sub-solve steps {', '.join(f'{n:,}' for n in early.sub_iter_[:, 0])}; {phases}",
+        flush=True,
+    )
     print(f"  {svc_fit(X, y, X_te, y_te, args.svc_limit)}", flush=True)
 
 
@@ -176,6 +200,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--n-parts", default=None, help="parts: 'auto' (default) or a number (--quick: 2)"
     )
+    parser.add_argument(
+        "--early-parts", type=int, default=None, help="early prediction's parts (8; --quick: 2)"
+    )
     parser.add_argument("--svc-limit", type=float, default=1800.0, help="SVC's seconds at most")
     parser.add_argument("--codrna-test", type=Path, default=None, help="COD-RNA's cod-rna.t")
     parser.add_argument(
@@ -184,11 +211,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     n_parts = args.n_parts or ("2" if args.quick else "auto")
     args.n_parts = n_parts if n_parts == "auto" else int(n_parts)
+    args.early_parts = args.early_parts or (2 if args.quick else 8)
     rows = args.rows or (6_000 if args.quick else 300_000)
     print(
         f"SparseELMClassifier(sigma={SIGMA}, C={C:g}, tol={TOL:g}, cache_size={CACHE_MB:.0f}); "
-        f"divide and conquer with n_parts={args.n_parts!r} on a 2-worker LocalCluster (1 "
-        "thread each); SVC(gamma=2) in a subprocess"
+        f"divide and conquer with n_parts={args.n_parts!r}, early prediction with "
+        f"n_parts={args.early_parts}, on a 2-worker LocalCluster (1 thread each); SVC(gamma=2) "
+        "in a subprocess"
     )
     sets = [("COD-RNA", *codrna_sets(args.quick, args.codrna_test))]
     generated = open_parquet(
