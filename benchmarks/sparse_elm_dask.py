@@ -30,23 +30,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 from make_parquet import make_parquet
 from peak_rss import measured
+from two_workers import two_worker_cluster
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification
-
-
-def _cluster():
-    return LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        host="127.0.0.1",
-        memory_limit=0,
-    )
 
 
 def _model(args) -> SparseELMClassifier:
@@ -118,7 +108,7 @@ def main(argv=None) -> int:
         f"peak RSS {single_peak:.0f} MB",
         flush=True,
     )
-    with _cluster() as cluster, Client(cluster) as client:
+    with two_worker_cluster() as cluster, Client(cluster) as client:
         fitted, seconds, coordinator, workers, accuracy = _cocoa(args, sets[small], client, test)
     rel = (fitted.objective_[0] - single.objective_[0]) / abs(single.objective_[0])
     print(
@@ -136,7 +126,7 @@ def main(argv=None) -> int:
             if args.memory_rounds is not None
             else (args.cap_rounds if i > 0 else None)
         )
-        with _cluster() as cluster, Client(cluster) as client:
+        with two_worker_cluster() as cluster, Client(cluster) as client:
             fitted, seconds, coordinator, workers, accuracy = _cocoa(
                 args, sets[n], client, test, cap
             )

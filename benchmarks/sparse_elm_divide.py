@@ -45,15 +45,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 from make_parquet import make_parquet
+from sparse_elm_vs_svc import CODRNA, codrna_split
+from two_workers import two_worker_cluster
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import Scaler, generate_classification, load, write_parquet
 from elmscale.distributed.divide_conquer import PHASES
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-CODRNA = SHARED / "cod-rna" / "codrna.csv"
 SIGMA, C, TOL, CACHE_MB = 0.5, 1.0, 1e-3, 200.0
 
 # SVC's fit in a subprocess (killable): rows from .npy files, one JSON line back
@@ -73,17 +73,6 @@ print(json.dumps({"seconds": seconds, "accuracy": acc, "support": int(svc.suppor
 """
 
 
-def _cluster():
-    return LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        host="127.0.0.1",
-        memory_limit=0,
-    )
-
-
 def _model() -> SparseELMClassifier:
     return SparseELMClassifier(sigma=SIGMA, C=C, tol=TOL, cache_size=CACHE_MB, random_state=0)
 
@@ -91,17 +80,8 @@ def _model() -> SparseELMClassifier:
 def codrna_sets(quick: bool, test_file: Path | None):
     """``(X, y, X_te, y_te, what the test rows are)`` of COD-RNA, scaled to [-1, 1]."""
     data = load(CODRNA)
-    if quick:
-        order = np.random.default_rng(0).permutation(data.n_samples)
-        train, test = order[:4_000], order[4_000:8_000]
-        scaler = Scaler().fit(data.X[train])
-        return (
-            scaler.transform(data.X[train]),
-            data.y[train],
-            scaler.transform(data.X[test]),
-            data.y[test],
-            "4,000 held-out rows of the file",
-        )
+    if quick:  # the paper's split's first 4,000 training and test rows
+        return (*codrna_split(data, 4_000), "4,000 held-out rows of the file")
     scaler = Scaler().fit(data.X)
     X = scaler.transform(data.X)
     if test_file is None:
@@ -232,7 +212,7 @@ def main(argv=None) -> int:
     _model().fit(warm_X[:300], warm_y[:300])  # compiled kernels loaded before any timing
     with (
         tempfile.TemporaryDirectory(prefix="elmscale-divide-") as folder,
-        _cluster() as cluster,
+        two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
         # the workers load the compiled kernels once, before any timing
