@@ -95,10 +95,10 @@ def test_cod_rna(dask_client, tmp_path):
 def test_parts_are_a_function_of_the_rows_and_the_seed(binary_set, dask_client):
     X, _ = binary_set.read()
     kernel = Kernel("gaussian", sigma=0.5)
-    parts, n = partition(X, kernel, 4, seed=11, n_sample=500)
+    parts, centres = partition(X, kernel, 4, seed=11, n_sample=500)
     again, _ = partition(X, kernel, 4, seed=11, n_sample=500)
     np.testing.assert_array_equal(parts, again)
-    assert n == 4 and set(np.unique(parts)) == set(range(4))
+    assert centres.n_centres == 4 and set(np.unique(parts)) == set(range(4))
     other, _ = partition(X, kernel, 4, seed=12, n_sample=500)
     assert not np.array_equal(parts, other)
     # the assignment computed on the workers is the one computed here

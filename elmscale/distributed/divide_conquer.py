@@ -93,17 +93,11 @@ def partition(
     seed: int,
     n_sample: int = SAMPLE_ROWS,
     cross: Callable[[KernelCentres], np.ndarray] | None = None,
-) -> tuple[np.ndarray, int]:
-    """``(part of each row, parts)``: kernel k-means of a seeded sample of ``X`` into at most
-    ``n_parts`` clusters, each row then assigned to its nearest centre.  ``cross(centres)``
-    gives ``K(every row, sample) @ weights`` (default: here, in blocks; a fit on Parquet
-    computes it on the workers)."""
-    parts, centres = _partition(X, kernel, n_parts, seed=seed, n_sample=n_sample, cross=cross)
-    return parts, centres.n_centres
-
-
-def _partition(X, kernel, n_parts, *, seed, n_sample, cross) -> tuple[np.ndarray, KernelCentres]:
-    """``(part of each row, centres)``: :func:`partition` with its centres."""
+) -> tuple[np.ndarray, KernelCentres]:
+    """``(part of each row, centres)``: kernel k-means of a seeded sample of ``X`` into at
+    most ``n_parts`` clusters (``centres.n_centres`` of them), each row then assigned to
+    its nearest centre.  ``cross(centres)`` gives ``K(every row, sample) @ weights``
+    (default: here, in blocks; a fit on Parquet computes it on the workers)."""
     sample = sample_rows(X.shape[0], n_sample, seed)
     centres, _ = kernel_kmeans(kernel, X[sample], n_parts, seed=seed)
     if cross is None:
@@ -216,7 +210,7 @@ def fit_divide_conquer(
         )
 
     with thread_budget(n_threads):
-        parts, centres = _partition(X, kernel, n_parts, seed=seed, n_sample=n_sample, cross=cross)
+        parts, centres = partition(X, kernel, n_parts, seed=seed, n_sample=n_sample, cross=cross)
     n_found = centres.n_centres
     seconds[0] = time.perf_counter() - started
 
