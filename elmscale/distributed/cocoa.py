@@ -35,14 +35,13 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from elmscale.core.threads import resolve_n_threads, thread_budget
+from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 from elmscale.data.parquet import ParquetDataset, WorkUnit
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import one_vs_one_pairs
@@ -405,8 +404,12 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads=None):
     bits, are the cluster's); or each block on its worker (block i on ``workers[i %
     len(workers)]``, where its hidden outputs are cached)."""
     if client is None:
-        with ThreadPoolExecutor(max(1, min(len(blocks), resolve_n_threads(n_threads)))) as pool:
-            return list(pool.map(lambda b: fn(b, *args, n_threads=1), blocks))
+        # map_in_threads holds BLAS at one thread around the whole pool: BLAS limits are
+        # process-wide, and a block's own thread_budget(1), left while another block still
+        # ran, restored the caller's limit under it (its sums, hence bits, then differed)
+        return map_in_threads(
+            lambda b: fn(b, *args, n_threads=1), blocks, resolve_n_threads(n_threads)
+        )
     futures = [
         client.submit(
             fn,
