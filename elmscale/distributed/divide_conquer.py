@@ -130,8 +130,11 @@ def start_point(alphas, problems, C, product):
     ]
 
 
-def _sub_solve(X, t, *, solve, kernel, options, n_threads=1) -> PairSolution:
-    """One part's pair solved by the single-process solver, on ``n_threads`` threads."""
+def _sub_solve(X, t, pick, *, solve, kernel, options, n_threads=1) -> PairSolution:
+    """One part's pair solved by the single-process solver, on ``n_threads`` threads: its
+    rows ``X[pick]`` of the part's ``X`` (all of them when ``pick`` is None)."""
+    if pick is not None:
+        X = X[pick]
     with thread_budget(n_threads):
         r = solve(X, t, feature_map=kernel, **options)
     return PairSolution(
@@ -153,16 +156,25 @@ def _sub_problems(problems, parts, n_parts):
     return pieces
 
 
-def _solve_parts(client, X, problems, pieces, solve, kernel, options):
-    """Every piece's sub-solve as a task on the cluster; results in ``pieces``' order."""
+def _solve_parts(client, X, parts, problems, pieces, solve, kernel, options):
+    """Every piece's sub-solve as a task on the cluster; results in ``pieces``' order.
+    Each part's rows are sent once, and each of its pairs picks its own among them."""
     futures = []
-    for _, p, where in pieces:
+    sent: dict = {}  # part -> (its rows, their future)
+    for q, p, where in pieces:
+        if q not in sent:
+            members = np.flatnonzero(parts == q)
+            sent[q] = (members, client.scatter(np.ascontiguousarray(X[members]), hash=False))
+        members, X_part = sent[q]
         rows, t = problems[p]
-        data = client.scatter([np.ascontiguousarray(X[rows[where]]), t[where]], hash=False)
+        pick = np.searchsorted(members, rows[where])  # both sorted
+        whole = pick.size == members.size
         futures.append(
             client.submit(
                 _sub_solve,
-                *data,
+                X_part,
+                client.scatter(t[where], hash=False),
+                None if whole else client.scatter(pick, hash=False),
                 solve=solve,
                 kernel=kernel,
                 options=options,
@@ -216,7 +228,7 @@ def fit_divide_conquer(
 
     started = time.perf_counter()
     pieces = _sub_problems(problems, parts, n_found)
-    solved = _solve_parts(client, X, problems, pieces, solve, kernel, options)
+    solved = _solve_parts(client, X, parts, problems, pieces, solve, kernel, options)
     alphas = [np.zeros(rows.size) for rows, _ in problems]
     sub_iter = np.zeros((n_found, len(problems)), dtype=np.int64)
     sub_objective = np.zeros((n_found, len(problems)))
