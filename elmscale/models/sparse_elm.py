@@ -494,7 +494,6 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     def _check_n_parts(self, n_parts, X, client) -> None:
         """``n_parts`` is "auto" or an integer >= 0, and more than one part only where
         divide and conquer runs: a kernel, a ParquetDataset and a client."""
-        from elmscale.data.parquet import ParquetDataset
 
         if not (
             (isinstance(n_parts, str) and n_parts == "auto")
@@ -505,38 +504,36 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             )
         ):
             raise ValueError(f"n_parts must be 'auto' or an integer >= 0; got {n_parts!r}")
-        if isinstance(n_parts, str) or int(n_parts) <= 1:
-            return
+        if not isinstance(n_parts, str) and int(n_parts) > 1:
+            self._check_divide_conquer_runs(f"n_parts={n_parts}", X, client, "or n_parts=1")
+
+    def _check_divide_conquer_runs(self, setting: str, X, client, instead: str) -> None:
+        """``setting`` asks for divide and conquer: it needs a kernel, a ParquetDataset and
+        a client (``instead``: what else the message offers)."""
+        from elmscale.data.parquet import ParquetDataset
+
         if self.hidden is not None:
             raise ValueError(
-                f"n_parts={n_parts}: divide and conquer solves a kernel; random nodes "
-                "(hidden) on a ParquetDataset take n_blocks"
+                f"{setting}: divide and conquer solves a kernel; random nodes (hidden) on "
+                "a ParquetDataset take n_blocks"
             )
         if not isinstance(X, ParquetDataset) or client is None:
             raise ValueError(
-                f"n_parts={n_parts}: divide and conquer runs on a Dask cluster: give a "
-                "ParquetDataset (elmscale.open_parquet) and client, or n_parts=1"
+                f"{setting}: divide and conquer runs on a Dask cluster: give a ParquetDataset "
+                f"(elmscale.open_parquet) and client, {instead}"
             )
 
     def _check_early_prediction(self, early_prediction, n_parts, X, client) -> None:
         """``early_prediction`` is a bool, and True only where divide and conquer runs (a
         kernel, a ParquetDataset, a client, not one part) and without ``probability``."""
-        from elmscale.data.parquet import ParquetDataset
 
         if not isinstance(early_prediction, bool):
             raise ValueError(f"early_prediction must be True or False; got {early_prediction!r}")
         if not early_prediction:
             return
-        if self.hidden is not None:
-            raise ValueError(
-                "early_prediction=True: divide and conquer solves a kernel; random nodes "
-                "(hidden) have no parts to predict with"
-            )
-        if not isinstance(X, ParquetDataset) or client is None:
-            raise ValueError(
-                "early_prediction=True runs with divide and conquer on a Dask cluster: give "
-                "a ParquetDataset (elmscale.open_parquet), a client and n_parts of 2 or more"
-            )
+        self._check_divide_conquer_runs(
+            "early_prediction=True", X, client, "with n_parts of 2 or more"
+        )
         if not isinstance(n_parts, str) and int(n_parts) <= 1:
             raise ValueError(
                 f"early_prediction=True needs more than one part; got n_parts={n_parts}"
