@@ -10,8 +10,9 @@ Parameters: COD-RNA's usual ones, features scaled to [-1, 1], sigma 0.5 (SVC: ga
 * one process: ``SparseELMClassifier`` fitted from arrays in this process (both cores: its
   solver's helper thread);
 * divide and conquer: the same model fitted from the set written as Parquet, on a
-  LocalCluster of 2 worker processes of 1 thread each (127.0.0.1), ``n_parts="auto"``
-  (the workers' threads) unless ``--n-parts``; its time includes gathering the rows;
+  LocalCluster of 2 worker processes of 1 thread each (127.0.0.1), ``n_parts=2`` (the
+  workers' threads) unless ``--n-parts`` (the model's default, "auto", gathers and solves
+  here: dividing was measured no faster); its time includes gathering the rows;
 * early prediction: the same, with ``early_prediction=True`` and ``--early-parts`` parts
   (8; ``--quick``: 2): no global solve, each test row scored by its nearest centre's
   part (not the one-process optimum);
@@ -177,9 +178,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rows", type=int, default=None, help="generated rows (300,000)")
-    parser.add_argument(
-        "--n-parts", default=None, help="parts: 'auto' (default) or a number (--quick: 2)"
-    )
+    parser.add_argument("--n-parts", default="2", help="parts: a number (2) or 'auto'")
     parser.add_argument(
         "--early-parts", type=int, default=None, help="early prediction's parts (8; --quick: 2)"
     )
@@ -189,8 +188,7 @@ def main(argv=None) -> int:
         "--data-dir", type=Path, default=Path(__file__).resolve().parent / "generated"
     )
     args = parser.parse_args(argv)
-    n_parts = args.n_parts or ("2" if args.quick else "auto")
-    args.n_parts = n_parts if n_parts == "auto" else int(n_parts)
+    args.n_parts = args.n_parts if args.n_parts == "auto" else int(args.n_parts)
     args.early_parts = args.early_parts or (2 if args.quick else 8)
     rows = args.rows or (6_000 if args.quick else 300_000)
     print(

@@ -146,10 +146,17 @@ def test_one_part_is_the_plain_path(binary_set, dask_client, n_parts):
     assert plain.n_parts_ == 1 and not hasattr(plain, "phase_seconds_")
 
 
-def test_auto_is_the_workers_threads_above_a_part_of_rows(binary_set, dask_client):
-    # 5,000 rows: one AUTO_PART_ROWS part, so gathered and solved here
-    auto = _model().fit(binary_set, client=dask_client)
-    assert auto.n_parts_ == 1
+def test_auto_gathers_and_solves_and_divides_for_early_prediction(
+    binary_set, dask_client, tmp_path
+):
+    write_generated_parquet(tmp_path / "ten", 10_000, 4, 2, random_state=7, rows_per_file=5_000)
+    ten = open_parquet(tmp_path / "ten", label="label")
+    # the exact divide and conquer was measured no faster than one process: not the default
+    auto = _model().fit(ten, client=dask_client)
+    assert auto.n_parts_ == 1 and not hasattr(auto, "phase_seconds_")
+    # early prediction: the workers' threads (2), at most one part per AUTO_PART_ROWS rows
+    early = _model().fit(ten, client=dask_client, early_prediction=True)
+    assert early.n_parts_ == sum(dask_client.nthreads().values()) == 2
     # refitting forgets the status of an earlier divided fit
     divided = _model().fit(binary_set, client=dask_client, n_parts=2)
     assert hasattr(divided, "phase_seconds_")

@@ -43,8 +43,8 @@ from elmscale.models.sparse_elm_pairs import (
 )
 from elmscale.solvers.kernel_kmeans import nearest_centre
 
-#: With ``n_parts="auto"``, at most one divide-and-conquer part per this many rows (below
-#: it the fit is gathered and solved here alone).
+#: With ``n_parts="auto"`` and ``early_prediction=True``, at most one part per this many
+#: rows.
 AUTO_PART_ROWS = 5_000
 #: The fitted attributes of an early-prediction fit (``fit(..., early_prediction=True)``).
 EARLY_PREDICTION_ATTRS = ("part_centres_", "part_weights_", "part_centre_sq_", "support_part_")
@@ -414,21 +414,22 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         that is never read whole into memory (the coordinator's memory stays flat as the
         rows grow).
 
-        With a kernel the rows are gathered here.  With a ``client`` they are then solved
-        by divide and conquer (Hsieh, Si and Dhillon, ICML 2014;
-        ``elmscale.distributed.divide_conquer``): kernel k-means on a sample of
+        With a kernel the rows are gathered here.  With a ``client`` and ``n_parts`` of 2
+        or more they are then solved by divide and conquer (Hsieh, Si and Dhillon, ICML
+        2014; ``elmscale.distributed.divide_conquer``): kernel k-means on a sample of
         ``SAMPLE_ROWS`` rows (seeded by ``random_state``) cuts the rows into ``n_parts``
         parts (every row to its nearest centre, computed on the workers); each part's pairs
         are solved on the workers, side by side, by the single-process solver; their duals
         start the global solve here, with the starting gradient computed on the workers;
         the global solve stops by the same KKT rule as a fit from arrays, so the model is
-        the same optimum within ``tol``.  ``n_parts``: "auto" (the default: the cluster's
-        worker threads, at most one part per ``AUTO_PART_ROWS`` rows), or a number; 0 or 1
-        gathers and solves here alone, as without a client.  ``n_iter_`` then counts the
-        global solve's steps, ``sub_iter_`` (n_parts, n_pairs) the parts', and
-        ``phase_seconds_`` the wall seconds of its phases (``PHASES``: partition,
-        sub-solves, gradient, global solve); ``n_parts_`` the parts used (1 without),
-        ``part_sizes_`` their rows.
+        the same optimum within ``tol``.  ``n_parts``: a number, 0 or 1 gathering and
+        solving here alone, as without a client; or "auto" (the default): 1, as dividing
+        was measured no faster here (see ``docs/performance.md``), and for early prediction
+        the cluster's worker threads, at most one part per ``AUTO_PART_ROWS`` rows.
+        ``n_iter_`` then counts the global solve's steps, ``sub_iter_`` (n_parts, n_pairs)
+        the parts', and ``phase_seconds_`` the wall seconds of its phases (``PHASES``:
+        partition, sub-solves, gradient, global solve); ``n_parts_`` the parts used (1
+        without), ``part_sizes_`` their rows.
 
         ``early_prediction=True`` (Hsieh et al.'s early prediction; only where divide and
         conquer runs: a kernel, a ParquetDataset, a client and more than one part, and
@@ -464,7 +465,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
             dataset = X
             X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
-            parts = self._parts_wanted(n_parts, client, dataset.n_rows)
+            parts = self._parts_wanted(n_parts, client, dataset.n_rows, early_prediction)
             if early_prediction and parts <= 1:
                 raise ValueError(
                     f"early_prediction=True needs more than one part; n_parts={n_parts!r} "
@@ -544,11 +545,16 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 "from arrays, not the parts' models (fit with probability=False)"
             )
 
-    def _parts_wanted(self, n_parts, client, n_rows: int) -> int:
-        """The parts of a kernel fit on a ParquetDataset (1: gather and solve here)."""
+    def _parts_wanted(self, n_parts, client, n_rows: int, early: bool) -> int:
+        """The parts of a kernel fit on a ParquetDataset (1: gather and solve here).
+        "auto" divides only for early prediction: the exact divide and conquer was not
+        faster than gathering and solving here (2 workers: 0.65x at 100,000 rows,
+        0.90-1.04x on COD-RNA, 1.03-1.10x at 300,000; docs/performance.md)."""
         if client is None:
             return 1
         if n_parts == "auto":
+            if not early:
+                return 1
             threads = sum(client.nthreads().values())
             return max(1, min(threads, n_rows // AUTO_PART_ROWS))
         return int(n_parts)
