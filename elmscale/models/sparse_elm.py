@@ -495,7 +495,6 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     def _check_n_parts(self, n_parts, X, client) -> None:
         """``n_parts`` is "auto" or an integer >= 0, and more than one part only where
         divide and conquer runs: a kernel, a ParquetDataset and a client."""
-
         if not (
             (isinstance(n_parts, str) and n_parts == "auto")
             or (
@@ -527,7 +526,6 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     def _check_early_prediction(self, early_prediction, n_parts, X, client) -> None:
         """``early_prediction`` is a bool, and True only where divide and conquer runs (a
         kernel, a ParquetDataset, a client, not one part) and without ``probability``."""
-
         if not isinstance(early_prediction, bool):
             raise ValueError(f"early_prediction must be True or False; got {early_prediction!r}")
         if not early_prediction:
@@ -548,8 +546,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     def _parts_wanted(self, n_parts, client, n_rows: int, early: bool) -> int:
         """The parts of a kernel fit on a ParquetDataset (1: gather and solve here).
         "auto" divides only for early prediction: the exact divide and conquer was not
-        faster than gathering and solving here (2 workers: 0.65x at 100,000 rows,
-        0.90-1.04x on COD-RNA, 1.03-1.10x at 300,000; docs/performance.md)."""
+        faster than gathering and solving here (2 workers: 0.62x at 100,000 rows,
+        0.84-1.04x on COD-RNA, 1.03-1.10x at 300,000; docs/performance.md)."""
         if client is None:
             return 1
         if n_parts == "auto":
