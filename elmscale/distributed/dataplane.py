@@ -89,6 +89,19 @@ def _units(dataset, client, n_units: int | None = None):
     return units
 
 
+def _in_row_order(fn, dataset, *, client, n_threads, n_units=None, **kwargs) -> np.ndarray:
+    """``fn``'s arrays over the data set's units (:func:`_units`), concatenated in row
+    order; ``n_threads`` applies without a client (with one: a thread per task)."""
+    parts = map_units(
+        fn,
+        _units(dataset, client, n_units),
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        **kwargs,
+    )
+    return np.concatenate(parts)
+
+
 def column_stats(
     dataset: ParquetDataset, *, client=None, n_units: int | None = None
 ) -> ColumnStats:
@@ -193,14 +206,9 @@ def rows_at(
 ) -> np.ndarray:
     """The rows numbered ``rows`` (sorted, unique), float32, read where they live."""
     rows = np.asarray(rows, dtype=np.int64)
-    parts = map_units(
-        unit_rows_at,
-        _units(dataset, client),
-        client=client,
-        threads_per_task=None if client is not None else n_threads,
-        rows=broadcast(rows, client),
+    return _in_row_order(
+        unit_rows_at, dataset, client=client, n_threads=n_threads, rows=broadcast(rows, client)
     )
-    return np.concatenate(parts)
 
 
 def candidate_gram(
@@ -241,16 +249,15 @@ def kernel_matrix(
     points = np.ascontiguousarray(points, dtype=np.float32)
     block_rows = max(1, KERNEL_BLOCK_BYTES // (8 * max(len(points), 1)))
     n_units = max(len(_check_dataset(dataset).units()), -(-dataset.n_rows // block_rows))
-    units = dataset.units(n_units)
-    blocks = map_units(
+    return _in_row_order(
         unit_kernel_rows,
-        units,
+        dataset,
         client=client,
-        threads_per_task=None if client is not None else n_threads,
+        n_threads=n_threads,
+        n_units=n_units,
         points=broadcast(points, client),
         kernel=kernel.to_dict(),
     )
-    return np.concatenate(blocks)
 
 
 def kernel_matvec(
@@ -266,16 +273,15 @@ def kernel_matvec(
     product on its worker, fused (the kernel block is never stored), only the product back
     (the divide-and-conquer kernel solve's partition and starting gradient)."""
     points = np.ascontiguousarray(points, dtype=np.float32)
-    parts = map_units(
+    return _in_row_order(
         unit_kernel_matvec,
-        _units(dataset, client),
+        dataset,
         client=client,
-        threads_per_task=None if client is not None else n_threads,
+        n_threads=n_threads,
         points=broadcast(points, client),
         coef=broadcast(np.ascontiguousarray(coef, dtype=np.float64), client),
         kernel=kernel.to_dict(),
     )
-    return np.concatenate(parts)
 
 
 def _model_for_tasks(model, n_threads: int | None):
