@@ -39,6 +39,12 @@ def three_classes(tmp_path_factory):
     return open_parquet(out, label="label")
 
 
+#: the binary set in 3 parts and the three classes in 2
+ON_BOTH_SETS = pytest.mark.parametrize(
+    ("data", "n_classes", "n_parts"), [("binary_set", 2, 3), ("three_classes", 3, 2)]
+)
+
+
 def _model(**kw):
     params = {"sigma": 0.5, "C": 1.0, "tol": TOL, "random_state": 0}
     params.update(kw)
@@ -61,9 +67,7 @@ def _status(model, n_rows, n_pairs):
     assert model.phase_seconds_.shape == (len(PHASES),) and np.all(model.phase_seconds_ >= 0)
 
 
-@pytest.mark.parametrize(
-    ("data", "n_classes", "n_parts"), [("binary_set", 2, 3), ("three_classes", 3, 2)]
-)
+@ON_BOTH_SETS
 def test_divide_and_conquer_is_the_single_process_optimum(
     request, dask_client, data, n_classes, n_parts
 ):
@@ -180,9 +184,7 @@ def _route(model, X):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize(
-    ("data", "n_classes", "n_parts"), [("binary_set", 2, 3), ("three_classes", 3, 2)]
-)
+@ON_BOTH_SETS
 def test_early_prediction_is_within_a_point_of_the_exact_fit(
     request, dask_client, data, n_classes, n_parts
 ):
