@@ -57,10 +57,11 @@ from pathlib import Path
 import numpy as np
 import scipy.linalg
 import scipy.linalg.blas
-from distributed import Client, LocalCluster
+from distributed import Client
 from make_parquet import make_parquet
 from peak_rss import measured
 from threadpoolctl import threadpool_limits
+from two_workers import two_worker_cluster
 
 from elmscale import ELMClassifier, GBRELMClassifier, GGBRELMClassifier, open_parquet
 from elmscale.core.threads import available_cores, thread_budget
@@ -315,9 +316,7 @@ def main(argv=None) -> int:
     warm_up()
     start = time.perf_counter()
     with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
+        two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
         startup = time.perf_counter() - start

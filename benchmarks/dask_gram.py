@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 from make_parquet import make_parquet
 from peak_rss import measured
+from two_workers import two_worker_cluster
 
 from elmscale import ELMClassifier, dataplane, open_parquet
 from elmscale.data import generate_classification
@@ -51,9 +52,7 @@ def main(argv=None) -> int:
 
     start = time.perf_counter()
     with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
+        two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
         startup = time.perf_counter() - start

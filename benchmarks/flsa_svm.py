@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 from sklearn.kernel_approximation import Nystroem
 from sklearn.linear_model import RidgeClassifier
 from sklearn.pipeline import make_pipeline
@@ -51,6 +51,7 @@ from elmscale.data import Scaler, load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks
 from sparse_elm_vs_svc import codrna_split, peak_extra_mb  # noqa: E402
+from two_workers import two_worker_cluster  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CODRNA = SHARED / "cod-rna" / "codrna.csv"
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     # same selection, the weights equal to rounding
     local_s, local = timed(lambda: FLSASVMClassifier(**params).fit(Xd, yd))
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
         client.run(lambda: FLSASVMClassifier(n_support=3).fit(X[:100], y[:100]))

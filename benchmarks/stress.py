@@ -111,8 +111,9 @@ def _in_thread(fn):
 
 
 def fault_dask_gram(case: Case, args, work: Path) -> None:
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from sklearn.base import clone
+    from two_workers import two_worker_cluster
 
     from elmscale import ELMClassifier, open_parquet
     from elmscale.data import write_generated_parquet
@@ -122,7 +123,7 @@ def fault_dask_gram(case: Case, args, work: Path) -> None:
     ds = open_parquet(data).with_units(16)
     model = ELMClassifier(n_hidden=500 if args.quick else 1000, precision="double", random_state=0)
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
         _kill_a_dask_worker(case, client, lambda: clone(model).fit(ds, client=client), args)
@@ -176,8 +177,9 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
         case.notes.append("pending: CoCoA sparse ELM on Dask not present")
         print("pending: CoCoA sparse ELM on Dask not present", flush=True)
         return
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from sklearn.base import clone
+    from two_workers import two_worker_cluster
 
     from elmscale import SparseELMClassifier, open_parquet
     from elmscale.data import write_generated_parquet
@@ -188,7 +190,7 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
     ds = open_parquet(data).with_units(8)
     model = SparseELMClassifier(hidden="sigmoid", n_hidden=200, C=1.0, random_state=0)
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
+        two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
         # two blocks: by default a fit makes one per worker thread it sees when it starts,
