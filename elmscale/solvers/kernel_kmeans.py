@@ -70,8 +70,12 @@ def _plus_plus(K_ss: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
     """k-means++'s seeding in the kernel's space: the sample rows chosen as first centres."""
     m = K_ss.shape[0]
     diag = np.diag(K_ss)
+
+    def sq_distances_to(c: int) -> np.ndarray:  # |phi(s) - phi(s_c)|^2 of every sample row
+        return np.maximum(diag - 2.0 * K_ss[:, c] + diag[c], 0.0)
+
     chosen = [int(rng.integers(m))]
-    d2 = np.maximum(diag - 2.0 * K_ss[:, chosen[0]] + diag[chosen[0]], 0.0)
+    d2 = sq_distances_to(chosen[0])
     for _ in range(1, k):
         total = d2.sum()
         if not total > 0:  # every row on a chosen one: no new centre can differ
@@ -79,7 +83,7 @@ def _plus_plus(K_ss: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
         nxt = int(np.searchsorted(np.cumsum(d2), rng.random() * total))
         nxt = min(nxt, m - 1)
         chosen.append(nxt)
-        d2 = np.minimum(d2, np.maximum(diag - 2.0 * K_ss[:, nxt] + diag[nxt], 0.0))
+        d2 = np.minimum(d2, sq_distances_to(nxt))
     return np.asarray(chosen)
 
 
