@@ -24,7 +24,7 @@ import pytest
 
 from elmscale.app.cli import main
 from elmscale.distributed.executors import DaskExecutor, LocalExecutor
-from elmscale.experiments.datasets import load_dataset
+from elmscale.experiments.datasets import dataset_from_path, load_dataset
 from elmscale.experiments.engine import Journal, run_pieces
 from elmscale.experiments.isolation import HostLedger, WorkerPool, run_bounded
 from elmscale.experiments.memory import (
@@ -265,6 +265,86 @@ def test_the_host_ledger_holds_a_piece_back_until_it_fits(tmp_path):
             assert refused is None
     finally:
         ledger.remove()
+
+
+# -- the piece pool ----------------------------------------------------------------------
+
+
+def _csv_set(folder, random_state: int):
+    """``folder/train.csv`` of generated rows, loaded as the command loads a user's file
+    (the set is named by the file's stem: "train")."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=600, n_features=8, random_state=random_state)
+    folder.mkdir()
+    path = folder / "train.csv"
+    pd.DataFrame(np.column_stack([X, y])).to_csv(path, header=False, index=False)
+    return load_dataset(dataset_from_path(str(path)), None)
+
+
+@pytest.mark.timeout(120)
+def test_a_pooled_worker_runs_each_piece_on_its_own_rows_not_a_namesakes(tmp_path):
+    """A pool outlives a run on Ray or Dask: /a/train.csv, then /b/train.csv, in one pool;
+    the second piece runs on /b's rows (the result a fresh pool gives)."""
+    first, second = _csv_set(tmp_path / "a", 0), _csv_set(tmp_path / "b", 1)
+    assert first.spec.name == second.spec.name == "train"
+    piece = _piece(KERNEL_ELM, first)
+    pool, fresh = WorkerPool(), WorkerPool()
+    try:
+        on_first = run_bounded(piece, data=first, pool=pool)
+        on_second = run_bounded(piece, data=second, pool=pool)
+        alone = run_bounded(piece, data=second, pool=fresh)
+    finally:
+        pool.close()
+        fresh.close()
+    assert on_second.rows == alone.rows
+    assert on_second.rows != on_first.rows
+
+
+class Cancelled(Exception):
+    """What a cancelled Ray task raises in its thread."""
+
+
+def _raise_in(thread: threading.Thread, exc_type) -> None:
+    """Raise ``exc_type`` in ``thread`` at its next Python instruction (as ``ray.cancel``
+    interrupts a running task)."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type)
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_whose_piece_was_interrupted_is_not_pooled(tmp_path):
+    """A piece interrupted by an exception here while its worker runs it: that worker is
+    killed, not kept, so the next piece gets its own reply, not the interrupted one's."""
+    data = _generated(3000, "set")
+    slow, fast = _piece(SLOW_SVC, data), _piece(SPARSE_ELM, data)
+    pool = WorkerPool()
+    outcome: dict = {}
+
+    def interrupted():
+        try:
+            run_bounded(slow, data=data, pool=pool)
+        except Cancelled:
+            outcome["cancelled"] = True
+
+    try:
+        assert run_bounded(fast, data=data, pool=pool).key == fast.key  # a warm worker
+        (worker,) = pool._idle
+        thread = threading.Thread(target=interrupted)
+        thread.start()
+        time.sleep(1.0)  # the slow piece is running in the worker
+        _raise_in(thread, Cancelled)
+        thread.join(timeout=30)
+        assert outcome == {"cancelled": True}
+        worker.process.join(timeout=10)
+        assert not worker.alive
+        again = run_bounded(replace(fast, trial=1, seed=1), data=data, pool=pool)
+        assert again.key == replace(fast, trial=1, seed=1).key and again.status == "done"
+    finally:
+        pool.close()
 
 
 # -- time budgets -----------------------------------------------------------------------

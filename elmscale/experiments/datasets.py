@@ -10,9 +10,11 @@ fold of a repeated k-fold partition; [-1, 1] or standardised inputs).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
-from dataclasses import dataclass
+import pickle
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +38,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LoadedSet:
-    """A data set's rows: ``parts`` holds (X, y) per file, or one pooled (X, y)."""
+    """A data set's rows: ``parts`` holds (X, y) per file, or one pooled (X, y).
+    ``identity``: a hash of the spec and the rows (two sets alike in name but not in
+    content differ in it; a piece worker keeps the set it holds by it)."""
 
     spec: DataSet
     parts: tuple[tuple[np.ndarray, np.ndarray], ...]
+    identity: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # computed once, where the set is loaded: it travels with the set when pickled
+        object.__setattr__(self, "identity", _content_hash(self.spec, self.parts))
 
     @property
     def n_classes(self) -> int:
@@ -59,6 +68,20 @@ class LoadedSet:
     @property
     def n_features(self) -> int:
         return int(self.parts[0][0].shape[1])
+
+
+def _content_hash(spec: DataSet, parts) -> str:
+    """A hex digest of ``spec`` and the arrays of ``parts`` (dtype, shape and bytes; an
+    object array by its pickle, whose raw bytes would be pointers)."""
+    digest = hashlib.blake2b(repr(spec).encode(), digest_size=16)
+    for array in (a for pair in parts for a in pair):
+        array = np.asarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        if array.dtype.hasobject:
+            digest.update(pickle.dumps(array, protocol=pickle.HIGHEST_PROTOCOL))
+        else:
+            digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()
 
 
 def _resolve(file: str, data_dir: Path | None) -> Path:

@@ -4,10 +4,14 @@ and a piece the kernel kills for memory takes only itself down.
 A :class:`PieceWorker` is a child process (forked from a forkserver that has imported
 the library once) that runs pieces one after another, keeping the data set it was last
 sent and numba's loaded kernels between them (a fresh process per piece cost about a
-second each: loading the compiled kernels from the on-disk cache).  The parent waits up
-to a piece's time budget and kills the worker there; the piece is then left out
+second each: loading the compiled kernels from the on-disk cache).  The set is known by
+its content (:attr:`~elmscale.experiments.datasets.LoadedSet.identity`), not its name:
+a pool outlives a run on Ray or Dask, and two runs' ``train.csv`` differ.  The parent
+waits up to a piece's time budget and kills the worker there; the piece is then left out
 (``status="timeout"``, no rows) and the next piece gets a new worker.  A
-:class:`WorkerPool` keeps the idle workers.  Where this process may not have children
+:class:`WorkerPool` keeps the idle workers; a worker whose piece was interrupted (a
+cancelled task, an interrupt) is killed, never kept: its reply would be read as the
+next piece's.  Where this process may not have children
 of ``multiprocessing`` (a daemonic Dask worker process) a fresh interpreter runs each
 piece instead (``python -m elmscale.experiments.isolation``: seconds of imports each).
 
@@ -180,11 +184,18 @@ def _failure(exc: BaseException):
         return RuntimeError(f"{type(exc).__name__}: {exc}"), text
 
 
+def _data_key(data) -> str | None:
+    """What a worker knows its data set by: the set's content hash (a ``LoadedSet``'s
+    ``identity``); None for other data (sent with every piece)."""
+    return getattr(data, "identity", None)
+
+
 def _serve(conn) -> None:
-    """A worker's loop: ``("run", piece, data or None)`` -> ``("ok", result)`` or
-    ``("error", (exception, traceback))``; ``("stop",)`` or a closed pipe ends it."""
+    """A worker's loop: ``("run", piece, key, data or None)`` -> ``("ok", result)`` or
+    ``("error", (exception, traceback))``; ``("stop",)`` or a closed pipe ends it.  Data
+    None: the piece runs on the set held, which must be the one ``key`` names."""
     _die_with_parent()
-    held: dict = {}
+    held_key, held = None, None  # one set at a time
     while True:
         try:
             message = conn.recv()
@@ -192,12 +203,13 @@ def _serve(conn) -> None:
             return
         if message[0] != "run":
             return
-        _, piece, data = message
+        _, piece, key, data = message
         if data is not None:
-            held.clear()  # one set at a time
-            held[piece.dataset] = data
+            held_key, held = key, data
         try:
-            reply = ("ok", _measured_run(piece, held[piece.dataset]))
+            if data is None and (key is None or key != held_key):
+                raise RuntimeError(f"the worker holds no data set {key} for {piece.key}")
+            reply = ("ok", _measured_run(piece, held))
         except BaseException as exc:  # noqa: BLE001 - every failure goes to the parent
             reply = ("error", _failure(exc))
         conn.send(reply)
@@ -267,8 +279,10 @@ class PieceWorker:
         self.process = ctx.Process(target=_serve, args=(child_conn,), daemon=True)
         self.process.start()
         child_conn.close()
-        #: the data set the worker holds (sent with its first piece)
+        #: the key of the data set the worker holds (sent with its first piece)
         self.dataset: str | None = None
+        #: a piece was sent and its reply not read: the worker must not run another
+        self.busy = False
 
     @property
     def alive(self) -> bool:
@@ -294,15 +308,18 @@ class PieceWorker:
             raise InterruptedError("the run is stopping")
         start = time.monotonic()
         try:
-            send = data if self.dataset != piece.dataset else None
-            self._conn.send(("run", piece, send))
-            self.dataset = piece.dataset
+            key = _data_key(data)
+            send = None if key is not None and key == self.dataset else data
+            self.busy = True
+            self._conn.send(("run", piece, key, send))
+            self.dataset = key
             deadline = None if time_limit is None else start + time_limit
             while True:
                 wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
                 if self._conn.poll(wait):
                     try:
                         status, payload = self._conn.recv()
+                        self.busy = False
                     except (EOFError, OSError):  # died without a word: killed
                         self.process.join()
                         seconds = time.monotonic() - start
@@ -342,7 +359,12 @@ class WorkerPool:
         return PieceWorker(_forkserver(self.preload))
 
     def release(self, worker: PieceWorker) -> None:
-        if worker.alive:
+        """Keep an idle worker; kill one still running a piece (its piece was
+        interrupted here: a cancelled task, a stopped run)."""
+        if worker.busy:
+            worker.kill()
+            worker.close()
+        elif worker.alive:
             with self._lock:
                 self._idle.append(worker)
 
