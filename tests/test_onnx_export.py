@@ -201,6 +201,21 @@ def test_calibrated_probabilities(data, name, binary):
     np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.parametrize("binary", [False, True])
+def test_far_rows_probabilities_are_clipped_as_elmscales(data, binary):
+    """A far row's sigmoids round to 0 or 1; both clip them to [1e-7, 1 - 1e-7] (LIBSVM's),
+    binary (sparse ELM) and one-vs-rest (ELM) alike."""
+    X, y, _, _ = data
+    make = elmscale.SparseELMClassifier if binary else elmscale.ELMClassifier
+    model = make(kernel="polynomial", C=10, probability=True).fit(X, y % 2 if binary else y)
+    far = np.stack([np.full(X.shape[1], 50.0), np.full(X.shape[1], -50.0)]).astype(np.float32)
+    want = model.predict_proba(far)
+    assert want.min() == pytest.approx(1e-7, rel=0.5)
+    got = run_onnx(elmscale.to_onnx(model), far)["probabilities"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+    assert got.min() > 0
+
+
 def test_regressor_pipeline_through_skl2onnx(data):
     import skl2onnx
 

@@ -238,6 +238,39 @@ def test_one_vs_rest_normalise_and_the_binary_coupling():
         calibrated_proba(np.zeros((1, 1)), np.zeros(1), np.zeros(1), "softmax", 2)
 
 
+def test_every_problems_probability_is_clipped_as_libsvms():
+    """LIBSVM clips each problem's probability to [1e-7, 1 - 1e-7]: a far row's sigmoid
+    rounds to 0 or 1, and a class's probability 0 has a log of -inf."""
+    scores = np.array([[-1e6], [1e6], [0.0]])
+    P = calibrated_proba(scores, np.array([-1.0]), np.array([0.0]), "binary", 2)
+    np.testing.assert_allclose(P[:2], [[1 - 1e-7, 1e-7], [1e-7, 1 - 1e-7]], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(P[2], [0.5, 0.5])
+    scores = np.array([[-1e6, -1e6, 1e6]])
+    P = calibrated_proba(scores, -np.ones(3), np.zeros(3), "one_vs_rest", 3)
+    np.testing.assert_allclose(P, [[1e-7, 1e-7, 1 - 1e-7]], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize(
+    "make, k",
+    [
+        (lambda: SparseELMClassifier(kernel="polynomial", C=10), 2),  # binary
+        (lambda: ELMClassifier(kernel="polynomial", C=10), 3),  # one-vs-rest
+    ],
+    ids=["binary", "one_vs_rest"],
+)
+def test_a_far_rows_log_probabilities_are_finite(make, k):
+    """The polynomial kernel grows without bound away from the data: decision values of
+    1e4 and more on this row, whose sigmoids were exactly 0 or 1."""
+    X, y = _data(k)
+    model = make().set_params(probability=True).fit(X, y)
+    far = np.full((1, X.shape[1]), 50.0)
+    assert np.abs(model.decision_function(far)).max() > 1e4
+    P = model.predict_proba(far)
+    assert P.min() > 0 and P.min() == pytest.approx(1e-7, rel=0.5)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    assert np.all(np.isfinite(model.predict_log_proba(far)))
+
+
 # -- the estimators ------------------------------------------------------------------------
 
 FAMILIES = {

@@ -243,9 +243,11 @@ def _ovo_output(g: _Graph, scores: str, classes):
 
 def _probabilities(g: _Graph, scores: str, A, B, coupling: str, n_classes: int) -> str:
     """``calibrated_proba``: the sigmoids ``1 / (1 + exp(A f + B))`` of the problems'
-    scores ``(n, n_problems)``, coupled as ``coupling`` says."""
+    scores ``(n, n_problems)``, clipped to [MIN_PROB, 1 - MIN_PROB], coupled as
+    ``coupling`` says."""
     A, B = _f64(np.atleast_1d(A)), _f64(np.atleast_1d(B))
     s = g.op("Sigmoid", g.op("Add", g.op("Mul", scores, g.const(-A[None, :])), g.const(-B)))
+    s = g.op("Clip", s, g.const(np.float64(MIN_PROB)), g.const(np.float64(1.0 - MIN_PROB)))
     if coupling == "binary":
         return g.op("Concat", g.op("Sub", g.const(np.ones((1, 1))), s), s, axis=1)
     if coupling == "one_vs_rest":

@@ -19,7 +19,8 @@ import numpy as np
 
 from elmscale.linalg.targets import one_vs_one_pairs
 
-#: LIBSVM clips every pair's probability to [MIN_PROB, 1 - MIN_PROB] before coupling.
+#: LIBSVM clips every problem's probability (each pair's, a binary one's) to
+#: [MIN_PROB, 1 - MIN_PROB]; :func:`calibrated_proba` clips every coupling's so.
 MIN_PROB = 1e-7
 COUPLINGS = ("binary", "pairwise", "one_vs_rest")
 
@@ -140,7 +141,8 @@ def calibrated_proba(
     scores: np.ndarray, A: np.ndarray, B: np.ndarray, coupling: str, n_classes: int
 ) -> np.ndarray:
     """Class probabilities ``(n, n_classes)`` from the problems' scores ``(n, n_problems)``
-    and their sigmoids, coupled as ``coupling`` says (see :data:`COUPLINGS`)."""
+    and their sigmoids, each clipped to [MIN_PROB, 1 - MIN_PROB], coupled as ``coupling``
+    says (see :data:`COUPLINGS`): none is 0, so their log is finite."""
     if coupling not in COUPLINGS:
         raise ValueError(f"coupling must be one of {COUPLINGS}; got {coupling!r}")
     A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
@@ -152,7 +154,9 @@ def calibrated_proba(
             f"and score columns; got {A.shape} and {B.shape} sigmoid parameters and scores "
             f"of shape {scores.shape}"
         )
-    s = sigmoid_predict(scores, A[None, :], B[None, :])
+    # clipped as LIBSVM clips every problem's (svm_predict_probability): a far row's sigmoid
+    # rounds to 0 or 1, a class's probability then to 0, and predict_log_proba's to -inf
+    s = np.clip(sigmoid_predict(scores, A[None, :], B[None, :]), MIN_PROB, 1.0 - MIN_PROB)
     if coupling == "binary":
         return np.column_stack([1.0 - s[:, 0], s[:, 0]])
     if coupling == "pairwise":
