@@ -7,7 +7,10 @@ data, train, evaluate, save, reload and score), ``convert``, ``train``, ``predic
 
 Exit codes: 0 success; 1 runtime error (bad data in a file, a bad model file);
 2 usage error (unknown option, invalid parameter value, missing input file); 130
-interrupted (Ctrl-C: the clusters the command started are shut down first).
+interrupted (Ctrl-C, SIGINT) and 143 terminated (SIGTERM): what the command started (piece
+workers, the local Dask cluster and Ray) is shut down first, finished results are kept
+(a rerun resumes), and no file is left half-written.  Killed (SIGKILL), the command's
+children end within seconds by themselves (``elmscale.core.lifeline``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from elmscale.data.columns import PARQUET_SUFFIXES
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a job ended by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class UsageError(Exception):
@@ -770,7 +774,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from elmscale.core.lifeline import sigterm_raises
+
+    with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: what was started is shut down
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     from elmscale.core.errors import DataError, ModelFileError
+    from elmscale.core.lifeline import exit_code
 
     parser = build_parser()
     try:
@@ -788,6 +800,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # invalid parameter values (scikit-learn's validation)
         print(f"elmscale: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:  # Ctrl-C: what the command started is shut down by now
-        print("elmscale: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what it started is shut down by now
+        code = exit_code(exc)
+        print(
+            f"elmscale: {'terminated' if code == EXIT_TERMINATED else 'interrupted'}",
+            file=sys.stderr,
+        )
+        return code

@@ -46,6 +46,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from elmscale.core.lifeline import die_with_parent, exit_when_closed
 from elmscale.experiments.memory import default_budget, format_bytes
 from elmscale.experiments.pieces import PieceResult, run_piece
 from elmscale.experiments.protocol import Piece
@@ -66,6 +67,8 @@ MB = 2**20
 
 #: the modules every piece's process needs, imported once by the forkserver
 BASE_PRELOAD = ("elmscale.experiments.pieces",)
+#: imported first by the forkserver: it ends with the command
+LIFELINE = "elmscale.experiments.forkserver_lifeline"
 
 _context_lock = threading.Lock()
 _context = None
@@ -156,15 +159,14 @@ def _start_measuring() -> int:
     return _proc_status_bytes("VmRSS")
 
 
-def _die_with_parent() -> None:
-    """Linux: the child is killed when its parent (the forkserver, which ends with the
-    run) dies, so that no piece outlives a killed run."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _die_with_parent(conn=None) -> None:
+    """The child ends with its parent (Linux: the forkserver, or the process that started
+    the interpreter) and, given ``conn``, its pipe to the command, whose other end closes
+    when the command ends, SIGKILL included: no piece outlives a stopped or killed run
+    (the forkserver ends with the command too: ``forkserver_lifeline``)."""
+    die_with_parent()
+    if conn is not None:
+        exit_when_closed(conn.fileno())
 
 
 def _measured_run(piece: Piece, data) -> PieceResult:
@@ -194,7 +196,7 @@ def _serve(conn) -> None:
     """A worker's loop: ``("run", piece, key, data or None)`` -> ``("ok", result)`` or
     ``("error", (exception, traceback))``; ``("stop",)`` or a closed pipe ends it.  Data
     None: the piece runs on the set held, which must be the one ``key`` names."""
-    _die_with_parent()
+    _die_with_parent(conn)
     held_key, held = None, None  # one set at a time
     while True:
         try:
@@ -226,7 +228,7 @@ def _forkserver(preload) -> multiprocessing.context.BaseContext:
         if _context is None:
             if "forkserver" in multiprocessing.get_all_start_methods():
                 ctx = multiprocessing.get_context("forkserver")
-                ctx.set_forkserver_preload(sorted({*BASE_PRELOAD, *preload}))
+                ctx.set_forkserver_preload([LIFELINE, *sorted({*BASE_PRELOAD, *preload})])
             else:  # pragma: no cover - not POSIX
                 ctx = multiprocessing.get_context("spawn")
             _context = ctx

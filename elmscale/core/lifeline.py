@@ -1,0 +1,141 @@
+"""Children that end with the command, and a command that stops cleanly on SIGTERM.
+
+A process elmscale starts must not outlive the command that started it, however the
+command ends (SIGKILL included).  Three ties, Linux first:
+
+* :func:`die_with_parent`: the kernel sends SIGKILL to this process when the *thread*
+  that forked it ends (``prctl(PR_SET_PDEATHSIG)``): for a child forked from a process's
+  main thread (a piece worker, forked by the forkserver's only thread).
+* :func:`watch_parent`: a thread that kills this process once its parent has changed
+  (the parent died and the process was handed to init or a subreaper): for a child
+  started from any thread of its parent (the forkserver, started from a piece thread).
+* :func:`exit_when_closed`: a thread that kills this process when the other end of a
+  socket or pipe it holds is closed (the command died): for a grandchild, whose parent is
+  not the command (a piece worker, whose parent is the forkserver).
+
+:func:`terminate_raises` makes SIGTERM raise :class:`Terminated` (a ``KeyboardInterrupt``)
+in the main thread, so that a terminated command unwinds like an interrupted one: its
+``finally`` blocks shut down what it started, and it exits with ``128 + signal``
+(:func:`exit_code`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+__all__ = [
+    "Terminated",
+    "die_with_parent",
+    "exit_code",
+    "exit_when_closed",
+    "sigterm_raises",
+    "terminate_raises",
+    "watch_parent",
+]
+
+_PR_SET_PDEATHSIG = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (raised in the main thread by :func:`terminate_raises`)."""
+
+    signum = signal.SIGTERM
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The shell's code for a command ended by ``interrupt``: 143 for SIGTERM, 130 for
+    SIGINT (Ctrl-C)."""
+    return 128 + int(getattr(interrupt, "signum", signal.SIGINT))
+
+
+def _on_sigterm(signum, frame):
+    # a second SIGTERM during the clean-up ends the command at once (its children follow
+    # it through their lifelines)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated()
+
+
+def terminate_raises():
+    """SIGTERM raises :class:`Terminated` in the main thread from now on (once: a second
+    SIGTERM ends the process at once); returns the handler it replaced.  None, and
+    nothing changed, off the main thread or where SIGTERM is ignored (``nohup``-like)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_IGN:
+        return None
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return previous
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """:func:`terminate_raises` for the block; the handler before it restored after."""
+    previous = terminate_raises()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: SIGKILL to this process when the thread that forked it ends.  ``parent``: the
+    pid this process was started by; if it is gone already (died before the call), this
+    process ends now.  Elsewhere nothing (use :func:`watch_parent`)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != parent:
+        _kill_self()
+
+
+def watch_parent(parent: int | None = None, every: float = 0.2) -> threading.Thread:
+    """A daemon thread that kills this process (SIGKILL) once its parent is no longer
+    ``parent`` (by default the parent now), checked every ``every`` seconds."""
+    parent = os.getppid() if parent is None else parent
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        _kill_self()
+
+    thread = threading.Thread(target=watch, name="elmscale-lifeline", daemon=True)
+    thread.start()
+    return thread
+
+
+def exit_when_closed(fd: int) -> threading.Thread:
+    """A daemon thread that kills this process (SIGKILL) when the other end of the socket
+    or pipe ``fd`` is closed (the hang-up; data waiting to be read do not wake it)."""
+    events = select.POLLHUP | getattr(select, "POLLRDHUP", 0)
+
+    def watch():
+        poller = select.poll()
+        poller.register(fd, events)
+        while True:
+            try:
+                ready = poller.poll()
+            except InterruptedError:  # pragma: no cover - retried by Python since 3.5
+                continue
+            if any(mask & (events | select.POLLNVAL | select.POLLERR) for _, mask in ready):
+                if any(mask & select.POLLNVAL for _, mask in ready):
+                    return  # the fd was closed here: the process is ending its own way
+                _kill_self()
+
+    thread = threading.Thread(target=watch, name="elmscale-lifeline", daemon=True)
+    thread.start()
+    return thread
