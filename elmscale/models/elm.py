@@ -604,7 +604,9 @@ class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
 
     def fit(self, X, y=None, *, client=None):
         """Fit as :meth:`_BaseELM.fit`; with ``probability=True`` also the calibration
-        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids)."""
+        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids; refused with a
+        ParquetDataset before any work)."""
+        self._check_calibration_data(X)
         super().fit(X, y, client=client)
         self._fit_calibration(X, y)
         return self
@@ -612,6 +614,7 @@ class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
     def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
         """As :meth:`_BaseELM.fit_path`; with ``probability=True`` every copy is calibrated,
         from one path per fold of the calibration's split (``self``: the last C's)."""
+        self._check_calibration_data(X)
         models = super().fit_path(X, y, Cs, client=client)
         self._fit_calibration(X, y, path=(models, [m.C for m in models]))
         self._take_calibration(models[-1])

@@ -458,7 +458,9 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
 
     def fit(self, X, y=None, client=None):
         """As :meth:`_BaseFLSASVM.fit`; with ``probability=True`` also the calibration
-        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids)."""
+        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids; refused with a
+        ParquetDataset before any work)."""
+        self._check_calibration_data(X)
         super().fit(X, y, client=client)
         self._fit_calibration(X, y)
         return self
@@ -467,6 +469,7 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
         """As :meth:`_BaseFLSASVM.fit_path`; with ``probability=True`` every copy is
         calibrated, from one selection path per fold of the calibration's split (``self``
         too when its ``n_support`` is among ``ms``)."""
+        self._check_calibration_data(X)
         models = super().fit_path(X, y, ms, client=client)
         self._fit_calibration(X, y, path=(models, [m.n_support for m in models]))
         for model in models:

@@ -76,7 +76,8 @@ class ProbabilityMixin:
     A classifier provides ``probability`` (a parameter), ``classes_``,
     ``_calibration_scores(X)`` ``(n, n_problems)`` and ``multiclass_coupling`` (how its
     problems are coupled for three classes or more: "pairwise" or "one_vs_rest"), and
-    calls :meth:`_fit_calibration` at the end of ``fit`` with the arrays it was fitted on.
+    calls :meth:`_fit_calibration` at the end of ``fit`` with the arrays it was fitted on
+    (a ``fit`` that takes a ParquetDataset calls :meth:`_check_calibration_data` first).
     """
 
     multiclass_coupling: str
@@ -87,6 +88,18 @@ class ProbabilityMixin:
 
     def _calibration_scores(self, X) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _check_calibration_data(self, X) -> None:
+        """Refuse ``probability=True`` with a ParquetDataset: the calibration's out-of-fold
+        fits read in-memory arrays.  A ``fit`` that takes ParquetDatasets calls this first,
+        so that the refusal comes before the fit's work, not after it."""
+        from elmscale.data.parquet import ParquetDataset
+
+        if self.probability and isinstance(X, ParquetDataset):
+            raise ValueError(
+                f"{type(self).__name__}(probability=True) fits its calibration on in-memory "
+                "arrays; got a ParquetDataset (fit it with probability=False, or on arrays)"
+            )
 
     def _fit_calibration(self, X, y, *, ray_address=None, path=None) -> None:
         """Fit ``prob_a_``, ``prob_b_`` and ``probability_coupling_`` when ``probability``
@@ -101,14 +114,9 @@ class ProbabilityMixin:
                 model.__dict__.pop(name, None)
         if not self.probability:
             return
-        from elmscale.data.parquet import ParquetDataset
         from elmscale.distributed.executors import make_executor
 
-        if isinstance(X, ParquetDataset):
-            raise ValueError(
-                f"{type(self).__name__}(probability=True) fits its calibration on in-memory "
-                "arrays; got a ParquetDataset (fit it with probability=False, or on arrays)"
-            )
+        self._check_calibration_data(X)
         X, y = np.asarray(X), np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
