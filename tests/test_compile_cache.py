@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,69 @@ def test_the_fingerprint_guards_the_folders_numba_really_uses(tmp_path):
     assert again.returncode == 0, again.stderr
     assert stamp.read_text() == compile_cache.fingerprint(compile_cache.kernel_sources())
     assert index.read_bytes() != b"stale"  # compiled and cached again
+
+
+def _only_the_temporary_folder_left(tmp_path, monkeypatch):
+    """choose() down to its last rules: the package folder and the user cache folder cannot
+    be written, the temporary folder is ``tmp_path``."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr(compile_cache, "_package_writable", lambda: False)
+    monkeypatch.setattr(compile_cache.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(compile_cache, "_process_folder_made", [], raising=False)
+    return tmp_path / f"elmscale-{os.getuid()}"
+
+
+def test_an_owned_private_temporary_folder_is_used(tmp_path, monkeypatch):
+    top = _only_the_temporary_folder_left(tmp_path, monkeypatch)
+    assert compile_cache.choose() == (top / "numba", "temporary folder")
+    for folder in (top, top / "numba"):  # made by the cache: this user's, mode 0700
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert folder.stat().st_uid == os.geteuid()
+    assert compile_cache.choose() == (top / "numba", "temporary folder")  # found again
+
+
+@pytest.mark.parametrize("whose", ["another user's", "world-writable", "a link"])
+def test_a_temporary_folder_another_user_controls_is_refused(tmp_path, monkeypatch, whose):
+    """numba unpickles the index files it finds: a folder another user made first (or can
+    write into) would run their code here.  Refused, once said, for a folder of this
+    process's own."""
+    top = _only_the_temporary_folder_left(tmp_path, monkeypatch)
+    if whose == "a link":
+        (tmp_path / "theirs").mkdir(mode=0o700)
+        top.symlink_to(tmp_path / "theirs")
+    else:
+        (top / "numba").mkdir(parents=True, mode=0o700)
+        top.chmod(0o700)
+    if whose == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving a folder to another user needs root")
+        os.chown(top, 65534, 65534)  # nobody
+    elif whose == "world-writable":
+        (top / "numba").chmod(0o777)
+    with pytest.warns(RuntimeWarning, match="cached for this process only") as said:
+        folder, why = compile_cache.choose()
+    assert why == "a folder of this process's own"
+    assert not folder.is_relative_to(top) and folder.name.startswith("elmscale-numba-")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    reason = {"another user's": "owned by uid 65534", "world-writable": "written by others"}
+    assert reason.get(whose, "not a folder") in str(said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once a process
+        assert compile_cache.choose() == (folder, why)
+
+
+def test_the_user_cache_folder_must_be_private_too(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(compile_cache, "_package_writable", lambda: False)
+    monkeypatch.setattr(compile_cache.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    user = tmp_path / "xdg" / "elmscale"
+    assert compile_cache.choose() == (user / "numba", "user cache folder")
+    user.chmod(0o777)
+    assert compile_cache.choose()[1] == "temporary folder"

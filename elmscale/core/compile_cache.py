@@ -12,9 +12,17 @@ calls :func:`configure`), in this order:
 2. ``NUMBA_CACHE_DIR`` set by the user: left as it is;
 3. elmscale's package folder writable: numba's default, the ``__pycache__`` beside the code;
 4. the user cache folder, ``$XDG_CACHE_HOME/elmscale/numba`` (``~/.cache/elmscale/numba``);
-5. if that is not writable either, ``<temp>/elmscale-<uid>/numba``.
+5. if that is not writable either, ``<temp>/elmscale-<uid>/numba``;
+6. if that cannot be used either, a new folder of this process's own (said once, in a
+   RuntimeWarning): nothing is cached between processes.
 
-In cases 1, 4 and 5 the folder is written to ``NUMBA_CACHE_DIR`` in ``os.environ`` (numba
+In cases 4 and 5 the folders from ``elmscale`` down (made with mode 0700 when missing) must
+be this user's and writable by no one else (:func:`private_folder`), else the next rule:
+numba loads its index files with pickle, and another local user who made
+``/tmp/elmscale-<uid>`` first could plant one there and run code in this process.  The
+folders of rules 1 and 2 are the user's own choice and are not checked.
+
+In cases 1, 4, 5 and 6 the folder is written to ``NUMBA_CACHE_DIR`` in ``os.environ`` (numba
 reads it when it compiles; worker processes started from here inherit it), so other numba
 code in this process caches there too, each module in a sub-folder of its own.
 numba keys each cached kernel by its source file's path and content, so installs in other
@@ -30,10 +38,14 @@ install's cached kernels (:func:`drop_stale_kernels`) before numba reads them.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
+import stat
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 ENV = "ELMSCALE_CACHE_DIR"
@@ -60,6 +72,59 @@ def writable(folder: Path) -> bool:
     return True
 
 
+def private_folder(folder: Path, top: Path) -> str | None:
+    """Why ``folder`` cannot hold cached kernels, or None when it can: ``top`` and every
+    folder below it down to ``folder`` (each made, mode 0700, when missing) must be a folder,
+    not a link, owned by this user and writable by no one else.  numba unpickles its index
+    files, so a folder that another user made first, or can write into, lets them run code
+    in this process (pip checks its cache's owner likewise).  Ownership and modes are
+    POSIX's: elsewhere only that the folders can be made."""
+    folder, top = Path(folder), Path(top)
+    below = folder.relative_to(top).parts
+    try:
+        top.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{top.parent} cannot be made ({exc.strerror})"
+    for path in [top.joinpath(*below[:i]) for i in range(len(below) + 1)]:
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            return f"{path} cannot be made ({exc.strerror})"
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{path} is not a folder (a link or a file)"
+        if not hasattr(os, "geteuid"):
+            continue
+        if st.st_uid != os.geteuid():
+            return f"{path} is owned by uid {st.st_uid}, not this user ({os.geteuid()})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{path} can be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+_process_folder_made: list[Path] = []  # the one folder of _process_folder, once made
+
+
+def _process_folder(why: str) -> Path:
+    """A new folder of this process's own (``mkdtemp``: mode 0700, a name no one can
+    guess; removed at exit), made once, saying once why: the kernels compile as without a
+    cache, and what they write there no other process reads (but the processes started
+    from this one, which inherit ``NUMBA_CACHE_DIR``)."""
+    if not _process_folder_made:
+        made = Path(tempfile.mkdtemp(prefix="elmscale-numba-"))
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+        _process_folder_made.append(made)
+        warnings.warn(
+            f"elmscale's compiled kernels are cached for this process only: {why}; "
+            f"set {ENV} to a folder of yours to keep them",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return _process_folder_made[0]
+
+
 def _package_writable() -> bool:
     for name in KERNEL_PACKAGES:
         folder = _PACKAGE / name / "__pycache__"
@@ -80,10 +145,14 @@ def choose() -> tuple[Path | None, str]:
     if _package_writable():
         return None, "package folder"
     user = user_cache_root() / "numba"
-    if writable(user):
+    if private_folder(user, user_cache_root()) is None and writable(user):
         return user, "user cache folder"
     uid = os.getuid() if hasattr(os, "getuid") else "user"
-    return Path(tempfile.gettempdir()) / f"elmscale-{uid}" / "numba", "temporary folder"
+    top = Path(tempfile.gettempdir()) / f"elmscale-{uid}"
+    refused = private_folder(top / "numba", top)
+    if refused is None and writable(top / "numba"):
+        return top / "numba", "temporary folder"
+    return _process_folder(refused or f"{top} cannot be written"), "a folder of this process's own"
 
 
 def configure() -> Path | None:
