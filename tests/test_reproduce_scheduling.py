@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -345,6 +346,119 @@ def test_a_worker_whose_piece_was_interrupted_is_not_pooled(tmp_path):
         assert again.key == replace(fast, trial=1, seed=1).key and again.status == "done"
     finally:
         pool.close()
+
+
+class Killed(Exception):
+    """A process killed while it writes."""
+
+
+def test_a_ledger_write_cut_short_leaves_the_previous_ledger(monkeypatch):
+    ledger = HostLedger("test-" + os.urandom(4).hex(), budget=100, poll_s=0.02)
+    try:
+        with ledger.reserve("a", 60) as refused:
+            assert refused is None
+        written = Path.write_text
+
+        def cut_short(path, text, *args, **kwargs):
+            written(path, text[: len(text) // 2], *args, **kwargs)
+            raise Killed
+
+        with monkeypatch.context() as patched:
+            patched.setattr(Path, "write_text", cut_short)
+            with pytest.raises(Killed), ledger.reserve("b", 60):
+                pass
+        assert json.loads(ledger.path.read_text()) == {"budget": 100, "entries": {}}
+        with ledger.reserve("c", 60) as refused:
+            assert refused is None
+    finally:
+        ledger.remove()
+
+
+def _run_files(folder: Path, run_id: str) -> list[str]:
+    return sorted(str(p) for p in Path(folder).iterdir() if run_id in p.name)
+
+
+@pytest.mark.timeout(300)
+def test_on_dask_the_run_leaves_no_ledger_on_any_worker(tmp_path, dask_client, monkeypatch):
+    """The workers' ledgers are removed at the end, not only the engine's (here the
+    engine's temporary folder is another, as on another machine)."""
+    import tempfile
+
+    from elmscale.experiments import isolation
+
+    made: list[HostLedger] = []
+    new = HostLedger.new.__func__
+
+    def recorded(cls, *args):
+        made.append(new(cls, *args))
+        return made[-1]
+
+    monkeypatch.setattr(isolation.HostLedger, "new", classmethod(recorded))
+    (tmp_path / "engine-tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "engine-tmp"))
+    data = _generated(600, "set")
+    results = run_pieces(
+        [_piece(SPARSE_ELM, data)],
+        {"set": data},
+        tmp_path / "run",
+        executor=DaskExecutor(dask_client),
+    )
+    assert [r.status for r in results.values()] == ["done"]
+    (ledger,) = made
+    left = dask_client.run(lambda: _run_files(tempfile.gettempdir(), ledger.run_id))
+    assert left and all(files == [] for files in left.values()), left
+    assert _run_files(tmp_path / "engine-tmp", ledger.run_id) == []
+
+
+KILLED_MID_PIECE = """
+import multiprocessing, sys
+from dataclasses import replace
+from pathlib import Path
+from elmscale.experiments.datasets import load_dataset
+from elmscale.experiments.isolation import HostLedger, run_admitted
+from elmscale.experiments.protocol import DataSet, Method, Piece
+
+multiprocessing.current_process().daemon = True  # as a Dask worker's: no forkserver
+slow = Method("SVM", "gaussian", "elmscale.experiments.pieces:PaperSVC",
+              (("kernel", "gaussian"),),
+              (("C", (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)), ("sigma", (0.1, 0.3, 1.0, 3.0))))
+spec = DataSet("set", (), source="sklearn.datasets:make_classification",
+               source_kw=(("n_samples", 3000), ("n_features", 8), ("random_state", 0)))
+run_admitted(Piece("trial", "set", slow, 0, 0, 5, "T"), datasets={"set": load_dataset(spec, None)},
+             ledger=HostLedger(sys.argv[1], budget=2**40))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_piece_killed_with_its_worker_leaves_no_file_once_the_run_is_removed(
+    tmp_path, monkeypatch
+):
+    """A Dask nanny kills its worker mid-piece: the piece's pickled data set, in the
+    run's folder, goes with that folder."""
+    import signal
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run_id = "test-" + os.urandom(4).hex()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MID_PIECE, run_id],
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(scratch.rglob("*.started")):  # the piece is running
+            assert worker.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=60)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    HostLedger(run_id).remove()
+    deadline = time.monotonic() + 30  # the piece's interpreter dies with its parent
+    while list(scratch.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(scratch.iterdir()) == []
 
 
 # -- time budgets -----------------------------------------------------------------------

@@ -193,6 +193,12 @@ class Executor:
         iterator early cancels the pieces not started."""
         raise NotImplementedError
 
+    def on_every_machine(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` here and on every machine the pieces may have run on (once per
+        worker: ``fn`` must not mind running twice on one machine); for removing a
+        run's files there.  Its failures on the workers are ignored."""
+        fn()
+
 
 class LocalExecutor(Executor):
     """This process: pieces side by side on threads, or one after another."""
@@ -314,6 +320,10 @@ class DaskExecutor(Executor):
         finally:
             self.client.cancel([f for f in futures if not f.done()])
 
+    def on_every_machine(self, fn):
+        self.client.run(fn, on_error="ignore")
+        fn()
+
     def reduce(self, fn, items, combine, *, shared=None, label=None, **kwargs):
         items = list(items)
         if not items:
@@ -366,6 +376,12 @@ class RayExecutor(Executor):
             describe=describe,
             **kwargs,
         )
+
+    def on_every_machine(self, fn):
+        from elmscale.distributed.ray_tasks import on_every_node
+
+        on_every_node(fn, ray_address=self.address)
+        fn()
 
     def reduce(self, fn, items, combine, *, shared=None, label=None, **kwargs):
         parts = self.map(fn, items, shared=shared, label=label, **kwargs)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from elmscale.core.errors import PieceFailed
 from elmscale.core.threads import thread_budget
 
-__all__ = ["PieceFailed", "connect", "iter_tasks", "run_tasks"]
+__all__ = ["PieceFailed", "connect", "iter_tasks", "on_every_node", "run_tasks"]
 
 
 def connect(ray_address: str | None = "auto") -> None:
@@ -125,3 +125,26 @@ def iter_tasks(
     finally:
         for other in pending:
             ray.cancel(other)
+
+
+def _call(fn):
+    return fn()
+
+
+def on_every_node(fn: Callable, *, ray_address: str | None = "auto", timeout: float = 60.0):
+    """``fn()`` once on every live node of the cluster, each a task pinned to its node
+    (no CPU held); waits ``timeout`` seconds at most, its failures ignored."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    connect(ray_address)
+    remote = ray.remote(num_cpus=0, max_retries=0)(_call)
+    refs = [
+        remote.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote(fn)
+        for node in ray.nodes()
+        if node["Alive"]
+    ]
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)

@@ -21,7 +21,8 @@ refused before it starts (the report lists it as left out, with its estimate).  
 the engine places the pieces itself: up to the executor's threads at once, in the
 protocol's order, a later piece starting first when it fits and the next does not.  On
 Ray or Dask every piece is submitted and admitted on the machine it reaches
-(:class:`~elmscale.experiments.isolation.HostLedger`).  Each piece runs in a child
+(:class:`~elmscale.experiments.isolation.HostLedger`; its folder removed from every
+machine at the end).  Each piece runs in a child
 process (:func:`~elmscale.experiments.isolation.run_bounded`): a baseline's piece
 (scikit-learn's SVC) is stopped at its time budget and journaled as left out
 (``status="timeout"``, no rows); a resumed run does not retry it unless asked
@@ -334,7 +335,11 @@ def _run_on(executor, pieces, datasets, *, budget, home_budget, fraction, **kwar
         ):
             yield result
     finally:
-        ledger.remove()
+        # the ledgers and pieces' files of every machine (a killed worker leaves its own)
+        try:
+            executor.on_every_machine(ledger.remove)
+        except Exception:  # the cluster unreachable: this machine's, at least
+            ledger.remove()
 
 
 @dataclass

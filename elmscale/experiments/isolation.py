@@ -23,7 +23,11 @@ the main module).
 (Ray tasks, Dask tasks): a small JSON file per run and machine, locked with ``flock``,
 holds the estimates of the pieces running there; a piece waits until its estimate fits
 the machine's budget beside them, and a piece larger than the whole budget is refused
-without starting.
+without starting.  The file is replaced whole (written under another name, then
+renamed), so a kill mid-write leaves the previous one.  It lives in the run's folder on
+that machine (:attr:`HostLedger.folder`), with the files of the pieces that run in a
+fresh interpreter there; the engine removes that folder on every machine at the end,
+so a worker killed mid-piece leaves nothing behind once the run is over.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -389,12 +394,15 @@ def shared_pool(preload: tuple[str, ...] = ()) -> WorkerPool:
         return _shared_pool
 
 
-def _wait_subprocess(piece, data, time_limit, stopper, estimate_mb) -> PieceResult:
+def _wait_subprocess(piece, data, time_limit, stopper, estimate_mb, scratch) -> PieceResult:
     """The piece in a fresh interpreter (``python -m elmscale.experiments.isolation IN
     OUT``): for a process that may not fork children of multiprocessing.  Its time
     budget counts from the piece's start (the child touches ``OUT.started`` once its
-    imports are done), not from the interpreter's."""
-    with tempfile.TemporaryDirectory(prefix="elmscale-piece-") as folder:
+    imports are done), not from the interpreter's.  Its files go in a folder in
+    ``scratch``: removed here, or with the run's folder when this process is killed."""
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="elmscale-piece-", dir=scratch) as folder:
         given, taken = Path(folder) / "piece.pkl", Path(folder) / "result.pkl"
         started = taken.with_suffix(".started")
         given.write_bytes(pickle.dumps((piece, data), protocol=pickle.HIGHEST_PROTOCOL))
@@ -443,17 +451,19 @@ def run_bounded(
     pool: WorkerPool | None = None,
     preload: tuple[str, ...] = (),
     estimate_mb: float = 0.0,
+    scratch: Path | None = None,
 ) -> PieceResult:
     """Run ``piece`` on ``data`` (its loaded set): in a worker process of ``pool`` (this
     process's shared pool by default) when ``isolate``, stopped after ``time_limit``
     seconds; else here (no time budget can be kept: a thread cannot be stopped).  A
-    piece's own exception is raised here."""
+    piece's own exception is raised here.  ``scratch``: the folder of the files of a
+    piece run in a fresh interpreter (the run's, removed with it; None: the system's)."""
     if not isolate:
         if time_limit is not None:
             raise ValueError("a time budget needs the piece in a child process (isolate=True)")
         return run_piece(piece, datasets={piece.dataset: data})._replace(estimate_mb=estimate_mb)
     if not _may_have_children():
-        return _wait_subprocess(piece, data, time_limit, stopper, estimate_mb)
+        return _wait_subprocess(piece, data, time_limit, stopper, estimate_mb, scratch)
     pool = pool or shared_pool(preload)
     worker = pool.acquire()
     try:
@@ -486,8 +496,13 @@ class HostLedger:
         return cls(uuid.uuid4().hex, budget, socket.gethostname(), home_budget, fraction)
 
     @property
+    def folder(self) -> Path:
+        """The run's folder on this machine: the ledger and the pieces' files."""
+        return Path(tempfile.gettempdir()) / f"elmscale-run-{self.run_id}"
+
+    @property
     def path(self) -> Path:
-        return Path(tempfile.gettempdir()) / f"elmscale-memory-{self.run_id}.json"
+        return self.folder / "memory.json"
 
     def _machine_budget(self) -> int | None:
         if self.budget is not None:
@@ -500,6 +515,7 @@ class HostLedger:
     def _locked(self):
         import fcntl
 
+        self.folder.mkdir(exist_ok=True)
         lock = self.path.with_suffix(".lock")
         with open(lock, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
@@ -509,7 +525,7 @@ class HostLedger:
                     state = {"budget": self._machine_budget(), "entries": {}}
                 holder = {"state": state}
                 yield holder
-                self.path.write_text(json.dumps(holder["state"]))
+                _replace_whole(self.path, json.dumps(holder["state"]))
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -556,14 +572,20 @@ class HostLedger:
         try:
             yield None
         finally:
-            with self._locked() as holder:
-                holder["state"]["entries"].pop(token, None)
+            if self.folder.exists():  # else the run is over and its folder removed
+                with self._locked() as holder:
+                    holder["state"]["entries"].pop(token, None)
 
     def remove(self) -> None:
-        """Delete this machine's files of the run (the engine's, once it is over)."""
-        for path in (self.path, self.path.with_suffix(".lock")):
-            with contextlib.suppress(OSError):
-                path.unlink()
+        """Delete this machine's folder of the run (on every machine, once it is over)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _replace_whole(path: Path, text: str) -> None:
+    """``path`` holds ``text``, or its previous content if this is cut short."""
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def run_admitted(
@@ -577,7 +599,7 @@ def run_admitted(
     preload: tuple[str, ...] = (),
 ) -> PieceResult:
     """A Ray or Dask task's piece: admitted by memory on its machine (``ledger``), then
-    :func:`run_bounded` with the piece's time budget."""
+    :func:`run_bounded` with the piece's time budget, its files in the run's folder."""
     from elmscale.experiments.memory import estimate_piece
 
     data = datasets[piece.dataset]
@@ -585,6 +607,7 @@ def run_admitted(
     limit = piece_time_limit(piece, timeout, timeout_every_piece)
     run = dict(data=data, time_limit=limit, isolate=isolate, preload=preload)
     run["estimate_mb"] = round(need / MB, 1)
+    run["scratch"] = None if ledger is None else ledger.folder
     if ledger is None:
         return run_bounded(piece, **run)
     with ledger.reserve(piece.key, need) as refused:
@@ -601,6 +624,7 @@ def _main(argv: list[str]) -> int:
     result (or its exception) pickled to OUT."""
     given, taken = Path(argv[0]), Path(argv[1])
     piece, data = pickle.loads(given.read_bytes())
+    given.unlink()  # read: the largest file gone even if this process is killed
     importlib.import_module(piece.method.estimator.partition(":")[0])
     taken.with_suffix(".started").touch()  # the time budget counts from here
     try:
