@@ -275,3 +275,78 @@ def test_the_user_cache_folder_must_be_private_too(tmp_path, monkeypatch):
     assert compile_cache.choose() == (user / "numba", "user cache folder")
     user.chmod(0o777)
     assert compile_cache.choose()[1] == "temporary folder"
+
+
+# a process that imported elmscale's kernels, then sees a source edited and another process
+# start (a new fingerprint written, the cached kernels dropped), then compiles a kernel
+_EDITED_WHILE_RUNNING = """
+import pathlib, subprocess, sys
+import numpy as np
+import elmscale
+from elmscale.core import jit
+source = pathlib.Path(elmscale.__file__).parent / "solvers" / "kernel_passes.py"
+source.write_text(source.read_text() + "\\n# edited\\n")
+subprocess.run([sys.executable, "-c", "import elmscale"], check=True, timeout=200)
+jit.dot(np.arange(4.0), np.arange(4.0))
+print(sum(jit.dot.stats.cache_misses.values()))
+"""
+_CACHE_HITS = (
+    "import numpy as np\n"
+    "from elmscale.core import jit\n"
+    "jit.dot(np.arange(4.0), np.arange(4.0))\n"
+    "print(sum(jit.dot.stats.cache_hits.values()))\n"
+)
+
+
+@pytest.mark.timeout(600)
+def test_a_process_older_than_the_sources_caches_nothing_newer_ones_load(tmp_path):
+    """The stale-code race: a long-lived process, started before a source edit, compiles a
+    kernel lazily after a newer process wrote the new fingerprint.  numba keys the kernel by
+    its own file only (unchanged here), so it was cached where the next process loaded it;
+    with all sources in its key, the next process compiles it again."""
+    site = tmp_path / "site"
+    shutil.copytree(PACKAGE, site / "elmscale", ignore=shutil.ignore_patterns("__pycache__"))
+    env = _env(PYTHONPATH=str(site), ELMSCALE_CACHE_DIR=str(tmp_path / "cache"))
+    old = _python(_EDITED_WHILE_RUNNING, env, tmp_path, timeout=400)
+    assert old.returncode == 0, old.stderr
+    assert old.stdout.split() == ["1"]  # compiled by the old process, and written
+    newer = _python(_CACHE_HITS, env, tmp_path)
+    assert newer.returncode == 0, newer.stderr
+    assert newer.stdout.split() == ["0"], "the old process's kernel was loaded"
+    again = _python(_CACHE_HITS, env, tmp_path)  # the same sources: the cache serves
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["1"]
+
+
+def test_every_cached_kernel_is_keyed_by_all_kernel_sources():
+    """numba's stamp of each cached kernel also holds the kernel sources' fingerprint: no
+    kernel module defines a kernel before ``core/jit.py`` has set this up."""
+    import importlib
+    import pkgutil
+
+    from numba.core.dispatcher import Dispatcher
+
+    kernels = []
+    for package in compile_cache.KERNEL_PACKAGES:
+        for info in pkgutil.iter_modules([str(PACKAGE / package)]):
+            module = importlib.import_module(f"elmscale.{package}.{info.name}")
+            kernels += [
+                v
+                for v in vars(module).values()
+                if isinstance(v, Dispatcher) and v.py_func.__module__ == module.__name__
+            ]
+    cached = [k for k in kernels if hasattr(k._cache, "_cache_file")]
+    assert len(cached) > 20, [k.py_func.__name__ for k in kernels]
+    for kernel in cached:
+        stamp = kernel._cache._cache_file._source_stamp
+        source = os.path.realpath(kernel.py_func.__code__.co_filename)
+        assert stamp[1:] == (compile_cache.sources_stamp(source),), kernel.py_func.__qualname__
+
+
+def test_a_module_imported_after_the_sources_changed_gets_a_stamp_of_its_own(monkeypatch):
+    """Its process holds kernels of both versions: none it caches may serve another."""
+    first = compile_cache._first_fingerprint()  # taken (once) before the edit
+    monkeypatch.setattr(compile_cache, "fingerprint", lambda sources: "edited since")
+    uncached = compile_cache.sources_stamp.__wrapped__  # past the per-module memo
+    stamp = uncached(str(PACKAGE / "solvers" / "late_module.py"))
+    assert stamp != first and stamp.startswith("edited since, changed while process")

@@ -33,12 +33,16 @@ kernels it calls from other files (inlined, or compiled into it): a change to
 ``kernel_passes.py`` alone would leave ``kernel_dual.py``'s cached phase running the old
 passes.  So :func:`configure` also keeps a fingerprint of every kernel source file (path,
 size, modification time) beside the cache, and when any of them changed it removes this
-install's cached kernels (:func:`drop_stale_kernels`) before numba reads them.
+install's cached kernels (:func:`drop_stale_kernels`) before numba reads them.  A process
+started before the change may still compile kernels from the old code afterwards; numba
+keys each of elmscale's kernels by that fingerprint too (:func:`key_kernels_by_sources`),
+so no process loads a kernel compiled from other sources than its own.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import os
 import shutil
@@ -228,6 +232,63 @@ def drop_stale_kernels(folders: list[Path], stamp: Path, sources: list[Path]) ->
     tmp.write_text(now)
     os.replace(tmp, stamp)
     return True
+
+
+def key_kernels_by_sources() -> None:
+    """Make numba key each cached kernel of elmscale by all kernel sources, not by its own
+    file alone: its stamp (numba's hash of the kernel's file) gains :func:`sources_stamp`.
+    Called where elmscale imports numba, before any kernel is defined (``core/jit.py``).
+
+    Why, beyond :func:`drop_stale_kernels`: that runs when a process starts.  A process
+    started before a source edit still compiles kernels later, lazily, from the old code,
+    and numba would write them under a stamp that matches (their own file unchanged) beside
+    the fingerprint that another, newer process wrote: the next process would load old
+    code.  With the sources' fingerprint in the stamp, each process loads only the kernels
+    compiled from the sources it runs.  (numba's locator list is its ``CacheImpl``'s; a
+    user's ``NUMBA_CACHE_LOCATOR_CLASSES`` replaces it, and then only the drop at start
+    remains.)"""
+    from numba.core import caching
+
+    classes = caching.CacheImpl._locator_classes
+    if not any(getattr(c, "_elmscale_keyed", False) for c in classes):
+        caching.CacheImpl._locator_classes = [_keyed_by_sources(c) for c in classes]
+
+
+def _keyed_by_sources(locator: type) -> type:
+    """A subclass of numba's cache locator ``locator`` whose stamp of an elmscale file
+    carries :func:`sources_stamp` too."""
+
+    def get_source_stamp(self):
+        stamp = super(keyed, self).get_source_stamp()
+        path = getattr(self, "_py_file", None)
+        if path is None or not Path(os.path.realpath(path)).is_relative_to(_PACKAGE):
+            return stamp
+        return stamp, sources_stamp(os.path.realpath(path))
+
+    keyed = type(locator.__name__, (locator,), {"get_source_stamp": get_source_stamp})
+    keyed._elmscale_keyed = True
+    return keyed
+
+
+@functools.cache
+def _first_fingerprint() -> str:
+    """The kernel sources' fingerprint when this process defined its first kernel."""
+    return fingerprint(kernel_sources())
+
+
+@functools.cache
+def sources_stamp(module_file: str) -> str:
+    """The kernel sources' fingerprint as this process imported ``module_file`` (taken at
+    its first kernel): :func:`_first_fingerprint`, or, when they changed in between (this
+    process then holds code of both versions), a stamp of this process's own, which no
+    other process's kernels match."""
+    now = fingerprint(kernel_sources())
+    if now == _first_fingerprint():
+        return now
+    return f"{now}, changed while process {os.getpid()} ({_PROCESS_TOKEN}) imported its kernels"
+
+
+_PROCESS_TOKEN = os.urandom(8).hex()
 
 
 def cache_folder() -> Path:

@@ -46,6 +46,11 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from elmscale.core import compile_cache
+
+# before the first kernel: numba keys each cached kernel by all kernel sources
+compile_cache.key_kernels_by_sources()
+
 _LOG2E = 1.4426950408889634
 # ln 2 split in a high part with few mantissa bits (k * hi is exact) and a low part.
 _LN2_HI_32 = np.float32(0.693359375)
