@@ -78,12 +78,7 @@ STAND_INS = {
         ),
         creates=("model.elm",),
     ),
-    "python-api": StandIn(
-        needle='load("../shared/data/svmguide1/svmguide1")',
-        replace={'"../shared/': ('"{shared}/', 2)},
-        creates=("svmguide1.elm",),
-        shared=True,
-    ),
+    "python-api": StandIn(needle='load("wine.libsvm")', creates=("wine.libsvm", "wine.elm")),
     "parquet-on-dask": StandIn(
         needle='Client("tcp://scheduler:8786")',
         # absolute: Dask workers resolve a relative path against their own directory
