@@ -381,10 +381,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         ray_address=None,
         client=None,
         n_blocks=None,
-        local_passes=100,
         cache_mb=1024.0,
         state_dir=None,
-        warm_rows=0,
         n_parts="auto",
         early_prediction=False,
     ):
@@ -397,19 +395,22 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
         ``X`` may also be a :class:`~elmscale.data.parquet.ParquetDataset` (labels from
         its label column, ``y`` None).  With random nodes (``hidden``) the rows stay where
-        they are: CoCoA+ rounds (``elmscale.distributed.cocoa``) on the Dask cluster of
-        ``client``, or here, unit after unit, without one; ``tol`` is then each pair's
-        relative duality gap, ``max_iter`` the rounds (-1: at most 500), ``n_blocks`` the
-        blocks updated side by side (default: the worker threads the cluster has when the
-        fit starts, 2 without a client; the model depends on it, so give it where the
-        cluster may be changing size, as while a lost worker is replaced),
-        ``local_passes`` the coordinate-descent passes per block and round, ``cache_mb``
-        each process's cache of hidden outputs, ``state_dir`` a folder every
-        worker can read for the dual variables (default: a temporary folder, fine on one
-        machine), ``warm_rows`` the rows of a sample whose solution starts the rounds
-        ("auto": 100 per hidden node, at most a fifth of the rows; 0, the default: from
-        zero; measured to save few rounds, none on 1M rows: ``fit_cocoa``).  The
-        model holds ``coef_`` and the hidden layer, not the support
+        they are: primal Newton passes finished on the exact dual
+        (``elmscale.distributed.newton``, ``elmscale.solvers.primal_newton``) on the Dask
+        cluster of ``client``, or on this process's threads without one.  Each pass is an
+        exact map-reduce over every row (the L-number gradient and L x L Gram of the rows
+        near the margin per pair and unit), so the passes do not depend on how many
+        workers run them; the rows near the margin at the end (a few thousand) are
+        gathered and solved exactly by the single-process dual solver, and a verification
+        pass checks every row.  ``tol`` is each row's KKT violation at the end, as from
+        arrays; ``max_iter`` the passes over the data (-1: at most 500); ``n_blocks`` the
+        blocks of work units run side by side (default: the worker threads of the
+        cluster, or ``n_threads`` here; the model does not depend on it), ``cache_mb``
+        each process's cache of hidden outputs, ``state_dir`` a folder every worker can
+        write for the support rows' files (default: a temporary folder, fine on one
+        machine).  ``n_iter_`` counts the passes, ``duality_gap_`` is each pair's relative
+        duality gap, ``n_gathered_`` the rows phase 2 gathered, ``pass_seconds_`` each
+        pass's wall time.  The model holds ``coef_`` and the hidden layer, not the support
         vectors' rows: ``support_`` are their row numbers, a read-only memory map of a file
         that is never read whole into memory (the coordinator's memory stays flat as the
         rows grow).
@@ -458,9 +459,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 )
             if self.hidden is not None:
                 self._fit_calibration(X, None)  # a clear error with probability=True
-                return self._fit_cocoa(
-                    X, client, n_blocks, local_passes, cache_mb, state_dir, warm_rows
-                )
+                return self._fit_newton(X, client, n_blocks, cache_mb, state_dir)
             from elmscale.distributed import dataplane
 
             dataset = X
@@ -640,13 +639,12 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self._fit_calibration(X, y, ray_address=ray_address, path=(fitted, Cs))
         return fitted
 
-    def _fit_cocoa(self, dataset, client, n_blocks, local_passes, cache_mb, state_dir, warm_rows):
+    def _fit_newton(self, dataset, client, n_blocks, cache_mb, state_dir):
         from elmscale.distributed import dataplane
-        from elmscale.distributed.cocoa import fit_cocoa
+        from elmscale.distributed.newton import fit_newton, parquet_units
 
-        for name, value, low in (("local_passes", local_passes, 1), ("cache_mb", cache_mb, 0)):
-            if not isinstance(value, numbers.Real) or value < low:
-                raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
+        if not isinstance(cache_mb, numbers.Real) or cache_mb < 0:
+            raise ValueError(f"cache_mb must be a number >= 0; got {cache_mb!r}")
         stats = dataplane.column_stats(dataset, client=client)
         self.classes_ = np.asarray(stats.classes)
         if self.classes_.size < 2:
@@ -657,46 +655,50 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.n_features_in_ = dataset.n_features
         description, seed = self._feature_map_description(dataset.n_features)
         layer = mapping_from_dict(description)
-        result = fit_cocoa(
-            dataset,
+        result = fit_newton(
+            parquet_units(dataset),
             layer.to_dict(),
             self.classes_,
             C=float(self.C),
             tol=float(self.tol),
             client=client,
             n_blocks=n_blocks,
-            local_passes=int(local_passes),
             cache_mb=float(cache_mb),
             state_dir=state_dir,
-            warm_rows=warm_rows,
-            max_rounds=500 if self.max_iter < 0 else int(self.max_iter),
+            max_passes=int(self.max_iter),
             seed=seed,
             n_threads=self.n_threads,
         )
-        n_classes = self.classes_.size
-        pairs = one_vs_one_pairs(n_classes)
+        pairs = one_vs_one_pairs(self.classes_.size)
         self.hidden_layer_ = layer
-        self.coef_ = result.beta.T.copy()
         self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
         self.support_ = result.support
         self.support_vectors_ = np.empty((0, dataset.n_features), dtype=np.float32)
         self.dual_coef_ = np.empty((len(pairs), 0))
+        self._take_newton_status(result)
+        return self
+
+    def _take_newton_status(self, result) -> None:
+        """The Newton solver's model and status (``distributed.newton.fit_newton``)."""
+        self.coef_ = result.beta.T.copy()
         self.n_support_ = result.n_support
-        self.n_iter_ = np.full(len(pairs), result.rounds)
+        self.n_iter_ = result.passes
         self.objective_ = result.dual
         self.duality_gap_ = result.gap
-        self.kkt_violation_ = np.full(len(pairs), np.nan)
-        self.converged_ = result.gap <= self.tol
-        self.round_seconds_ = np.asarray(result.seconds)
-        if not result.converged:
+        self.kkt_violation_ = result.kkt
+        self.converged_ = result.converged
+        self.n_gathered_ = result.gathered
+        self.pass_seconds_ = np.asarray(result.seconds)
+        if not self.converged_.all():
+            checked = self.kkt_violation_[np.isfinite(self.kkt_violation_)]
+            worst = f"largest KKT violation {checked.max():.3g}" if checked.size else "unchecked"
             warnings.warn(
-                f"SparseELMClassifier stopped after {result.rounds} CoCoA+ rounds before "
-                f"reaching tol={self.tol:g} (largest relative duality gap "
-                f"{result.gap.max():.3g}); increase max_iter or local_passes",
+                f"SparseELMClassifier's Newton solver stopped after {self.n_iter_.max()} "
+                f"passes before reaching tol={self.tol:g} ({worst}); increase max_iter "
+                "(the passes), or scale the features",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
-        return self
 
     def _assemble(self, X32, y_idx, pairs, results, rows_of, feature_map):
         support_mask = np.zeros(X32.shape[0], bool)

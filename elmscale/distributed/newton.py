@@ -1,0 +1,660 @@
+"""The random-node sparse ELM by primal Newton passes over work units, finished on the exact
+dual (``solvers.primal_newton``), on a Dask cluster or on this process's threads.
+
+Each pass is one exact map-reduce over every row: the coordinator sends every unfinished
+one-vs-one pair's request (a Newton point, or a phase-2 split), each block of work units
+(pinned to one worker, whose cache keeps its hidden outputs) returns its units' terms, and
+the coordinator adds them **in unit order**, so the sums, hence the iterates and the passes,
+are the same to the bit however the units are dealt into blocks and wherever the blocks
+run.  One read of a unit serves every pair.  No row leaves its worker but the few near the
+margin that phase 2 gathers (their hidden outputs).
+
+A task's inputs are its units (where the rows are) and the requests (small): a task run
+again after its worker died recomputes its units' outputs from the files and returns the
+same numbers, so a lost worker changes nothing in the result.
+
+Each process keeps the hidden outputs ``h(x)`` of its units in a cache of ``cache_mb`` MB,
+filled in unit order and never evicted during a fit (a pass visits the units in the same
+order every time: LRU over a cycle larger than the cache would miss every time); units
+beyond it are computed again from their rows at each pass.  No scikit-learn here: a fresh
+worker starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from elmscale.core.seeding import xorshift_state
+from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
+from elmscale.features.base import feature_map_from_dict
+from elmscale.linalg.targets import one_vs_one_pairs
+from elmscale.solvers import primal_newton as pn
+from elmscale.solvers.explicit_dual import EXPLICIT_MAX_PASSES
+
+__all__ = ["ArrayUnit", "NewtonResult", "array_units", "clear_cache", "fit_newton"]
+
+#: Rows of one unit at most (its hidden outputs are one float32 array: 262,144 rows x 200
+#: nodes is 210 MB); larger row groups are cut into contiguous ranges.
+MAX_UNIT_ROWS = 262_144
+#: Passes at most when max_passes is -1 (1M rows x 200 nodes: 16)
+DEFAULT_MAX_PASSES = 500
+#: Phase 1's passes at most (1M rows x 200 nodes: 14); past them phase 2 starts from there
+PHASE1_MAX_PASSES = 100
+
+
+@dataclass(frozen=True)
+class NewtonProblem:
+    """What every task of one fit needs (small: sent with each task)."""
+
+    layer: dict  # the random layer's to_dict()
+    classes: tuple  # the label values, sorted (pair (a, b): t = +1 for classes[a])
+    pairs: tuple  # ((a, b), ...) class indices of the one-vs-one pairs
+    C: float
+    fit_id: str  # names this fit's entries in the processes' caches
+    cache_mb: float
+    state_dir: str  # where the units write their support rows ("" : returned instead)
+
+
+class NewtonRequest(NamedTuple):
+    """Phase 1: the terms at ``point + direction`` under each smoothing of ``hs``."""
+
+    point: np.ndarray
+    direction: np.ndarray
+    hs: tuple
+
+
+class SplitRequest(NamedTuple):
+    """Phase 2: the gap terms at ``beta_check`` and the rows that join the gathered set."""
+
+    beta_fix: np.ndarray
+    beta_check: np.ndarray
+    h: float
+    delta: float
+    gathered: np.ndarray
+    send_near: bool
+    tol: float
+
+
+class DualsRequest(NamedTuple):
+    """The end: every row's dual variable (``primal_newton.unit_duals``)."""
+
+    beta_fix: np.ndarray
+    gathered: np.ndarray
+    gathered_alpha: np.ndarray
+
+
+class NewtonResult(NamedTuple):
+    """``beta`` (n_pairs x L); per pair the dual objective ``dual`` (the single-process
+    solver's ``objective_``), ``primal``, the relative duality ``gap``, the largest KKT
+    violation ``kkt``, ``passes`` over the data, ``gathered`` (phase 2's rows) and
+    ``converged``; ``support`` (global row numbers of the rows with a_i > 0 in any pair,
+    sorted; a read-only memory map of a file for a ParquetDataset) with ``n_support`` per
+    class; ``alpha`` (n_pairs x n, arrays only, else None); the wall ``seconds`` of each
+    pass."""
+
+    beta: np.ndarray
+    dual: np.ndarray
+    primal: np.ndarray
+    gap: np.ndarray
+    kkt: np.ndarray
+    passes: np.ndarray
+    gathered: np.ndarray
+    converged: np.ndarray
+    support: np.ndarray
+    n_support: np.ndarray
+    alpha: np.ndarray | None
+    seconds: list
+
+
+# -- where the rows are: Parquet units, or row ranges of arrays here ------------------------
+
+
+@dataclass(frozen=True)
+class ArrayUnit:
+    """Rows ``start .. start + n_rows`` of arrays held by this process (the one-process fit's
+    units): ``read()`` as a Parquet unit's, labels as class indices."""
+
+    index: int
+    start: int
+    n_rows: int
+    X: np.ndarray
+    y: np.ndarray
+
+    def read(self):
+        stop = self.start + self.n_rows
+        return self.X[self.start : stop], self.y[self.start : stop]
+
+    @property
+    def pieces(self):  # (what a label error names)
+        return (("the rows given to fit", 0, self.start, self.n_rows),)
+
+
+def array_units(X: np.ndarray, y_idx: np.ndarray, n_units: int) -> list[ArrayUnit]:
+    """``n_units`` contiguous row ranges of ``X`` (float32) and its class indices."""
+    bounds = np.linspace(0, X.shape[0], max(1, min(n_units, X.shape[0])) + 1).astype(np.int64)
+    return [
+        ArrayUnit(i, int(a), int(b - a), X, y_idx)
+        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
+    ]
+
+
+# -- the worker side ----------------------------------------------------------------------
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_BYTES = [0]
+
+
+def clear_cache(fit_id: str | None = None) -> int:
+    """Drop this process's cached hidden outputs (of one fit, or all); returns bytes freed."""
+    freed = 0
+    with _CACHE_LOCK:
+        for key in [k for k in _CACHE if fit_id is None or k[0] == fit_id]:
+            H, y_idx = _CACHE.pop(key)
+            freed += H.nbytes + y_idx.nbytes
+        _CACHE_BYTES[0] -= freed
+    return freed
+
+
+def _class_index(y, classes: tuple, unit) -> np.ndarray:
+    values = np.asarray(classes, dtype=object if isinstance(classes[0], str) else None)
+    index = np.minimum(np.searchsorted(values, y), len(values) - 1)
+    bad = values[index] != y
+    if np.any(bad):
+        raise ValueError(
+            f"{unit.pieces[0][0]}: label {y[np.argmax(bad)]!r} is not among the classes "
+            f"{list(classes)} seen when the fit started"
+        )
+    return index.astype(np.int64)
+
+
+def _unit_outputs(unit, problem: NewtonProblem):
+    """``(h(X), class index)`` of a unit's rows, from the cache or computed (and cached if
+    it fits: ``_cache_put``)."""
+    key = (problem.fit_id, unit.index)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+    X, y = unit.read()
+    if y is None:
+        raise ValueError(f"{unit.pieces[0][0]}: the data set has no label column")
+    layer = feature_map_from_dict(problem.layer)
+    H = layer.transform(X)
+    y_idx = _class_index(y, problem.classes, unit)
+    _cache_put(key, H, y_idx, problem.cache_mb * 2**20)
+    return H, y_idx
+
+
+def _cache_put(key, H, y_idx, budget: float) -> None:
+    """Keep ``(H, y_idx)`` if it fits in ``budget`` bytes after dropping other fits'
+    entries; this fit's are never evicted (see the module's docstring)."""
+    size = H.nbytes + y_idx.nbytes
+    with _CACHE_LOCK:
+        for old in [k for k in _CACHE if k[0] != key[0]]:
+            if _CACHE_BYTES[0] + size <= budget:
+                break
+            old_H, old_y = _CACHE.pop(old)
+            _CACHE_BYTES[0] -= old_H.nbytes + old_y.nbytes
+        if _CACHE_BYTES[0] + size <= budget:
+            _CACHE[key] = (H, y_idx)
+            _CACHE_BYTES[0] += size
+
+
+def _pair_rows(y_idx, pair, n_pairs):
+    """A pair's rows among these (all of them for a single pair) and their +1 / -1 targets
+    (+1: the pair's first class)."""
+    a, b = pair
+    rows = np.arange(y_idx.size) if n_pairs == 1 else np.flatnonzero((y_idx == a) | (y_idx == b))
+    return rows, np.where(y_idx[rows] == a, 1.0, -1.0)
+
+
+def _unit_terms(unit, requests, problem: NewtonProblem):
+    """One unit's answer to every pair's request (None for a pair with none)."""
+    H, y_idx = _unit_outputs(unit, problem)
+    n_pairs = len(problem.pairs)
+    answers = []
+    for pair, request in zip(problem.pairs, requests):
+        if request is None:
+            answers.append(None)
+            continue
+        rows, t = _pair_rows(y_idx, pair, n_pairs)
+        Hp = H if n_pairs == 1 else H[rows]
+        if isinstance(request, NewtonRequest):
+            answers.append(
+                pn.unit_newton_terms(Hp, t, request.point, request.direction, request.hs)
+            )
+        elif isinstance(request, SplitRequest):
+            answers.append(
+                pn.unit_split_terms(
+                    Hp,
+                    t,
+                    unit.start + rows,
+                    request.beta_fix,
+                    request.beta_check,
+                    C=problem.C,
+                    h=request.h,
+                    delta=request.delta,
+                    gathered=request.gathered,
+                    send_near=request.send_near,
+                    tol=request.tol,
+                )
+            )
+        else:
+            alpha = pn.unit_duals(
+                Hp,
+                t,
+                unit.start + rows,
+                request.beta_fix,
+                C=problem.C,
+                gathered=request.gathered,
+                gathered_alpha=request.gathered_alpha,
+            )
+            answers.append((rows, alpha))
+    return answers
+
+
+def block_pass(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
+    """One pass over a block's units: ``[answers of unit]`` in the block's unit order."""
+    with thread_budget(n_threads):
+        return [_unit_terms(unit, requests, problem) for unit in units]
+
+
+def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
+    """The last pass: each unit's support rows (a_i > 0 in any pair) written to its file in
+    ``problem.state_dir`` (returned instead when it is ""), and its support count per class;
+    with arrays, each unit's duals per pair too."""
+    out = []
+    with thread_budget(n_threads):
+        for unit in units:
+            answers = _unit_terms(unit, requests, problem)
+            _, y_idx = _unit_outputs(unit, problem)
+            positive = np.zeros(unit.n_rows, dtype=bool)
+            for rows, alpha in answers:
+                positive[rows[alpha > 0]] = True
+            local = np.flatnonzero(positive)
+            counts = np.bincount(y_idx[local], minlength=len(problem.classes))
+            if problem.state_dir:
+                _write_support(problem, unit, unit.start + local)
+                out.append((counts, None))
+            else:
+                out.append((counts, (unit.start + local, answers)))
+    return out
+
+
+def _support_path(problem: NewtonProblem, unit_index: int) -> Path:
+    return Path(problem.state_dir) / f"{problem.fit_id}.unit{unit_index:06d}.support.npy"
+
+
+def _write_support(problem: NewtonProblem, unit, rows: np.ndarray) -> None:
+    path = _support_path(problem, unit.index)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, rows.astype(np.int64), allow_pickle=False)
+    os.replace(tmp, path)
+
+
+# -- the coordinator ----------------------------------------------------------------------
+
+
+class _Pair:
+    """One pair's solve across passes: phase 1 (smoothed Newton), phase 2 (the split and the
+    gathered rows' exact solve), done."""
+
+    def __init__(self, n_hidden: int, C: float, tol: float, seed: int):
+        self.C = C
+        self.tol = tol
+        self.seed = seed
+        self.beta = np.zeros(n_hidden)
+        self.direction = np.zeros(n_hidden)
+        self.decrement = 0.0
+        self.h = pn.H_START
+        self.phase = "newton"
+        self.passes = 0
+        # phase 2
+        self.beta_fix = None
+        self.rows = np.empty(0, dtype=np.int64)
+        self.H_rows = np.empty((0, n_hidden), dtype=np.float32)
+        self.t_rows = np.empty(0)
+        self.alpha = np.empty(0)
+        self.first_split = True
+        self.solved = False
+        self.primal = self.dual = self.gap = np.nan
+        self.kkt = np.nan
+
+    def request(self):
+        if self.phase == "newton":
+            return NewtonRequest(self.beta, self.direction, (self.h, self.h / pn.H_FACTOR))
+        if self.phase == "split":
+            return SplitRequest(
+                self.beta_fix,
+                self.beta,
+                self.h,
+                pn.DELTA_FACTOR * self.h,
+                self.rows,
+                self.first_split,
+                self.tol,
+            )
+        return None
+
+    def take(self, answer) -> None:
+        self.passes += 1
+        if self.phase == "newton":
+            self._newton(answer)
+        else:
+            self._split(answer)
+
+    def _newton(self, terms) -> None:
+        now, after = terms
+        if np.any(self.direction):
+            objectives = pn.smoothed_objective(self.beta, self.direction, now.loss, self.C)
+            step = pn.accept_step(objectives, self.decrement)
+            if step == 0.0 or self.passes > PHASE1_MAX_PASSES:
+                # no step of STEPS lowers the smoothed objective: a direction too stiff for
+                # the smoothing (rows repeated on the margin); phase 2 takes the rows within
+                # this smoothing's reach from here
+                self._begin_split()
+                return
+            if step != 1.0:  # cut back: the next pass computes the terms there
+                self.beta = self.beta + step * self.direction
+                self.direction = np.zeros_like(self.beta)
+                self.decrement = 0.0
+                return
+            self.beta = self.beta + self.direction
+            objective = objectives[1]
+        else:
+            objective = pn.smoothed_objective(self.beta, self.direction, now.loss, self.C)[0]
+        self.direction, self.decrement = pn.newton_direction(self.beta, now, self.C, self.h)
+        if self.decrement > pn.H_LEVEL_DECREMENT * max(objective, 1e-300):
+            return
+        if self.h <= pn.H_FINAL:  # phase 1 done: split the rows by their margins here
+            self._begin_split()
+            return
+        # the next smoothing's terms at this point came with this pass
+        self.h /= pn.H_FACTOR
+        self.direction, self.decrement = pn.newton_direction(self.beta, after, self.C, self.h)
+
+    def _begin_split(self) -> None:
+        self.phase = "split"
+        self.direction = np.zeros_like(self.beta)
+        self.beta_fix = self.beta.copy()
+
+    def _split(self, terms: pn.SplitTerms) -> None:
+        if not self.first_split:
+            alpha_sum = self.C * terms.n_upper + float(self.alpha.sum())
+            self.primal, self.dual, self.gap = pn.relative_gap(
+                self.beta, self.C, terms.hinge, alpha_sum
+            )
+            self.kkt = max(terms.worst, self._gathered_kkt())
+            if terms.rows.size == 0 and self.solved:
+                self.phase = "done"
+                return
+        self.first_split = False
+        fixed_part = self.C * terms.upper_sum  # (the joining rows' share left out)
+        rows = np.concatenate([self.rows, terms.rows])
+        order = np.argsort(rows, kind="stable")
+        self.rows = rows[order]
+        self.H_rows = np.ascontiguousarray(np.concatenate([self.H_rows, terms.H_rows])[order])
+        self.t_rows = np.concatenate([self.t_rows, terms.t_rows])[order]
+        self.alpha = np.concatenate([self.alpha, terms.a_rows])[order]
+        self.beta, self.solved, _ = pn.solve_gathered(
+            self.H_rows,
+            self.t_rows,
+            self.alpha,
+            fixed_part,
+            C=self.C,
+            tol=self.tol,
+            max_passes=EXPLICIT_MAX_PASSES,
+            rng_state=xorshift_state(self.seed),
+        )
+
+    def _gathered_kkt(self) -> float:
+        if not self.rows.size:
+            return 0.0
+        margins = (self.H_rows.astype(np.float64) @ self.beta) * self.t_rows
+        grad = margins - 1.0
+        violation = np.where(
+            self.alpha <= 0.0,
+            np.maximum(-grad, 0.0),
+            np.where(self.alpha >= self.C, np.maximum(grad, 0.0), np.abs(grad)),
+        )
+        return float(violation.max())
+
+
+def _layout(client, n_blocks: int | None) -> tuple[list, int]:
+    """``(workers, blocks)``: the cluster's workers in name order (none here) and the number
+    of blocks (default: the cluster's worker threads; here, the threads of ``n_threads``)."""
+    workers: list = []
+    if client is not None:
+        from elmscale.distributed.executors import DaskExecutor
+
+        DaskExecutor(client)  # checks the client
+        nthreads = client.nthreads()
+        workers = sorted(nthreads)
+        if n_blocks is None:
+            n_blocks = sum(nthreads.values())
+    if n_blocks is not None and (isinstance(n_blocks, bool) or int(n_blocks) < 1):
+        raise ValueError(f"n_blocks must be >= 1; got {n_blocks!r}")
+    return workers, n_blocks
+
+
+def _blocks(units: list, n_blocks: int) -> list[list]:
+    """Units dealt round-robin into ``n_blocks`` blocks (near-equal rows for equal units)."""
+    return [units[b::n_blocks] for b in range(n_blocks) if units[b::n_blocks]]
+
+
+def _on_blocks(client, workers, blocks, fn, *args, n_threads):
+    """``[fn(block, *args, n_threads=1) for block in blocks]``: side by side on this
+    process's threads, one BLAS thread each as on workers (so the sums, hence the bits, are
+    the cluster's); or each block on its worker (block i on ``workers[i % len(workers)]``,
+    where its hidden outputs are cached), retried elsewhere if the worker is lost."""
+    if client is None:
+        return map_in_threads(lambda b: fn(b, *args, n_threads=1), blocks, n_threads)
+    futures = [
+        client.submit(
+            fn,
+            block,
+            *args,
+            n_threads=1,
+            pure=False,
+            workers=[workers[i % len(workers)]],
+            allow_other_workers=True,
+            retries=3,
+        )
+        for i, block in enumerate(blocks)
+    ]
+    return client.gather(futures)
+
+
+def _in_unit_order(blocks, per_block: list) -> list:
+    """The blocks' per-unit answers put back in unit order."""
+    by_unit = {}
+    for block, answers in zip(blocks, per_block):
+        for unit, answer in zip(block, answers):
+            by_unit[unit.index] = answer
+    return [by_unit[i] for i in sorted(by_unit)]
+
+
+def _summed(answers: list, p: int):
+    """Pair ``p``'s answers of every unit, added in unit order."""
+    parts = [a[p] for a in answers]
+    if isinstance(parts[0], tuple) and isinstance(parts[0][0], pn.NewtonTerms):
+        total = list(parts[0])
+        for part in parts[1:]:
+            total = [x + y for x, y in zip(total, part)]
+        return tuple(total)
+    return pn.join_split_terms(parts)
+
+
+def fit_newton(
+    units: list,
+    layer: dict,
+    classes,
+    *,
+    C: float,
+    tol: float,
+    client=None,
+    n_blocks: int | None = None,
+    cache_mb: float = 1024.0,
+    state_dir=None,
+    max_passes: int = -1,
+    seed: int = 0,
+    n_threads: int | None = None,
+    on_pass=None,
+    keep_duals: bool = False,
+) -> NewtonResult:
+    """Solve every one-vs-one pair of the random-node sparse ELM on ``units`` (a
+    ParquetDataset's work units, or ``array_units``) by primal Newton passes finished on
+    the exact dual (``solvers.primal_newton``).
+
+    ``layer``: the random layer's ``to_dict()``; ``classes``: the sorted label values;
+    ``tol``: every row's KKT violation at the end, as the single-process solver's;
+    ``n_blocks``: the blocks of units run side by side (default: the cluster's worker
+    threads, or the threads of ``n_threads`` here; the result does not depend on it);
+    ``cache_mb``: each process's cache of hidden outputs; ``state_dir``: a folder every
+    worker can write and this process read, for the support rows' files (default: a fresh
+    temporary folder, removed at the end; fine on one machine); ``max_passes``: passes
+    over the data at most (-1: ``DEFAULT_MAX_PASSES``); ``on_pass(pass, phases)`` is
+    called after each pass; ``keep_duals``: return every row's duals (arrays only) and the
+    support as an array, not files.
+    """
+    if isinstance(max_passes, bool) or not isinstance(max_passes, (int, np.integer)):
+        raise ValueError(f"max_passes must be an integer; got {max_passes!r}")
+    workers, n_blocks = _layout(client, n_blocks)
+    threads = resolve_n_threads(n_threads)
+    blocks = _blocks(units, n_blocks or threads)
+    classes = tuple(np.asarray(classes).tolist())
+    pairs = tuple(one_vs_one_pairs(len(classes)))
+    n_hidden = int(layer["n_hidden"])
+    own_dir = state_dir is None and not keep_duals
+    state = ""
+    if not keep_duals:
+        state = tempfile.mkdtemp(prefix="elmscale-newton-") if own_dir else os.fspath(state_dir)
+        Path(state).mkdir(parents=True, exist_ok=True)
+    problem = NewtonProblem(
+        layer=dict(layer),
+        classes=classes,
+        pairs=pairs,
+        C=float(C),
+        fit_id=uuid.uuid4().hex,
+        cache_mb=float(cache_mb),
+        state_dir=state,
+    )
+    cap = DEFAULT_MAX_PASSES if max_passes < 0 else int(max_passes)
+    solves = [_Pair(n_hidden, float(C), float(tol), seed + p) for p in range(len(pairs))]
+    seconds: list = []
+    try:
+        for index in range(cap):
+            requests = [s.request() for s in solves]
+            if all(r is None for r in requests):
+                break
+            started = time.perf_counter()
+            per_block = _on_blocks(
+                client, workers, blocks, block_pass, requests, problem, n_threads=threads
+            )
+            answers = _in_unit_order(blocks, per_block)
+            for p, solve in enumerate(solves):
+                if requests[p] is not None:
+                    solve.take(_summed(answers, p))
+            seconds.append(time.perf_counter() - started)
+            if on_pass is not None:
+                on_pass(index, [s.phase for s in solves])
+        final = [
+            DualsRequest(s.beta_fix if s.beta_fix is not None else s.beta, s.rows, s.alpha)
+            for s in solves
+        ]
+        per_unit = _in_unit_order(
+            blocks,
+            _on_blocks(client, workers, blocks, block_support, final, problem, n_threads=threads),
+        )
+        n_support = np.sum([counts for counts, _ in per_unit], axis=0, dtype=np.int64)
+        alpha = None
+        if keep_duals:
+            support = np.concatenate([rows for _, (rows, _) in per_unit])
+            n_rows = sum(u.n_rows for u in units)
+            alpha = np.zeros((len(pairs), n_rows))
+            for unit, (_, (_, answers)) in zip(sorted(units, key=lambda u: u.index), per_unit):
+                for p, (rows, a) in enumerate(answers):
+                    alpha[p, unit.start + rows] = a
+        else:
+            in_order = sorted(units, key=lambda u: u.index)
+            support = _support_rows(in_order, problem, int(n_support.sum()))
+    finally:
+        _clean_up(client, problem, units, state if own_dir else None)
+    return NewtonResult(
+        beta=np.array([s.beta for s in solves]),
+        dual=np.array([s.dual for s in solves]),
+        primal=np.array([s.primal for s in solves]),
+        gap=np.array([s.gap for s in solves]),
+        kkt=np.array([s.kkt for s in solves]),
+        passes=np.array([s.passes for s in solves]),
+        gathered=np.array([s.rows.size for s in solves]),
+        converged=np.array([s.phase == "done" and s.kkt <= tol for s in solves]),
+        support=support,
+        n_support=n_support,
+        alpha=alpha,
+        seconds=seconds,
+    )
+
+
+def _clean_up(client, problem: NewtonProblem, units, own_dir) -> None:
+    """The fit's cache entries dropped everywhere; its support files and own folder removed."""
+    if client is not None:
+        try:
+            client.run(clear_cache, problem.fit_id)
+        except Exception:  # a cluster going away must not hide the fit's own error
+            pass
+    clear_cache(problem.fit_id)
+    if own_dir is not None:
+        shutil.rmtree(own_dir, ignore_errors=True)
+    elif problem.state_dir:
+        for unit in units:  # left by a fit that failed before joining them
+            _support_path(problem, unit.index).unlink(missing_ok=True)
+
+
+def _support_rows(units, problem: NewtonProblem, n_rows: int) -> np.ndarray:
+    """The units' support files (in unit order: their rows ascend) joined into one .npy
+    file, streamed a unit at a time, and returned as a read-only memory map of it.  The
+    file is unlinked once mapped (its pages live as long as the map), so the coordinator's
+    memory does not grow with the support vectors and nothing is left on disk."""
+    parts = [_support_path(problem, unit.index) for unit in units]
+    fd, name = tempfile.mkstemp(prefix="elmscale-support-", suffix=".npy")
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            header = {"descr": "<i8", "fortran_order": False, "shape": (n_rows,)}
+            np.lib.format.write_array_header_1_0(f, header)
+            written = 0
+            for part in parts:
+                rows = np.load(part, allow_pickle=False)
+                rows.tofile(f)
+                written += rows.size
+                del rows  # before the next unit's: one unit's rows at a time
+                part.unlink()
+        if written != n_rows:
+            raise RuntimeError(
+                f"{problem.state_dir}: the units' support files hold {written} rows, their "
+                f"counts {n_rows}"
+            )
+        return np.load(path, mmap_mode="r")
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def parquet_units(dataset) -> list:
+    """A ParquetDataset's work units, those over ``MAX_UNIT_ROWS`` rows cut into ranges."""
+    units = dataset.units()
+    if max(u.n_rows for u in units) > MAX_UNIT_ROWS:
+        units = dataset.units(-(-dataset.n_rows // MAX_UNIT_ROWS))
+    return units
