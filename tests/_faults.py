@@ -1,4 +1,6 @@
-"""A real fault for the distributed tests: one Dask worker process killed mid-computation."""
+"""Real faults for the distributed tests: one Dask worker process killed mid-computation,
+from outside (:func:`run_killing_a_worker`) or by the task it runs
+(:func:`kill_the_worker_once`)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,14 @@ def run_killing_a_worker(client, fn, *, settle: float, timeout: float = 300.0):
     assert not runner.is_alive(), f"the work did not finish within {timeout} s of the kill"
     if "error" in outcome:
         raise outcome["error"]
+    wait_for_a_new_worker(client, pids)
+    return outcome["result"]
+
+
+def wait_for_a_new_worker(client, pids: dict) -> None:
+    """Wait until the nanny has brought back the worker killed since ``pids`` (the
+    workers' ``client.run(os.getpid)`` before), so that the next test sees the same
+    cluster."""
     # wait_for_workers may count the dead worker before the scheduler drops it
     deadline = time.monotonic() + 120
     while True:
@@ -43,8 +53,19 @@ def run_killing_a_worker(client, fn, *, settle: float, timeout: float = 300.0):
             now = client.run(os.getpid)
         except Exception:  # a worker leaving while asked; ask again
             now = {}
-        if len(now) == len(pids) and victim not in now.values():
+        if len(now) == len(pids) and set(now.values()) != set(pids.values()):
             break
         assert time.monotonic() < deadline, f"the cluster did not recover: {now}"
         time.sleep(0.2)
-    return outcome["result"]
+
+
+def kill_the_worker_once(marker: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, except the first call of all (the one that creates the
+    file ``marker``) SIGKILLs its own process: a Dask worker lost mid-task, as the
+    kernel's OOM killer takes it."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return fn(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("not reached")

@@ -3,9 +3,13 @@ sub-solves on the workers, the global solve here from their duals)."""
 
 from __future__ import annotations
 
+import functools
+import os
+
 import _datasets
 import numpy as np
 import pytest
+from _faults import kill_the_worker_once, wait_for_a_new_worker
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import (
@@ -16,8 +20,9 @@ from elmscale.data import (
     write_parquet,
 )
 from elmscale.distributed import dataplane
-from elmscale.distributed.divide_conquer import PHASES, partition
+from elmscale.distributed.divide_conquer import PHASES, fit_divide_conquer, partition
 from elmscale.features.kernels import Kernel
+from elmscale.models.sparse_elm_pairs import fit_binary
 from elmscale.solvers.kernel_kmeans import kernel_kmeans, nearest_centre
 
 pytestmark = pytest.mark.timeout(120)
@@ -94,6 +99,36 @@ def test_cod_rna(dask_client, tmp_path):
     single = _model().fit(X_tr, data.y[train])
     divided = _model().fit(open_parquet(path, label="label"), client=dask_client, n_parts=4)
     _same_optimum(divided, single, X_te)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_lost_in_the_sub_solves_changes_nothing(binary_set, dask_client, tmp_path):
+    """The first sub-solve kills its worker (and the part's rows that worker held): Dask
+    reruns it, reading those rows again, and the fit is the undisturbed one, bit for bit."""
+    model = _model()
+    X, y = dataplane.gather_rows(binary_set, client=dask_client)
+    X32, _, kernel, _, problems, seed = model._prepare(X, y)
+    fit = functools.partial(
+        fit_divide_conquer,
+        binary_set,
+        X32,
+        problems,
+        kernel=kernel,
+        options={"C": float(model.C), **model._solver_options()},
+        n_parts=2,
+        client=dask_client,
+        seed=seed,
+    )
+    undisturbed = fit(solve=fit_binary)
+    marker = tmp_path / "killed"
+    pids = dask_client.run(os.getpid)
+    recovered = fit(solve=functools.partial(kill_the_worker_once, str(marker), fit_binary))
+    assert marker.exists()
+    wait_for_a_new_worker(dask_client, pids)
+    for lost, whole in zip(recovered.sub_alphas, undisturbed.sub_alphas):
+        np.testing.assert_array_equal(lost, whole)
+    for lost, whole in zip(recovered.solutions, undisturbed.solutions):
+        np.testing.assert_array_equal(lost.alpha, whole.alpha)
 
 
 def test_parts_are_a_function_of_the_rows_and_the_seed(binary_set, dask_client):

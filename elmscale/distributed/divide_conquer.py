@@ -7,7 +7,8 @@ Divide-and-Conquer Solver for Kernel SVMs", ICML 2014), one level.
    (``dataplane.kernel_matvec``) and the argmin taken here.
 2. Sub-solves: each part's one-vs-one pairs, one task each on the workers, every one the
    single-process solver on the part's rows (``solve``, the model's ``fit_binary``),
-   side by side.
+   side by side.  A task reads each part's rows from the Parquet units; they are not
+   scattered from here.
 3. Start: the parts' duals concatenated are the global problem's ``alpha0``; its exact
    gradient ``Q alpha0 - 1`` and ``G_bar`` (Q times the variables at C) are one
    ``n x |SV|`` kernel product, computed blockwise on the workers against the support
@@ -22,7 +23,11 @@ predicts each row with the part of its nearest centre.
 
 The client is the caller's; nothing here starts a cluster.  Tasks are pure functions of
 their arguments, submitted with ``retries``, so a lost worker's task runs again to the
-same result.  No scikit-learn here: a fresh worker starts fast.
+same result, and so do the tasks that read the rows it needs when their results were
+held by that worker (Dask can recompute a task's result, never scattered data: a part's
+rows scattered once were lost with their worker).  The arrays broadcast to every worker
+(the centres, the start's coefficients) survive the loss of some of them.  No
+scikit-learn here: a fresh worker starts fast.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from elmscale.core.threads import thread_budget
 from elmscale.data.parquet import ParquetDataset
 from elmscale.distributed import dataplane
 from elmscale.distributed.executors import DaskExecutor, LocalExecutor
+from elmscale.distributed.units import unit_rows_at
 from elmscale.features.kernels import Kernel
 from elmscale.solvers.kernel_kmeans import (
     KernelCentres,
@@ -142,6 +148,12 @@ def _sub_solve(X, t, pick, *, solve, kernel, options, n_threads=1) -> PairSoluti
     )
 
 
+def _part_rows(units, members: np.ndarray) -> np.ndarray:
+    """The part's rows, those numbered ``members`` (sorted), float32, read from the data
+    set's ``units`` (the gathered rows' bytes, so the sub-solves' results are unchanged)."""
+    return np.ascontiguousarray(np.concatenate([unit_rows_at(u, members) for u in units]))
+
+
 def _sub_problems(problems, parts, n_parts):
     """``[(part, pair, positions in the pair's rows)]`` of every non-empty piece, the
     largest first (the cluster starts the long ones first)."""
@@ -156,16 +168,20 @@ def _sub_problems(problems, parts, n_parts):
     return pieces
 
 
-def _solve_parts(client, X, parts, problems, pieces, solve, kernel, options):
+def _solve_parts(client, dataset, parts, problems, pieces, solve, kernel, options):
     """Every piece's sub-solve as a task on the cluster; results in ``pieces``' order.
-    Each part's rows are sent once, and each of its pairs picks its own among them."""
+    Each part's rows are read once, by a task (recomputable: see the module docstring),
+    and each of its pairs picks its own among them; the labels and picks travel in the
+    sub-solve's own task."""
+    units = dataset.units()
     futures = []
-    sent: dict = {}  # part -> (its rows, their future)
+    read: dict = {}  # part -> (its rows' numbers, the future of its rows)
     for q, p, where in pieces:
-        if q not in sent:
+        if q not in read:
             members = np.flatnonzero(parts == q)
-            sent[q] = (members, client.scatter(np.ascontiguousarray(X[members]), hash=False))
-        members, X_part = sent[q]
+            X_part = client.submit(_part_rows, units, members, pure=False, retries=RETRIES)
+            read[q] = (members, X_part)
+        members, X_part = read[q]
         rows, t = problems[p]
         pick = np.searchsorted(members, rows[where])  # both sorted
         whole = pick.size == members.size
@@ -173,8 +189,8 @@ def _solve_parts(client, X, parts, problems, pieces, solve, kernel, options):
             client.submit(
                 _sub_solve,
                 X_part,
-                client.scatter(t[where], hash=False),
-                None if whole else client.scatter(pick, hash=False),
+                t[where],
+                None if whole else pick,
                 solve=solve,
                 kernel=kernel,
                 options=options,
@@ -228,7 +244,7 @@ def fit_divide_conquer(
 
     started = time.perf_counter()
     pieces = _sub_problems(problems, parts, n_found)
-    solved = _solve_parts(client, X, parts, problems, pieces, solve, kernel, options)
+    solved = _solve_parts(client, dataset, parts, problems, pieces, solve, kernel, options)
     alphas = [np.zeros(rows.size) for rows, _ in problems]
     sub_iter = np.zeros((n_found, len(problems)), dtype=np.int64)
     sub_objective = np.zeros((n_found, len(problems)))
