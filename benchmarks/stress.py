@@ -10,11 +10,13 @@ Sections:
 
 * ``faults``: a Dask worker killed (SIGKILL on its real pid) during a Gram reduction, and
   during a CoCoA round of the distributed sparse ELM (a pending slot until
-  ``elmscale.distributed.cocoa`` exists); a Ray worker killed while it runs a grid piece,
-  and while it runs a one-vs-one pair; ``elmscale score`` killed midway and run again;
-  ``elmscale run`` interrupted by Ctrl-C (SIGINT to its process group, as a terminal sends
-  it).  Each try's result must equal the undisturbed run's exactly; after Ctrl-C the
-  command exits with 130, every process it started is gone and no partial file is left.
+  ``elmscale.distributed.cocoa`` exists), and during a kernel sparse ELM's divide and
+  conquer (its sub-solves' rows are tasks' results, read again); a Ray worker killed while
+  it runs a grid piece, and while it runs a one-vs-one pair; ``elmscale score`` killed
+  midway and run again; ``elmscale run`` interrupted by Ctrl-C (SIGINT to its process
+  group, as a terminal sends it). Each try's result must equal the undisturbed run's
+  exactly; after Ctrl-C the command exits with 130, every process it started is gone and
+  no partial file is left.
 * ``load``: ``elmscale score`` over 100M generated rows against 10M (``--quick``: 3M against 1M)
   rows: peak RSS of the process tree (sampled) flat within 1.3x, rows in = rows out
   (Parquet footers); two ``elmscale score`` runs into one folder at once (one scores, the
@@ -129,15 +131,18 @@ def fault_dask_gram(case: Case, args, work: Path) -> None:
         _kill_a_dask_worker(case, client, lambda: clone(model).fit(ds, client=client), args)
 
 
-def _kill_a_dask_worker(case: Case, client, fit, args, settle: float = 0.3) -> None:
+def _kill_a_dask_worker(
+    case: Case, client, fit, args, settle: float = 0.3, coef: str = "coef_", during: str = ""
+) -> None:
     """``fit()`` once undisturbed, then ``args.repeat`` times with SIGKILL sent to one
-    worker's process ``settle`` s into its tasks; each result compared with the first."""
+    worker's process ``settle`` s into its tasks (those whose key starts with ``during``);
+    each result's ``coef`` compared with the first's."""
     reference = fit()
     for _ in range(args.repeat):
         case.tries += 1
         pids = client.run(os.getpid)
         thread, outcome = _in_thread(fit)
-        _wait_for(lambda: any(client.processing().values()), 60)
+        _wait_for(lambda: _processing(client, during), 60)
         time.sleep(settle)  # some units done, others running
         os.kill(next(iter(pids.values())), signal.SIGKILL)
         mid_run = thread.is_alive()
@@ -148,10 +153,15 @@ def _kill_a_dask_worker(case: Case, client, fit, args, settle: float = 0.3) -> N
             )
         else:
             case.passed += 1
-            _compare_coef(case, outcome["value"], reference)
+            _compare_coef(case, outcome["value"], reference, coef)
         _wait_for_replacement(client, pids)
-    same = np.array_equal(fit().coef_, reference.coef_)
+    same = np.array_equal(getattr(fit(), coef), getattr(reference, coef))
     case.notes.append(f"an undisturbed second fit equals the first: {same}")
+
+
+def _processing(client, prefix: str) -> bool:
+    """Whether a task whose key starts with ``prefix`` is running on a worker."""
+    return any(str(key).startswith(prefix) for keys in client.processing().values() for key in keys)
 
 
 def _wait_for_replacement(client, pids: dict) -> None:
@@ -204,14 +214,45 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
         )
 
 
-def _compare_coef(case: Case, fitted, reference) -> None:
-    """Same coefficients to the bit; otherwise how far apart (and the rounds taken)."""
-    equal = np.array_equal(fitted.coef_, reference.coef_)
+def fault_dask_divide(case: Case, args, work: Path) -> None:
+    """A worker killed during a kernel sparse ELM fit by divide and conquer (2 parts):
+    Dask reruns its sub-solve and reads the part's rows it held again."""
+    from distributed import Client
+    from sklearn.base import clone
+    from two_workers import two_worker_cluster
+
+    from elmscale import SparseELMClassifier, open_parquet
+    from elmscale.data import write_generated_parquet
+
+    rows = 10_000 if args.quick else 20_000
+    data = write_generated_parquet(work / "divide", rows, rows_per_file=rows // 2)
+    ds = open_parquet(data)
+    model = SparseELMClassifier(sigma=0.5, C=1.0, random_state=0)
+    with (
+        two_worker_cluster() as cluster,
+        Client(cluster) as client,
+    ):
+        _kill_a_dask_worker(
+            case,
+            client,
+            lambda: clone(model).fit(ds, client=client, n_parts=2),
+            args,
+            settle=0.1,
+            coef="dual_coef_",
+            during="_sub_solve",
+        )
+
+
+def _compare_coef(case: Case, fitted, reference, coef: str = "coef_") -> None:
+    """Same coefficients (``coef``) to the bit; otherwise how far apart (and the rounds
+    taken)."""
+    mine, theirs = getattr(fitted, coef), getattr(reference, coef)
+    equal = np.array_equal(mine, theirs)
     case.same(equal)
     if not equal:
-        gap = np.abs(fitted.coef_ - reference.coef_).max() / np.abs(reference.coef_).max()
+        gap = np.abs(mine - theirs).max() / np.abs(theirs).max()
         case.notes.append(
-            f"try {case.tries}: coef_ differs from the undisturbed fit's by {gap:.2e} "
+            f"try {case.tries}: {coef} differs from the undisturbed fit's by {gap:.2e} "
             f"(relative max); n_iter_ {getattr(fitted, 'n_iter_', '?')} against "
             f"{getattr(reference, 'n_iter_', '?')}"
         )
@@ -900,6 +941,7 @@ def _ray():
 FAULTS = [
     ("fault: Dask worker killed during a Gram reduction", fault_dask_gram),
     ("fault: Dask worker killed during a CoCoA round", fault_dask_cocoa),
+    ("fault: Dask worker killed during divide and conquer", fault_dask_divide),
     ("fault: Ray worker killed during a grid", fault_ray_grid),
     ("fault: Ray worker killed during one-vs-one pairs", fault_ray_pairs),
     ("fault: elmscale score killed, then rerun", fault_score_killed),
