@@ -603,3 +603,381 @@ def model_file_touches_only_itself(case: ModelCase) -> int:
         path.unlink()
     target.unlink()
     return len(crafted)
+
+
+# -- signals: what a stopped or killed command leaves running -------------------------------
+
+#: seconds a command's processes have to end after SIGINT, SIGTERM or SIGKILL (issue 41)
+GRACE_S = 10.0
+TAG = "ELMSCALE_KILL_CASE"  # set in the command's environment: its processes carry it
+
+
+def clean_env(**extra) -> dict:
+    """This environment without a Dask or Ray address (the command starts its own)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")
+    }
+    return {**env, **extra}
+
+
+def command_processes(sid: int, tag: str) -> dict[int, str]:
+    """The live processes of a command started with ``start_new_session=True`` (its
+    session is its pid) or carrying ``tag`` in their environment (a process that started a
+    session of its own): pid -> command line."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        pid = proc.info["pid"]
+        if pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(pid) == sid or proc.environ().get(TAG) == tag:
+                found[pid] = " ".join(proc.info["cmdline"] or [])[:120]
+    return found
+
+
+@dataclass
+class Stopped:
+    """What :func:`stop_command` saw."""
+
+    code: int | None  # the command's exit code (None: it had not exited)
+    ready: bool  # the command reached the point it was to be signalled at
+    at_signal: dict  # its processes when the signal was sent
+    left: dict  # its processes GRACE_S after the signal (then killed)
+    gone_s: float | None  # seconds from the signal until none was left
+    out: str
+    err: str
+
+
+def stop_command(
+    argv,
+    sig: int,
+    *,
+    ready=None,
+    delay: float = 0.0,
+    env: dict | None = None,
+    ready_timeout: float = 240.0,
+) -> Stopped:
+    """Start ``argv`` in a session of its own, wait until ``ready(pid, out_path)`` (then
+    ``delay`` s), send ``sig`` (SIGINT to its process group, as a terminal's Ctrl-C;
+    SIGTERM and SIGKILL to the command alone, as ``kill PID``), and count its processes
+    left :data:`GRACE_S` s later; whatever is left is then killed."""
+    import signal
+    import tempfile
+    import time
+    import uuid
+
+    tag = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="elmscale-kill-") as folder:
+        out_path, err_path = Path(folder) / "out", Path(folder) / "err"
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            process = subprocess.Popen(
+                [str(a) for a in argv],
+                env={**(env or clean_env()), TAG: tag},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        pid = process.pid
+        try:
+            reached = True
+            if ready is not None:
+                deadline = time.monotonic() + ready_timeout
+                reached = False
+                while process.poll() is None and time.monotonic() < deadline:
+                    if ready(pid, out_path):
+                        reached = True
+                        break
+                    time.sleep(0.05)
+            time.sleep(delay)
+            at_signal = command_processes(pid, tag)
+            sent = time.monotonic()
+            with contextlib.suppress(ProcessLookupError):
+                if sig == signal.SIGINT:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+            left, gone_s = {}, None
+            while True:
+                process.poll()
+                left = command_processes(pid, tag)
+                elapsed = time.monotonic() - sent
+                if not left:
+                    gone_s = elapsed
+                    break
+                if elapsed >= GRACE_S:
+                    break
+                time.sleep(0.1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(0.1 if left else 5)  # a zombie is not counted: reap it
+            code = process.poll()
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            for other in command_processes(pid, tag):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(other, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(30)
+        return Stopped(
+            code, reached, at_signal, left, gone_s, out_path.read_text(), err_path.read_text()
+        )
+
+
+def has_piece_workers(pid: int, out_path) -> bool:
+    """``ready`` for ``elmscale reproduce``: its forkserver has forked a piece worker."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        forked = [
+            p
+            for p in psutil.Process(pid).children(recursive=True)
+            if "multiprocessing.forkserver" in " ".join(p.cmdline())
+        ]
+        return len(forked) >= 2  # the forkserver and a worker
+    return False
+
+
+def cpu_seconds_past(seconds: float):
+    """``ready``: the command has used more than ``seconds`` of CPU time (its imports
+    done, its work begun)."""
+    import psutil
+
+    def ready(pid: int, out_path) -> bool:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            return times.user + times.system > seconds
+        return False
+
+    return ready
+
+
+def printed(text: str):
+    """``ready``: the command has printed ``text`` on its standard output."""
+
+    def ready(pid: int, out_path) -> bool:
+        return text in Path(out_path).read_text()
+
+    return ready
+
+
+def files_appear(pattern_folder: Path, pattern: str):
+    """``ready``: a file matching ``pattern`` exists under ``pattern_folder``."""
+
+    def ready(pid: int, out_path) -> bool:
+        return any(Path(pattern_folder).glob(pattern))
+
+    return ready
+
+
+KILL_PIPELINE = """
+[run]
+name = "kill"
+task = "cv"
+seed = 0
+
+[data]
+train = "{train}"
+score = "{score}"
+label = "label"
+generate = {{ rows = {rows}, features = 8, classes = 3 }}
+
+[model]
+estimator = "SparseELMClassifier"
+params = {{ sigma = 0.5 }}
+
+[search]
+grid = {{ C = [1, 10], sigma = [0.5, 1.0] }}
+folds = 3
+
+[output]
+dir = "{runs}"
+
+[compute]
+workers = 2
+"""
+
+
+@dataclass
+class KillCommand:
+    """A command to stop midway: its argv, when it is mid-work (``ready``, then ``delay``
+    s), its environment, how to rerun it (``rerun_argv``) and check the rerun
+    (``check(rerun_outcome) -> problem or ""``), and the half-written files it left
+    (``partial() -> names``)."""
+
+    argv: list
+    ready: object
+    delay: float
+    rerun_argv: list
+    check: object
+    partial: object
+    env: dict = field(default_factory=clean_env)
+
+
+ELMSCALE = [sys.executable, "-m", "elmscale"]
+
+
+def _dotfiles(folder: Path) -> list[str]:
+    return sorted(p.name for p in Path(folder).rglob(".*")) if Path(folder).exists() else []
+
+
+def _journal(out: Path) -> list[bytes]:
+    path = out / "pieces.jsonl"
+    return path.read_bytes().splitlines(keepends=True) if path.exists() else []
+
+
+def kill_commands(folder: Path, quick: bool = True) -> dict:
+    """:class:`KillCommand` s of ``reproduce``, ``run``, ``score``, ``train`` and
+    ``warmup`` on small generated inputs under ``folder`` (each with a fresh output: call
+    again for another try)."""
+    import uuid
+
+    from elmscale import ELMClassifier
+    from elmscale.data import generate_classification, write_generated_parquet
+    from elmscale.io.model_files import save
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh = folder / uuid.uuid4().hex[:8]
+    fresh.mkdir()
+    commands = {}
+
+    # reproduce: a paper's pieces in the piece pool; the rerun resumes from the journal
+    csv = folder / "gen400.csv"
+    if not csv.exists():
+        data = generate_classification(400, n_features=10, random_state=0)
+        np.savetxt(csv, np.column_stack([data.X, data.y]), delimiter=",", fmt="%.6g")
+    out = fresh / "reproduce"
+    argv = [*ELMSCALE, "reproduce", "sparse-elm", "--sets", csv, "--trials", "1"]
+    argv += ["--out", out, "--quiet"]
+    kept: dict = {}
+
+    def reproduce_partial():
+        kept["lines"] = _journal(out)
+        torn = kept["lines"] and not kept["lines"][-1].endswith(b"\n")
+        return _dotfiles(out) + (["pieces.jsonl (a torn last line)"] if torn else [])
+
+    def reproduce_check(outcome):
+        lines = _journal(out)
+        before = [line for line in kept.get("lines", []) if line.endswith(b"\n")]
+        if outcome.code != 0:
+            return f"rerun exit {outcome.code}: {outcome.err[-300:]}"
+        if lines[: len(before)] != before:
+            return "the rerun changed the journal's finished pieces"
+        if "reproduced sparse-elm: 10 pieces" not in outcome.out or len(lines) != 10:
+            return f"rerun ended with {len(lines)} pieces journaled: {outcome.out[-200:]}"
+        return f"resumed: {len(before)} pieces kept, {len(lines) - len(before)} run"
+
+    commands["reproduce"] = KillCommand(
+        argv, has_piece_workers, 2.0, argv, reproduce_check, reproduce_partial
+    )
+
+    # run: a pipeline on a local Ray (the grid) and a local Dask cluster (scoring)
+    runs = fresh / "runs"
+    score_data = folder / "run-score"
+    if not score_data.exists():
+        write_generated_parquet(score_data, 400_000, rows_per_file=100_000)
+    pipeline = fresh / "kill.toml"
+    pipeline.write_text(
+        KILL_PIPELINE.format(train=fresh / "train", score=score_data, rows=3000, runs=runs)
+    )
+
+    def run_ready(pid, out_path):
+        return any("started a local" in p.read_text() for p in runs.glob("*/run.log"))
+
+    def run_partial():
+        names = _dotfiles(runs)
+        names += [f"{d.name}/metrics.json" for d in runs.glob("*") if (d / "metrics.json").exists()]
+        return names
+
+    def run_check(outcome):
+        done = [d for d in runs.glob("*") if (d / "metrics.json").exists()]
+        if outcome.code != 0 or len(done) != 1:
+            return f"rerun exit {outcome.code}, {len(done)} finished runs: {outcome.err[-300:]}"
+        return "a fresh run completed"
+
+    argv = [*ELMSCALE, "run", pipeline]
+    commands["run"] = KillCommand(argv, run_ready, 1.0, argv, run_check, run_partial)
+
+    # score: a folder of files, each scored whole or not at all; the rerun does the rest
+    model_path = folder / "model.elm"
+    inputs = folder / "score-inputs"
+    if not inputs.exists():
+        train = generate_classification(500, n_features=8, random_state=0)
+        save(
+            ELMClassifier(n_hidden=200, random_state=0).fit(train.X, train.y),
+            model_path,
+            features=[f"f{j + 1}" for j in range(8)],
+        )
+        write_generated_parquet(inputs, 1_200_000, rows_per_file=200_000)
+    scored = fresh / "scored"
+
+    def score_check(outcome):
+        files = sorted(scored.glob("*.parquet"))
+        if outcome.code != 0 or len(files) != 6:
+            return f"rerun exit {outcome.code}, {len(files)} of 6 files: {outcome.err[-300:]}"
+        if not all(pq.ParquetFile(f).metadata.num_rows == 200_000 for f in files):
+            return "a file with rows missing"
+        return outcome.out.strip().splitlines()[-1][:100] if outcome.out.strip() else ""
+
+    argv = [*ELMSCALE, "score", model_path, inputs, scored, "--quiet"]
+    commands["score"] = KillCommand(
+        argv, files_appear(scored, "*.parquet"), 0.0, argv, score_check, lambda: _dotfiles(scored)
+    )
+
+    # train: one process, no children; nothing saved unless the fit ends
+    train_data = folder / "train-150k"
+    if not train_data.exists():
+        write_generated_parquet(train_data, 150_000, rows_per_file=150_000)
+    model_out = fresh / "trained.elm"
+    argv = [*ELMSCALE, "train", train_data, model_out, "--label", "label"]
+    argv += ["-p", "n_hidden=2500"]
+
+    def train_check(outcome):
+        if outcome.code != 0 or not model_out.exists():
+            return f"rerun exit {outcome.code}: {outcome.err[-300:]}"
+        return "trained"
+
+    commands["train"] = KillCommand(
+        argv,
+        cpu_seconds_past(3.5),
+        0.0,
+        argv,
+        train_check,
+        lambda: _dotfiles(fresh) + (["trained.elm"] if model_out.exists() else []),
+    )
+
+    # warmup: numba compiling into an empty cache; the rerun (two quick steps) completes
+    cache = fresh / "cache"
+    env = clean_env(ELMSCALE_CACHE_DIR=str(cache))
+
+    def warmup_check(outcome):
+        if outcome.code != 0:
+            return f"rerun exit {outcome.code}: {outcome.err[-300:]}"
+        return outcome.out.strip().splitlines()[-1][:100]
+
+    commands["warmup"] = KillCommand(
+        [*ELMSCALE, "warmup"],
+        printed("elmscale warmup: numba cache"),
+        3.0,
+        [*ELMSCALE, "warmup", "--only", "core", "elm", "--quiet"],
+        warmup_check,
+        lambda: [],
+        env,
+    )
+    return commands
+
+
+def rerun(command: KillCommand, timeout: float = 600) -> Outcome:
+    """The command's rerun, to its end."""
+    result = subprocess.run(
+        [str(a) for a in command.rerun_argv],
+        env=command.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    return Outcome(result.returncode, result.stdout, result.stderr)

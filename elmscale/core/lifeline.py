@@ -34,6 +34,7 @@ __all__ = [
     "die_with_parent",
     "exit_code",
     "exit_when_closed",
+    "sigterm_kept",
     "sigterm_raises",
     "terminate_raises",
     "watch_parent",
@@ -48,16 +49,22 @@ class Terminated(KeyboardInterrupt):
     signum = signal.SIGTERM
 
 
+_received: list = []  # SIGTERM, once it has arrived (Ray re-raises a plain KeyboardInterrupt)
+
+
 def exit_code(interrupt: KeyboardInterrupt) -> int:
-    """The shell's code for a command ended by ``interrupt``: 143 for SIGTERM, 130 for
-    SIGINT (Ctrl-C)."""
-    return 128 + int(getattr(interrupt, "signum", signal.SIGINT))
+    """The shell's code for a command ended by ``interrupt``: 143 for SIGTERM (also where
+    a library turned :class:`Terminated` into a plain ``KeyboardInterrupt``, as Ray's
+    ``ray.get`` does), 130 for SIGINT (Ctrl-C)."""
+    signum = getattr(interrupt, "signum", None) or (_received[-1] if _received else None)
+    return 128 + int(signum or signal.SIGINT)
 
 
 def _on_sigterm(signum, frame):
     # a second SIGTERM during the clean-up ends the command at once (its children follow
     # it through their lifelines)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _received.append(signal.SIGTERM)
     raise Terminated()
 
 
@@ -75,14 +82,100 @@ def terminate_raises():
 
 
 @contextlib.contextmanager
-def sigterm_raises():
-    """:func:`terminate_raises` for the block; the handler before it restored after."""
+def sigterm_raises(deadline: float | None = 8.0):
+    """:func:`terminate_raises` for the block, the handler before it restored after.
+
+    ``deadline``: seconds the command has to unwind once SIGTERM or SIGINT arrives; past
+    them it exits at once (``os._exit(128 + signal)``), its children following through
+    their lifelines.  A Python handler runs only when the main thread is back in the
+    interpreter, and a numba kernel or a BLAS call may hold it there for minutes; the
+    countdown runs in a thread woken by the signal itself (``signal.set_wakeup_fd``).
+    None: no deadline."""
+    _received.clear()
     previous = terminate_raises()
+    watchdog = _Watchdog.start(deadline) if previous is not None and deadline else None
     try:
         yield
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        _received.clear()
+
+
+@contextlib.contextmanager
+def sigterm_kept():
+    """Put :func:`terminate_raises`'s SIGTERM handler back after the block if it was in
+    place before it: ``ray.init`` installs Ray's C++ failure handler over it (it logs a
+    stack and exits 1, before anything the command started is shut down)."""
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is _on_sigterm
+    )
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+class _Watchdog:
+    """The thread behind ``sigterm_raises``'s deadline."""
+
+    def __init__(self, deadline: float, read_fd: int, write_fd: int, old_wakeup: int):
+        self.deadline = deadline
+        self.read_fd, self.write_fd, self.old_wakeup = read_fd, write_fd, old_wakeup
+        self.stopped = False
+
+    @classmethod
+    def start(cls, deadline: float):
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        try:
+            old = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        if old != -1:  # someone's loop (asyncio in the main thread) has it: leave it
+            signal.set_wakeup_fd(old)
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        watchdog = cls(deadline, read_fd, write_fd, old)
+        threading.Thread(target=watchdog._watch, name="elmscale-deadline", daemon=True).start()
+        return watchdog
+
+    def _watch(self) -> None:
+        stopping = (signal.SIGTERM, signal.SIGINT)
+        while True:
+            try:
+                got = os.read(self.read_fd, 64)
+            except OSError:
+                return
+            if not got:  # stop(): the block ended
+                os.close(self.read_fd)
+                return
+            hits = [n for n in got if n in stopping]
+            if hits:
+                time.sleep(self.deadline)
+                if self.stopped:  # the command unwound in time (called in-process)
+                    os.close(self.read_fd)
+                    return
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(
+                        f"elmscale: still stopping {self.deadline:g} s after the signal; "
+                        "exiting now\n"
+                    )
+                    sys.stderr.flush()
+                os._exit(128 + hits[0])
+
+    def stop(self) -> None:
+        self.stopped = True
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(self.old_wakeup)
+        os.close(self.write_fd)
 
 
 def _kill_self() -> None:

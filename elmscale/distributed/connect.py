@@ -22,6 +22,8 @@ import socket
 import time
 from urllib.parse import urlsplit
 
+from elmscale.core.lifeline import sigterm_kept
+
 __all__ = ["CONNECT_TIMEOUT", "LOOPBACK", "connect_dask", "connect_ray", "start_local_ray"]
 
 CONNECT_TIMEOUT = 10.0  # seconds; a scheduler or head starting at the same time has this long
@@ -117,10 +119,11 @@ def connect_ray(address: str | None, *, timeout: float = CONNECT_TIMEOUT, **init
     if is_loopback(host):
         # a local Ray on 127.0.0.1 (start_local_ray): joined with the same switch, else
         # Ray swaps 127.0.0.1 for this machine's outward address and cannot reach it
-        with _ray_clusters_off():
+        with _ray_clusters_off(), sigterm_kept():
             ray.init(address=address, **init_kwargs)
     else:
-        ray.init(address=address, **init_kwargs)
+        with sigterm_kept():
+            ray.init(address=address, **init_kwargs)
 
 
 def is_loopback(host: str | None) -> bool:
@@ -155,7 +158,7 @@ def start_local_ray(**init_kwargs) -> None:
     init_kwargs.setdefault("log_to_driver", False)
     init_kwargs.setdefault("_node_ip_address", LOOPBACK)
     init_kwargs.setdefault("dashboard_host", LOOPBACK)
-    with _ray_clusters_off():
+    with _ray_clusters_off(), sigterm_kept():
         ray.init(address="local", **init_kwargs)
     node_ip = ray.util.get_node_ip_address()
     if not ipaddress.ip_address(node_ip).is_loopback:
