@@ -9,10 +9,10 @@ N times, with a table of what was tried and what held.
 Sections:
 
 * ``faults``: a Dask worker killed (SIGKILL on its real pid) during a Gram reduction, and
-  during a CoCoA round of the distributed sparse ELM (a pending slot until
-  ``elmscale.distributed.cocoa`` exists), and during a kernel sparse ELM's divide and
-  conquer (its sub-solves' rows are tasks' results, read again); a Ray worker killed while
-  it runs a grid piece, and while it runs a one-vs-one pair; ``elmscale score`` killed
+  during a Newton pass of the random-node sparse ELM on Dask, and during a kernel sparse
+  ELM's divide and conquer (its sub-solves' rows are tasks' results, read again); a Ray
+  worker killed while it runs a grid piece, and while it runs a one-vs-one pair;
+  ``elmscale score`` killed
   midway and run again; ``elmscale run`` interrupted by Ctrl-C (SIGINT to its process
   group, as a terminal sends it). Each try's result must equal the undisturbed run's
   exactly; after Ctrl-C the command exits with 130, every process it started is gone and
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import signal
@@ -179,14 +178,9 @@ def _wait_for_replacement(client, pids: dict) -> None:
     _wait_for(replaced, 120, every=0.2)
 
 
-def fault_dask_cocoa(case: Case, args, work: Path) -> None:
-    """Slot for the distributed sparse ELM (CoCoA rounds on Dask): a worker killed during a
-    round must leave the fitted model unchanged."""
-    if importlib.util.find_spec("elmscale.distributed.cocoa") is None:
-        case.status = "pending"
-        case.notes.append("pending: CoCoA sparse ELM on Dask not present")
-        print("pending: CoCoA sparse ELM on Dask not present", flush=True)
-        return
+def fault_dask_newton(case: Case, args, work: Path) -> None:
+    """A worker killed during a pass of the random-node sparse ELM's Newton solver on Dask:
+    the pass's lost task runs again from the Parquet units and the model is unchanged."""
     from distributed import Client
     from sklearn.base import clone
     from two_workers import two_worker_cluster
@@ -194,23 +188,22 @@ def fault_dask_cocoa(case: Case, args, work: Path) -> None:
     from elmscale import SparseELMClassifier, open_parquet
     from elmscale.data import write_generated_parquet
 
-    # 1M rows: where a fit without n_blocks changed after a kill (it saw 1 or 3 workers)
-    rows = args.cocoa_rows or (50_000 if args.quick else 1_000_000)
-    data = write_generated_parquet(work / "cocoa", rows, rows_per_file=rows // 2)
+    rows = args.newton_rows or (50_000 if args.quick else 1_000_000)
+    data = write_generated_parquet(work / "newton", rows, rows_per_file=rows // 2)
     ds = open_parquet(data).with_units(8)
     model = SparseELMClassifier(hidden="sigmoid", n_hidden=200, C=1.0, random_state=0)
     with (
         two_worker_cluster() as cluster,
         Client(cluster) as client,
     ):
-        # two blocks: by default a fit makes one per worker thread it sees when it starts,
-        # and a worker being replaced is not seen (or seen twice)
+        # no cache: every pass reads its units, so the fit lasts long enough to be hit
         _kill_a_dask_worker(
             case,
             client,
-            lambda: clone(model).fit(ds, client=client, n_blocks=2),
+            lambda: clone(model).fit(ds, client=client, n_blocks=2, cache_mb=0),
             args,
-            settle=0.5,
+            settle=0.2,
+            during="block_pass",
         )
 
 
@@ -940,7 +933,7 @@ def _ray():
 
 FAULTS = [
     ("fault: Dask worker killed during a Gram reduction", fault_dask_gram),
-    ("fault: Dask worker killed during a CoCoA round", fault_dask_cocoa),
+    ("fault: Dask worker killed during a Newton pass", fault_dask_newton),
     ("fault: Dask worker killed during divide and conquer", fault_dask_divide),
     ("fault: Ray worker killed during a grid", fault_ray_grid),
     ("fault: Ray worker killed during one-vs-one pairs", fault_ray_pairs),
@@ -1004,7 +997,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", type=Path, help="write the table to this file too")
     parser.add_argument("--match", help="only the fault / load cases whose name contains this")
-    parser.add_argument("--cocoa-rows", type=int, help="rows of the CoCoA fault case")
+    parser.add_argument("--newton-rows", type=int, help="rows of the Newton fault case")
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3

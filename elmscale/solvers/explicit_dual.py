@@ -1,6 +1,6 @@
 """The sparse ELM's solver for random hidden nodes: dual coordinate descent on the primal
 vector (LIBLINEAR's, Hsieh et al. 2008), ``solve_explicit_dual``, and its passes, which
-CoCoA+'s local work (``cocoa_local``) runs too."""
+the Newton solver's phase 2 runs on the rows it gathers (``primal_newton``)."""
 
 from __future__ import annotations
 

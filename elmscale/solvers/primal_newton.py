@@ -65,6 +65,7 @@ DELTA_FACTOR = 2.0
 ARMIJO = 1e-4
 #: Rows per float32 product before its sums are widened to float64 (the Gram's blocks)
 CHUNK_ROWS = 65_536
+EXACT_CHUNK_ROWS = 8_192  # (float64 copies of 8,192 rows x 200 nodes: 13 MB)
 
 
 class NewtonTerms(NamedTuple):
@@ -108,6 +109,24 @@ def _margins(H: np.ndarray, t: np.ndarray, *vectors) -> list[np.ndarray]:
         V[:, j] = v
     M = H @ V
     return [M[:, j].astype(np.float64) * t for j in range(len(vectors))]
+
+
+def _exact_margins(H: np.ndarray, t: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``t_i h_i . v`` in float64 (``EXACT_CHUNK_ROWS`` rows widened at a time): the
+    verification's margins, so that its gap and KKT check see no float32 rounding."""
+    out = np.empty(H.shape[0])
+    for at in range(0, H.shape[0], EXACT_CHUNK_ROWS):
+        out[at : at + EXACT_CHUNK_ROWS] = H[at : at + EXACT_CHUNK_ROWS].astype(np.float64) @ v
+    return out * t
+
+
+def _exact_weighted_rows(H: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``sum_i w_i h_i`` in float64 (as ``_exact_margins``): phase 2's part of beta, which
+    must be the sum of its duals' rows for the gap to be exact."""
+    out = np.zeros(H.shape[1])
+    for at in range(0, H.shape[0], EXACT_CHUNK_ROWS):
+        out += w[at : at + EXACT_CHUNK_ROWS] @ H[at : at + EXACT_CHUNK_ROWS].astype(np.float64)
+    return out
 
 
 def _weighted_rows(H: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -193,8 +212,9 @@ class SplitTerms(NamedTuple):
     ``n_upper`` = the rows kept at ``a_i = C`` at the checked ``beta``, ``upper_sum`` = sum
     of t_i h_i over those that stay kept (the joining rows leave: L, float64), ``hinge`` =
     sum of max(0, 1 - m_i) over every row at the checked ``beta``, ``worst`` the largest
-    KKT violation among the kept rows, and the rows joining the gathered set: their global numbers ``rows``, hidden outputs
-    ``H_rows`` (float32), targets ``t_rows`` and starting duals ``a_rows``.
+    KKT violation among the kept rows, and the rows joining the gathered set: their global
+    numbers ``rows``, hidden outputs ``H_rows`` (float32), targets ``t_rows`` and starting
+    duals ``a_rows``.
     """
 
     upper_sum: np.ndarray
@@ -245,7 +265,8 @@ def unit_split_terms(
     near rows (the first split: their starting duals are the smoothed problem's, ``C``
     times the Huber slope at ``beta_fix``).  ``row_numbers``: the rows' global numbers.
     """
-    fixed, checked = _margins(H, t, beta_fix, beta_check)
+    (fixed,) = _margins(H, t, beta_fix)
+    checked = _exact_margins(H, t, beta_check)
     near = np.abs(fixed - 1.0) <= delta
     kept = ~near
     if gathered.size:
@@ -260,7 +281,7 @@ def unit_split_terms(
         near[joining], C * _huber_slope(fixed[joining], h), np.where(upper[joining], C, 0.0)
     )
     return SplitTerms(
-        upper_sum=_weighted_rows(H, np.where(upper & ~breaking, t, 0.0)),
+        upper_sum=_exact_weighted_rows(H, np.where(upper & ~breaking, t, 0.0)),
         n_upper=int(np.count_nonzero(upper)),
         hinge=float(np.maximum(0.0, 1.0 - checked).sum()),
         worst=float(violation.max(initial=0.0)),
@@ -285,7 +306,7 @@ def solve_gathered(
     """The gathered rows' duals (``alpha``, updated in place) solved to ``tol`` with the
     other rows fixed (their part of beta: ``fixed_part``) by the single-process dual
     solver; returns ``(beta, converged, passes)``."""
-    beta = fixed_part + _weighted_rows(H_rows, alpha * t_rows)
+    beta = fixed_part + _exact_weighted_rows(H_rows, alpha * t_rows)
     converged, passes, _, _ = run_explicit_dual(
         H_rows, t_rows, alpha, beta, C=C, tol=tol, max_passes=max_passes, rng_state=rng_state
     )
