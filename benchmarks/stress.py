@@ -28,6 +28,14 @@ Sections:
 * ``security``: the local Dask cluster and Ray that ``elmscale run`` starts: the addresses
   they listen on, Ray's token authentication (on, and a client without the token
   refused); model files pointing outside themselves.
+* ``kill``: each long-running command (``reproduce``, ``run`` in its Ray phase and in its
+  Dask phase, ``score``, ``train``, ``warmup``) x {SIGINT, SIGTERM, SIGKILL} x {during
+  start-up, mid-work}, started in a session of its own on small generated inputs: SIGINT
+  goes to its process group (a terminal's Ctrl-C), SIGTERM and SIGKILL to the command
+  alone (``kill PID``); the processes of its session (and any carrying its environment
+  tag) left 10 s later are counted (none may be), its exit code checked (130, 143, -9),
+  no half-written file may be left, then it is rerun: reproduce resumes from its journal,
+  score does only the files not done, the others complete.  ``--quick``: two cases.
 
 Prints one row per case: tries, passed, identical results (where a result is compared),
 seconds.  Exit status 1 if any case failed.  ``--out FILE`` writes the table there too.
@@ -53,7 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-SECTIONS = ("faults", "load", "fuzz", "security")
+SECTIONS = ("faults", "load", "fuzz", "security", "kill")
 CLEAN_ENV = {
     k: v for k, v in os.environ.items() if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS")
 }
@@ -919,6 +927,138 @@ def security_section(args, cases: list) -> None:
         _print_row(c)
 
 
+# -- kill: a command stopped or killed, and what it leaves -----------------------------------
+
+KILL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+KILL_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -9}
+#: seconds after launch that count as start-up (imports, data loading, clusters starting)
+STARTUP_DELAY = 1.0
+#: processes known to outlive a SIGKILLed command by more than 10 s, and why
+KILL_LIMITS = {
+    "ray::DashboardAgent": "Ray's agents see the raylet gone within 2 s, then wait up to "
+    "60 s (hard-coded) to report it to the GCS, which is gone too",
+    "ray::RuntimeEnvAgent": "as the dashboard agent",
+}
+KILL_QUICK = {("reproduce", signal.SIGKILL, "mid-work"), ("score", signal.SIGTERM, "mid-work")}
+KILL_HEADER = (
+    f"{'command':<10} {'signal':<8} {'when':<9} {'at signal':>9} {'left 10 s':>9} "
+    f"{'gone (s)':>8} {'exit':>5}  rerun"
+)
+
+
+@dataclass
+class KillRow:
+    command: str
+    signal: str
+    when: str
+    at_signal: int = 0
+    left: int = 0
+    gone_s: float | None = None
+    code: int | None = None
+    rerun: str = ""
+
+    def line(self) -> str:
+        gone = "-" if self.gone_s is None else f"{self.gone_s:.1f}"
+        return (
+            f"{self.command:<10} {self.signal:<8} {self.when:<9} {self.at_signal:>9} "
+            f"{self.left:>9} {gone:>8} {str(self.code):>5}  {self.rerun}"
+        )
+
+
+def _kill_try(case: Case, row: KillRow, name: str, sig, when: str, folder: Path, args) -> None:
+    import _reliability as rel
+
+    command = rel.kill_commands(folder, full_rerun=not args.quick)[name]
+    startup = when == "start-up"
+    stopped = rel.stop_command(
+        command.argv,
+        sig,
+        ready=None if startup else command.ready,
+        delay=STARTUP_DELAY if startup else command.delay,
+        env=command.env,
+        wait_gone=0 if args.quick else 70,
+    )
+    row.at_signal, row.left, row.code = len(stopped.at_signal), len(stopped.left), stopped.code
+    row.gone_s = stopped.gone_s
+    partial = command.partial()
+    # a signal before the command's handler is in place ends it as the default action does
+    codes = {KILL_CODES[sig]} | ({-int(sig)} if startup else set())
+    finished = stopped.code == 0  # it ended before the signal (start-up: a fast command)
+    problems = []
+    if not stopped.ready:
+        problems.append("never reached its work")
+    if stopped.code not in codes and not (startup and finished):
+        problems.append(f"exit {stopped.code}, expected {sorted(codes)}: {stopped.err[-300:]!r}")
+    if partial:
+        problems.append(f"half-written: {partial}")
+    if "Traceback" in stopped.err and sig != signal.SIGKILL:
+        problems.append("a traceback: " + stopped.err[-400:])
+    lingering = stopped.left
+    known = lingering and all(
+        any(line.startswith(k) for k in KILL_LIMITS) for line in lingering.values()
+    )
+    if lingering:
+        how = f"gone {stopped.gone_s:.0f} s after" if stopped.gone_s else "still there"
+        problems.append(f"{len(lingering)} left after 10 s ({how}): {sorted(lingering.values())}")
+    again = rel.rerun(command)
+    verdict = command.check(again)
+    row.rerun = verdict[:60]
+    rerun_ok = again.code == 0 and not verdict.startswith("failed:")
+    if not rerun_ok:
+        problems.append(f"rerun: {verdict}")
+    if known and len(problems) == 1:  # only processes Ray's options cannot tie
+        case.status = "limit"
+        for line in sorted(set(lingering.values())):
+            why = next(v for k, v in KILL_LIMITS.items() if line.startswith(k))
+            case.notes.append(f"limit: {line.split()[0]}: {why}")
+    elif not problems:
+        case.passed += 1
+    case.notes.extend(problems)
+    case.notes.append(
+        f"{row.at_signal} processes at the signal, {row.left} left after 10 s, exit {row.code}; "
+        f"rerun: {verdict}"
+    )
+
+
+def kill_section(args, cases: list) -> list:
+    """The kill matrix; returns its table's lines."""
+    import _reliability as rel
+
+    rows = []
+    names = ["reproduce", "run", "run-dask", "score", "train", "warmup"]
+    with tempfile.TemporaryDirectory(prefix="elmscale-kill-") as work:
+        for name in names:
+            for sig in KILL_SIGNALS:
+                for when in ("start-up", "mid-work"):
+                    if args.quick and (name, sig, when) not in KILL_QUICK:
+                        continue
+                    title = f"kill: {name} {sig.name} {when}"
+                    if args.match and args.match not in title:
+                        continue
+                    case = Case(title, "kill")
+                    row = KillRow(name, sig.name, when)
+                    cases.append(case)
+                    rows.append(row)
+                    start = time.perf_counter()
+                    for _ in range(args.repeat if not args.quick else 1):
+                        case.tries += 1
+                        try:
+                            _kill_try(case, row, name, sig, when, Path(work), args)
+                        except Exception as exc:  # a broken try fails the case, not the run
+                            case.status = "error"
+                            case.notes.append(f"{type(exc).__name__}: {exc}"[:600])
+                            traceback.print_exc()
+                    case.seconds = time.perf_counter() - start
+                    _print_row(case)
+    lines = [
+        f"processes left {rel.GRACE_S:g} s after the signal (session of the command):",
+        KILL_HEADER,
+        *(r.line() for r in rows),
+    ]
+    print("\n".join(lines), flush=True)
+    return lines
+
+
 # -- running --------------------------------------------------------------------------------
 
 
@@ -996,7 +1136,9 @@ def main(argv=None) -> int:
         "--examples", type=int, default=None, help="hypothesis examples per fuzz case"
     )
     parser.add_argument("--out", type=Path, help="write the table to this file too")
-    parser.add_argument("--match", help="only the fault / load cases whose name contains this")
+    parser.add_argument(
+        "--match", help="only the fault / load / kill cases whose name contains this"
+    )
     parser.add_argument("--newton-rows", type=int, help="rows of the Newton fault case")
     args = parser.parse_args(argv)
     if args.repeat is None:
@@ -1012,6 +1154,7 @@ def main(argv=None) -> int:
         "load: two elmscale score runs into one folder",
     }
     cases: list[Case] = []
+    kill_lines: list[str] = []
     start = time.perf_counter()
     print(
         f"reliability matrix ({'quick' if args.quick else 'full'}): {', '.join(sections)}; "
@@ -1029,6 +1172,8 @@ def main(argv=None) -> int:
         if "load" in sections:
             load = [f for f in LOAD if not args.quick or f[0] in quick]
             _run_cases("load", _matching(load, args.match), args, cases)
+        if "kill" in sections:
+            kill_lines = kill_section(args, cases)
     finally:
         import ray
 
@@ -1044,7 +1189,8 @@ def main(argv=None) -> int:
     print(summary)
     if args.out:
         notes = [f"{c.name}: {n}" for c in cases for n in c.notes]
-        args.out.write_text("\n".join([" ".join(sys.argv), *lines, summary, "", *notes]) + "\n")
+        text = [" ".join(sys.argv), *lines, summary, "", *kill_lines, "", *notes]
+        args.out.write_text("\n".join(text) + "\n")
     return 1 if failed else 0
 
 

@@ -1,10 +1,18 @@
 """The benchmarks' 2-worker Dask LocalCluster: one thread per worker process, on
-127.0.0.1, no dashboard, no memory limit (the benchmarks measure the memory themselves)."""
+127.0.0.1, no dashboard, no memory limit (the benchmarks measure the memory themselves).
+
+Starting it also makes SIGTERM raise in the script's main thread (as Ctrl-C does), so that
+a benchmark stopped with ``kill`` unwinds its ``with`` block and closes the cluster; killed
+outright, its worker processes end by themselves (each watches a pipe to this process).
+"""
 
 from distributed import LocalCluster
 
+from elmscale.core.lifeline import terminate_raises
+
 
 def two_worker_cluster() -> LocalCluster:
+    terminate_raises()
     return LocalCluster(
         n_workers=2,
         threads_per_worker=1,

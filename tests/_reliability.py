@@ -658,11 +658,13 @@ def stop_command(
     delay: float = 0.0,
     env: dict | None = None,
     ready_timeout: float = 240.0,
+    wait_gone: float = 0.0,
 ) -> Stopped:
     """Start ``argv`` in a session of its own, wait until ``ready(pid, out_path)`` (then
     ``delay`` s), send ``sig`` (SIGINT to its process group, as a terminal's Ctrl-C;
     SIGTERM and SIGKILL to the command alone, as ``kill PID``), and count its processes
-    left :data:`GRACE_S` s later; whatever is left is then killed."""
+    left :data:`GRACE_S` s later; whatever is left is then killed (after up to
+    ``wait_gone`` s more, to time how long it lingers: ``gone_s``)."""
     import signal
     import tempfile
     import time
@@ -710,6 +712,11 @@ def stop_command(
                 if elapsed >= GRACE_S:
                     break
                 time.sleep(0.1)
+            while left and time.monotonic() - sent < GRACE_S + wait_gone:
+                time.sleep(0.5)
+                if not command_processes(pid, tag):
+                    gone_s = time.monotonic() - sent
+                    break
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(0.1 if left else 5)  # a zombie is not counted: reap it
             code = process.poll()
@@ -804,7 +811,8 @@ workers = 2
 class KillCommand:
     """A command to stop midway: its argv, when it is mid-work (``ready``, then ``delay``
     s), its environment, how to rerun it (``rerun_argv``) and check the rerun
-    (``check(rerun_outcome) -> problem or ""``), and the half-written files it left
+    (``check(rerun_outcome) -> what it found``, starting "failed:" if it did not resume or
+    complete), and the half-written files it left
     (``partial() -> names``)."""
 
     argv: list
@@ -828,10 +836,43 @@ def _journal(out: Path) -> list[bytes]:
     return path.read_bytes().splitlines(keepends=True) if path.exists() else []
 
 
-def kill_commands(folder: Path, quick: bool = True) -> dict:
-    """:class:`KillCommand` s of ``reproduce``, ``run``, ``score``, ``train`` and
-    ``warmup`` on small generated inputs under ``folder`` (each with a fresh output: call
-    again for another try)."""
+def _run_command(fresh: Path, score_data: Path, phase: str) -> KillCommand:
+    """``elmscale run`` of :data:`KILL_PIPELINE`, mid-work once ``phase`` is logged."""
+    runs = fresh / "runs"
+    fresh.mkdir()
+    pipeline = fresh / "kill.toml"
+    pipeline.write_text(
+        KILL_PIPELINE.format(train=fresh / "train", score=score_data, rows=3000, runs=runs)
+    )
+
+    def ready(pid, out_path):
+        return any(phase in p.read_text() for p in runs.glob("*/run.log"))
+
+    def partial():
+        names = _dotfiles(runs)
+        names += [f"{d.name}/metrics.json" for d in runs.glob("*") if (d / "metrics.json").exists()]
+        for scored in runs.glob("*/scores/*.parquet"):
+            if pq.ParquetFile(scored).metadata.num_rows != 500_000:
+                names.append(scored.name)
+        return names
+
+    def check(outcome):
+        done = [d for d in runs.glob("*") if (d / "metrics.json").exists()]
+        if outcome.code != 0 or len(done) != 1:
+            ended = f"{len(done)} finished runs"
+            return f"failed: rerun exit {outcome.code}, {ended}: {outcome.err[-300:]}"
+        return "a fresh run completed"
+
+    argv = [*ELMSCALE, "run", pipeline]
+    return KillCommand(argv, ready, 1.0, argv, check, partial)
+
+
+def kill_commands(folder: Path, full_rerun: bool = True) -> dict:
+    """:class:`KillCommand` s of ``reproduce``, ``run`` (killed in its Ray phase, and in
+    its Dask phase: ``run-dask``), ``score``, ``train`` and ``warmup`` on small generated
+    inputs under ``folder`` (each with a fresh output: call again for another try).
+    ``full_rerun`` False: reproduce's rerun is a ``--dry-run`` (the journal read, the
+    remaining pieces planned) instead of the rest of its pieces (a minute)."""
     import uuid
 
     from elmscale import ELMClassifier
@@ -863,43 +904,31 @@ def kill_commands(folder: Path, quick: bool = True) -> dict:
         lines = _journal(out)
         before = [line for line in kept.get("lines", []) if line.endswith(b"\n")]
         if outcome.code != 0:
-            return f"rerun exit {outcome.code}: {outcome.err[-300:]}"
+            return f"failed: rerun exit {outcome.code}: {outcome.err[-300:]}"
         if lines[: len(before)] != before:
-            return "the rerun changed the journal's finished pieces"
+            return "failed: the rerun changed the journal's finished pieces"
+        if not full_rerun:
+            if "dry run of sparse-elm" not in outcome.out:
+                return f"failed: the dry run planned nothing: {outcome.out[-200:]}"
+            return f"resumable: {len(before)} pieces kept, the rest planned (dry run)"
         if "reproduced sparse-elm: 10 pieces" not in outcome.out or len(lines) != 10:
-            return f"rerun ended with {len(lines)} pieces journaled: {outcome.out[-200:]}"
+            return f"failed: rerun ended with {len(lines)} pieces journaled: {outcome.out[-200:]}"
         return f"resumed: {len(before)} pieces kept, {len(lines) - len(before)} run"
 
+    def reproduce_ready(pid, out_path):  # a piece journaled, others running
+        return bool(_journal(out)) and has_piece_workers(pid, out_path)
+
+    again = argv if full_rerun else [*argv, "--dry-run"]
     commands["reproduce"] = KillCommand(
-        argv, has_piece_workers, 2.0, argv, reproduce_check, reproduce_partial
+        argv, reproduce_ready, 1.0, again, reproduce_check, reproduce_partial
     )
 
-    # run: a pipeline on a local Ray (the grid) and a local Dask cluster (scoring)
-    runs = fresh / "runs"
+    # run: a pipeline on a local Ray (the grid), then a local Dask cluster (scoring)
     score_data = folder / "run-score"
     if not score_data.exists():
-        write_generated_parquet(score_data, 400_000, rows_per_file=100_000)
-    pipeline = fresh / "kill.toml"
-    pipeline.write_text(
-        KILL_PIPELINE.format(train=fresh / "train", score=score_data, rows=3000, runs=runs)
-    )
-
-    def run_ready(pid, out_path):
-        return any("started a local" in p.read_text() for p in runs.glob("*/run.log"))
-
-    def run_partial():
-        names = _dotfiles(runs)
-        names += [f"{d.name}/metrics.json" for d in runs.glob("*") if (d / "metrics.json").exists()]
-        return names
-
-    def run_check(outcome):
-        done = [d for d in runs.glob("*") if (d / "metrics.json").exists()]
-        if outcome.code != 0 or len(done) != 1:
-            return f"rerun exit {outcome.code}, {len(done)} finished runs: {outcome.err[-300:]}"
-        return "a fresh run completed"
-
-    argv = [*ELMSCALE, "run", pipeline]
-    commands["run"] = KillCommand(argv, run_ready, 1.0, argv, run_check, run_partial)
+        write_generated_parquet(score_data, 2_000_000, rows_per_file=500_000)
+    for name, phase in (("run", "started a local Ray"), ("run-dask", "started a local Dask")):
+        commands[name] = _run_command(fresh / name, score_data, phase)
 
     # score: a folder of files, each scored whole or not at all; the rerun does the rest
     model_path = folder / "model.elm"
@@ -917,9 +946,10 @@ def kill_commands(folder: Path, quick: bool = True) -> dict:
     def score_check(outcome):
         files = sorted(scored.glob("*.parquet"))
         if outcome.code != 0 or len(files) != 6:
-            return f"rerun exit {outcome.code}, {len(files)} of 6 files: {outcome.err[-300:]}"
+            ended = f"{len(files)} of 6 files"
+            return f"failed: rerun exit {outcome.code}, {ended}: {outcome.err[-300:]}"
         if not all(pq.ParquetFile(f).metadata.num_rows == 200_000 for f in files):
-            return "a file with rows missing"
+            return "failed: a file with rows missing"
         return outcome.out.strip().splitlines()[-1][:100] if outcome.out.strip() else ""
 
     argv = [*ELMSCALE, "score", model_path, inputs, scored, "--quiet"]
@@ -937,7 +967,7 @@ def kill_commands(folder: Path, quick: bool = True) -> dict:
 
     def train_check(outcome):
         if outcome.code != 0 or not model_out.exists():
-            return f"rerun exit {outcome.code}: {outcome.err[-300:]}"
+            return f"failed: rerun exit {outcome.code}: {outcome.err[-300:]}"
         return "trained"
 
     commands["train"] = KillCommand(
@@ -955,7 +985,7 @@ def kill_commands(folder: Path, quick: bool = True) -> dict:
 
     def warmup_check(outcome):
         if outcome.code != 0:
-            return f"rerun exit {outcome.code}: {outcome.err[-300:]}"
+            return f"failed: rerun exit {outcome.code}: {outcome.err[-300:]}"
         return outcome.out.strip().splitlines()[-1][:100]
 
     commands["warmup"] = KillCommand(
