@@ -1,6 +1,6 @@
-"""Boosting-ridge ELM ensembles (``../shared/papers/boosting-ridge-elm-ggbrelm.txt``) as
-scikit-learn estimators: BRELM, GBRELM, GGBRELM and KBRELM, each a classifier and a
-regressor.
+"""Boosting-ridge ELM ensembles (Peralez-González, Pérez-Rodríguez and Durán-Rosal,
+Scientific Reports 2023, doi:10.1038/s41598-023-38948-3) as scikit-learn estimators:
+BRELM, GBRELM, GGBRELM and KBRELM, each a classifier and a regressor.
 
 Each ensemble sums S = ``n_estimators`` ridge learners; the learners differ in how they are
 fitted, not in how they score, so every fitted model is one feature map and one set of
@@ -36,6 +36,8 @@ them, e.g. to [0, 1] as the paper does).
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -73,13 +75,15 @@ _COMMON = {
 }
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class _RandomNodeEnsemble(_BaseELM):
     """S ridge learners on random layers; ``ensemble`` says how they are fitted:
-    "shared" (BRELM), "sequential" (GBRELM) or "global" (GGBRELM)."""
+    "shared" (BRELM), "sequential" (GBRELM) or "global" (GGBRELM).  The classifiers add
+    ``probability``."""
 
     ensemble = "global"
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_COMMON,
         "hidden": [StrOptions(set(HIDDEN_KINDS))],
         "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -88,28 +92,15 @@ class _RandomNodeEnsemble(_BaseELM):
         "random_state": ["random_state"],
     }
 
-    def __init__(
-        self,
-        *,
-        n_estimators=10,
-        hidden="sigmoid",
-        n_hidden=100,
-        weight_scale=1.0,
-        C=1.0,
-        precision="auto",
-        block_rows=16384,
-        n_threads=None,
-        random_state=None,
-    ):
-        self.n_estimators = n_estimators
-        self.hidden = hidden
-        self.n_hidden = n_hidden
-        self.weight_scale = weight_scale
-        self.C = C
-        self.precision = precision
-        self.block_rows = block_rows
-        self.n_threads = n_threads
-        self.random_state = random_state
+    n_estimators: int = 10
+    hidden: str = "sigmoid"
+    n_hidden: int = 100
+    weight_scale: float = 1.0
+    C: float = 1.0
+    precision: str = "auto"
+    block_rows: int = 16384
+    n_threads: int | None = None
+    random_state: int | np.random.RandomState | None = None
 
     def _is_kernel_model(self) -> bool:
         return False  # random nodes only: the family has no ``kernel`` parameter
@@ -168,34 +159,25 @@ class _RandomNodeEnsemble(_BaseELM):
         return self.solve_path(G, B, [C])[0]
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class _KernelEnsemble(_BaseELM):
-    """S kernel ridge learners on the residuals (KBRELM)."""
+    """S kernel ridge learners on the residuals (KBRELM; the classifier adds
+    ``probability``)."""
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_COMMON,
         "kernel": [StrOptions(set(KERNELS))],
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
         "degree": [Interval(numbers.Integral, 1, None, closed="left")],
     }
 
-    def __init__(
-        self,
-        *,
-        n_estimators=10,
-        kernel="gaussian",
-        C=1.0,
-        sigma=1.0,
-        degree=3,
-        block_rows=16384,
-        n_threads=None,
-    ):
-        self.n_estimators = n_estimators
-        self.kernel = kernel
-        self.C = C
-        self.sigma = sigma
-        self.degree = degree
-        self.block_rows = block_rows
-        self.n_threads = n_threads
+    n_estimators: int = 10
+    kernel: str = "gaussian"
+    C: float = 1.0
+    sigma: float = 1.0
+    degree: int = 3
+    block_rows: int = 16384
+    n_threads: int | None = None
 
     def _precision_setting(self) -> str:
         return "double"  # K is formed in float64; the family has no ``precision`` parameter
@@ -220,73 +202,29 @@ class _OneOfJClassifier(ELMClassifier):
         return out[:, 1] - out[:, 0] if len(self.classes_) == 2 else out
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class _RandomNodeEnsembleClassifier(_RandomNodeEnsemble, _OneOfJClassifier):
     """BRELM / GBRELM / GGBRELM classifiers: the ensemble's parameters and ``probability``
     (calibrated probabilities, as ``ELMClassifier``)."""
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_RandomNodeEnsemble._parameter_constraints,
         "probability": ["boolean"],
     }
 
-    def __init__(
-        self,
-        *,
-        n_estimators=10,
-        hidden="sigmoid",
-        n_hidden=100,
-        weight_scale=1.0,
-        C=1.0,
-        precision="auto",
-        block_rows=16384,
-        n_threads=None,
-        random_state=None,
-        probability=False,
-    ):
-        super().__init__(
-            n_estimators=n_estimators,
-            hidden=hidden,
-            n_hidden=n_hidden,
-            weight_scale=weight_scale,
-            C=C,
-            precision=precision,
-            block_rows=block_rows,
-            n_threads=n_threads,
-            random_state=random_state,
-        )
-        self.probability = probability
+    probability: bool = False
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class _KernelEnsembleClassifier(_KernelEnsemble, _OneOfJClassifier):
     """KBRELM's classifier: the ensemble's parameters and ``probability``."""
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_KernelEnsemble._parameter_constraints,
         "probability": ["boolean"],
     }
 
-    def __init__(
-        self,
-        *,
-        n_estimators=10,
-        kernel="gaussian",
-        C=1.0,
-        sigma=1.0,
-        degree=3,
-        block_rows=16384,
-        n_threads=None,
-        probability=False,
-    ):
-        super().__init__(
-            n_estimators=n_estimators,
-            kernel=kernel,
-            C=C,
-            sigma=sigma,
-            degree=degree,
-            block_rows=block_rows,
-            n_threads=n_threads,
-        )
-        self.probability = probability
+    probability: bool = False
 
 
 _PROBABILITY_PARAMETER = """    probability : bool, default=False

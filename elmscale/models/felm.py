@@ -18,6 +18,8 @@ from __future__ import annotations
 import numbers
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numba
 import numpy as np
@@ -78,12 +80,26 @@ def _one_numba_thread():
     numba.set_num_threads(1)  # numba's thread count is per calling thread
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, BaseEstimator):
-    """What FELM and FKELM share: the pairs, the selection loop, scoring, attributes."""
+    """What FELM and FKELM share: the pairs, the selection loop, scoring, attributes, and
+    the parameters but for the feature map's (FELM's layer, FKELM's kernel: theirs)."""
 
     multiclass_coupling = "pairwise"  # (predict_proba: the pairs coupled, Wu-Lin-Weng)
 
-    _common_constraints: dict = {
+    C: float = 1.0
+    psi: float = 0.0625
+    psi_scale: str = "relative"
+    tol: float = 1e-6
+    kkt_tol: float = 1e-3
+    max_sweeps: int = 20
+    initial_selection: bool = True
+    resolve_start: str = "warm"
+    n_threads: int | None = None
+    random_state: int | np.random.RandomState | None = None
+    probability: bool = False
+
+    _common_constraints: ClassVar[dict] = {
         "C": [Interval(numbers.Real, 0, None, closed="neither")],
         "psi": [Interval(numbers.Real, 0, None, closed="left")],
         "psi_scale": [StrOptions(set(PSI_SCALES))],
@@ -233,6 +249,7 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
         return tags
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class FELMClassifier(_FeatureSelectingELM):
     """FELM: random hidden nodes on masked inputs, the sparse ELM's output weights, and a
     cost ``psi`` per kept feature (eq. 9-10).
@@ -303,45 +320,16 @@ class FELMClassifier(_FeatureSelectingELM):
     probability_coupling_ : "binary" or "pairwise"
     """
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_FeatureSelectingELM._common_constraints,
         "n_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "hidden": [StrOptions(set(HIDDEN_KINDS))],
         "weight_scale": [Interval(numbers.Real, 0, None, closed="neither")],
     }
 
-    def __init__(
-        self,
-        *,
-        C=1.0,
-        psi=0.0625,
-        psi_scale="relative",
-        n_hidden=300,
-        hidden="sigmoid",
-        weight_scale=1.0,
-        tol=1e-6,
-        kkt_tol=1e-3,
-        max_sweeps=20,
-        initial_selection=True,
-        resolve_start="warm",
-        n_threads=None,
-        random_state=None,
-        probability=False,
-    ):
-        self.C = C
-        self.psi = psi
-        self.psi_scale = psi_scale
-        self.n_hidden = n_hidden
-        self.hidden = hidden
-        self.weight_scale = weight_scale
-        self.tol = tol
-        self.kkt_tol = kkt_tol
-        self.max_sweeps = max_sweeps
-        self.initial_selection = initial_selection
-        self.resolve_start = resolve_start
-        self.n_threads = n_threads
-        self.random_state = random_state
-        self.probability = probability
+    n_hidden: int = 300
+    hidden: str = "sigmoid"
+    weight_scale: float = 1.0
 
     def _prepare_mapping(self, n_features, seed):
         self.hidden_layer_ = HiddenLayer(
@@ -375,6 +363,7 @@ class FELMClassifier(_FeatureSelectingELM):
         return out
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class FKELMClassifier(_FeatureSelectingELM):
     """FKELM: the memorization-generalization kernel on masked inputs (eq. 8, 11-12).
 
@@ -397,45 +386,16 @@ class FKELMClassifier(_FeatureSelectingELM):
     kernel's description.
     """
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_FeatureSelectingELM._common_constraints,
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma_star_ratio": [Interval(numbers.Real, 0, None, closed="neither")],
         "tau": [Interval(numbers.Real, 0, 1, closed="both")],
     }
 
-    def __init__(
-        self,
-        *,
-        C=1.0,
-        psi=0.0625,
-        psi_scale="relative",
-        sigma=1.0,
-        sigma_star_ratio=1024.0,
-        tau=0.5,
-        tol=1e-6,
-        kkt_tol=1e-3,
-        max_sweeps=20,
-        initial_selection=True,
-        resolve_start="warm",
-        n_threads=None,
-        random_state=None,
-        probability=False,
-    ):
-        self.C = C
-        self.psi = psi
-        self.psi_scale = psi_scale
-        self.sigma = sigma
-        self.sigma_star_ratio = sigma_star_ratio
-        self.tau = tau
-        self.tol = tol
-        self.kkt_tol = kkt_tol
-        self.max_sweeps = max_sweeps
-        self.initial_selection = initial_selection
-        self.resolve_start = resolve_start
-        self.n_threads = n_threads
-        self.random_state = random_state
-        self.probability = probability
+    sigma: float = 1.0
+    sigma_star_ratio: float = 1024.0
+    tau: float = 0.5
 
     def _kernel(self) -> Kernel:
         return Kernel(

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 import numbers
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
@@ -66,10 +68,12 @@ def _joint_residuals(paths: list[np.ndarray]) -> np.ndarray:
     return np.sqrt((padded**2).sum(axis=0))
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class _BaseFLSASVM(BaseEstimator):
-    """Shared parameters, fitting and scoring of the FLSA-SVM estimators."""
+    """Shared parameters, fitting and scoring of the FLSA-SVM estimators (the classifier
+    adds ``probability``)."""
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         "kernel": [StrOptions(set(KERNELS))],
         "sigma": [Interval(numbers.Real, 0, None, closed="neither")],
         "degree": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -87,32 +91,17 @@ class _BaseFLSASVM(BaseEstimator):
         "random_state": ["random_state"],
     }
 
-    def __init__(
-        self,
-        *,
-        kernel="gaussian",
-        sigma=1.0,
-        degree=3,
-        n_support=100,
-        candidates="all",
-        tol=1e-8,
-        fit_intercept=True,
-        support_sets="shared",
-        cache_mb=1024.0,
-        n_threads=None,
-        random_state=None,
-    ):
-        self.kernel = kernel
-        self.sigma = sigma
-        self.degree = degree
-        self.n_support = n_support
-        self.candidates = candidates
-        self.tol = tol
-        self.fit_intercept = fit_intercept
-        self.support_sets = support_sets
-        self.cache_mb = cache_mb
-        self.n_threads = n_threads
-        self.random_state = random_state
+    kernel: str = "gaussian"
+    sigma: float = 1.0
+    degree: int = 3
+    n_support: int = 100
+    candidates: str | int | float = "all"
+    tol: float = 1e-8
+    fit_intercept: bool = True
+    support_sets: str = "shared"
+    cache_mb: float = 1024.0
+    n_threads: int | None = None
+    random_state: int | np.random.RandomState | None = None
 
     # -- targets (classifier / regressor specific) ---------------------------------------
     def _encode_targets(self, y):  # pragma: no cover - abstract
@@ -397,6 +386,7 @@ _ATTRS_DOC = """
 """
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
 class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
     __doc__ = (
         "FLSA-SVM classifier: forward least-squares selection of kernel columns on +1 / -1\n"
@@ -420,41 +410,12 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
 
     multiclass_coupling = "one_vs_rest"  # (predict_proba: the class columns, normalised)
 
-    _parameter_constraints: dict = {
+    _parameter_constraints: ClassVar[dict] = {
         **_BaseFLSASVM._parameter_constraints,
         "probability": ["boolean"],
     }
 
-    def __init__(
-        self,
-        *,
-        kernel="gaussian",
-        sigma=1.0,
-        degree=3,
-        n_support=100,
-        candidates="all",
-        tol=1e-8,
-        fit_intercept=True,
-        support_sets="shared",
-        cache_mb=1024.0,
-        n_threads=None,
-        random_state=None,
-        probability=False,
-    ):
-        super().__init__(
-            kernel=kernel,
-            sigma=sigma,
-            degree=degree,
-            n_support=n_support,
-            candidates=candidates,
-            tol=tol,
-            fit_intercept=fit_intercept,
-            support_sets=support_sets,
-            cache_mb=cache_mb,
-            n_threads=n_threads,
-            random_state=random_state,
-        )
-        self.probability = probability
+    probability: bool = False
 
     def fit(self, X, y=None, client=None):
         """As :meth:`_BaseFLSASVM.fit`; with ``probability=True`` also the calibration
