@@ -333,7 +333,8 @@ def test_a_worker_whose_piece_was_interrupted_is_not_pooled(tmp_path):
 
     try:
         assert run_bounded(fast, data=data, pool=pool).key == fast.key  # a warm worker
-        (worker,) = pool._idle
+        worker = pool.acquire()  # the warm one, given back: the slow piece gets it
+        pool.release(worker)
         thread = threading.Thread(target=interrupted)
         thread.start()
         time.sleep(1.0)  # the slow piece is running in the worker
