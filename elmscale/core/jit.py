@@ -691,6 +691,26 @@ def kernel_rows_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out,
 SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def huber_step_losses(ahead, along, steps, hs, out):
+    """``out[j, k]`` = the sum over rows of the Huber hinge with smoothing ``hs[j]`` at the
+    margin ``ahead_i - (1 - steps[k]) along_i``: the Newton solver's line search, every
+    smoothing and step in one read of the margins (``solvers.primal_newton``).  The Huber
+    hinge of m: 1 - m below 1 - h, (1 + h - m)^2 / 4h within h of 1, 0 above 1 + h."""
+    out[:] = 0.0
+    for i in range(ahead.size):
+        a = ahead[i]
+        z = along[i]
+        for k in range(steps.size):
+            r = 1.0 - a + (1.0 - steps[k]) * z
+            for j in range(hs.size):
+                h = hs[j]
+                if r > h:
+                    out[j, k] += r
+                elif r >= -h:
+                    out[j, k] += (r + h) * (r + h) / (4.0 * h)
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def q_segment(
     Xt,

@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from elmscale.core.jit import huber_step_losses
 from elmscale.solvers.explicit_dual import run_explicit_dual
 
 __all__ = [
@@ -130,12 +131,12 @@ def _exact_weighted_rows(H: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _weighted_rows(H: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``sum_i w_i h_i`` (float64): float32 products over ``CHUNK_ROWS`` rows at a time,
-    widened and added."""
-    out = np.zeros(H.shape[1])
+    """``sum_i w_i h_i`` (float64; ``w`` of shape (n,) or (n, k), giving (L,) or (k, L)):
+    float32 products over ``CHUNK_ROWS`` rows at a time, widened and added."""
     w32 = w.astype(np.float32)
+    out = np.zeros(w.shape[1:][::-1] + (H.shape[1],))
     for at in range(0, H.shape[0], CHUNK_ROWS):
-        out += (w32[at : at + CHUNK_ROWS] @ H[at : at + CHUNK_ROWS]).astype(np.float64)
+        out += (w32[at : at + CHUNK_ROWS].T @ H[at : at + CHUNK_ROWS]).astype(np.float64)
     return out
 
 
@@ -157,19 +158,30 @@ def unit_newton_terms(
     direction`` for each ``s`` of ``STEPS``: one ``NewtonTerms`` per smoothing of ``hs``
     (the current one and the next, so that a level ends without a pass of its own)."""
     ahead, along = _margins(H, t, point + direction, direction)
+    distance = np.abs(1.0 - ahead)
     out = []
-    for h in hs:
-        loss = np.array([huber_loss(ahead - (1.0 - s) * along, h).sum() for s in STEPS])
-        zone = np.flatnonzero(np.abs(1.0 - ahead) <= h)
+    hs_sorted = sorted(hs)
+    losses = np.empty((len(hs_sorted), len(STEPS)))
+    huber_step_losses(ahead, along, np.asarray(STEPS), np.asarray(hs_sorted, float), losses)
+    gram = np.zeros((H.shape[1], H.shape[1]))
+    below = -np.inf
+    # the zones nest: the narrower one's Gram is summed once and the wider one's adds the
+    # ring between them, so two smoothings cost one Gram's products
+    slopes = np.column_stack([_huber_slope(ahead, h) * t for h in hs_sorted])
+    grads = -_weighted_rows(H, slopes)  # (one product for every smoothing)
+    for j, h in enumerate(hs_sorted):
+        gram = gram + _gram_of_rows(H, np.flatnonzero((distance <= h) & (distance > below)))
+        below = h
         out.append(
             NewtonTerms(
-                grad=-_weighted_rows(H, _huber_slope(ahead, h) * t),
-                gram=_gram_of_rows(H, zone),
-                loss=loss,
-                n_zone=int(zone.size),
+                grad=grads[j],
+                gram=gram,
+                loss=losses[j],
+                n_zone=int(np.count_nonzero(distance <= h)),
             )
         )
-    return tuple(out)
+    by_h = dict(zip(sorted(hs), out))
+    return tuple(by_h[h] for h in hs)
 
 
 def newton_direction(
