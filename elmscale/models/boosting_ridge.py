@@ -52,7 +52,12 @@ from elmscale.linalg.boosting import (
     sequential_path,
 )
 from elmscale.linalg.ridge import PRECISIONS
-from elmscale.models.elm import N_THREADS_CONSTRAINT, ELMClassifier, ELMRegressor, _BaseELM
+from elmscale.models.elm import (
+    N_THREADS_CONSTRAINT,
+    _BaseELM,
+    _ELMClassifierBase,
+    _ELMRegressorBase,
+)
 
 __all__ = [
     "ONE_PASS_ENSEMBLES",
@@ -190,7 +195,7 @@ class _KernelEnsemble(_BaseELM):
         return self.solve_path(G, B, [C])[0]
 
 
-class _OneOfJClassifier(ELMClassifier):
+class _OneOfJClassifier(_ELMClassifierBase):
     """The paper's classification: 0/1 one-of-J targets, argmax of the outputs (eq. 5)."""
 
     target_coding = "one_of_j"
@@ -322,7 +327,7 @@ class BRELMClassifier(_RandomNodeEnsembleClassifier):
     )
 
 
-class BRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
+class BRELMRegressor(_RandomNodeEnsemble, _ELMRegressorBase):
     ensemble = "shared"
     __doc__ = _doc(
         "BRELM regressor: S ridge learners sharing one random layer (eq. 10-13).",
@@ -343,7 +348,7 @@ class GBRELMClassifier(_RandomNodeEnsembleClassifier):
     )
 
 
-class GBRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
+class GBRELMRegressor(_RandomNodeEnsemble, _ELMRegressorBase):
     ensemble = "sequential"
     __doc__ = _doc(
         "GBRELM regressor: a random layer per learner, fitted in turn to the residual.",
@@ -365,7 +370,7 @@ class GGBRELMClassifier(_RandomNodeEnsembleClassifier):
     )
 
 
-class GGBRELMRegressor(_RandomNodeEnsemble, ELMRegressor):
+class GGBRELMRegressor(_RandomNodeEnsemble, _ELMRegressorBase):
     ensemble = "global"
     __doc__ = _doc(
         "GGBRELM regressor (eq. 19): ridge on the S concatenated random layers.",
@@ -387,7 +392,7 @@ class KBRELMClassifier(_KernelEnsembleClassifier):
     )
 
 
-class KBRELMRegressor(_KernelEnsemble, ELMRegressor):
+class KBRELMRegressor(_KernelEnsemble, _ELMRegressorBase):
     __doc__ = _doc(
         "KBRELM regressor: S kernel ridge learners on the residuals.",
         _KERNEL_PARAMETERS,

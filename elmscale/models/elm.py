@@ -23,6 +23,8 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
@@ -90,8 +92,29 @@ def encode_class_labels(estimator, y, coding: str) -> np.ndarray:
     return encoder.transform(y)
 
 
+@dataclass(kw_only=True, eq=False, repr=False)
+class _ELMParameters:
+    """The unified ELM's parameters (``ELMClassifier`` adds ``probability``)."""
+
+    hidden: str = "sigmoid"
+    n_hidden: int = 500
+    weight_scale: float = 1.0
+    kernel: str | None = None
+    C: float = 1.0
+    sigma: float = 1.0
+    degree: int = 3
+    sigma_star_ratio: float = 1024.0
+    tau: float = 0.5
+    precision: str = "auto"
+    block_rows: int = 16384
+    n_threads: int | None = None
+    random_state: int | np.random.RandomState | None = None
+
+
 class _BaseELM(BaseEstimator):
-    """Shared parameters, fitting and scoring of the unified ELM estimators.
+    """Fitting and scoring of the unified ELM estimators and of the boosting-ridge
+    ensembles (their parameters: ``_ELMParameters``, the ensembles' own; the constraints
+    here are the unified ELM's).
 
     The fitted model is a feature map and output weights: ``feature_map_`` is the random
     layer ``hidden_layer_`` (output weights ``coef_``) or the kernel against the training
@@ -117,37 +140,6 @@ class _BaseELM(BaseEstimator):
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
     }
-
-    def __init__(
-        self,
-        *,
-        hidden="sigmoid",
-        n_hidden=500,
-        weight_scale=1.0,
-        kernel=None,
-        C=1.0,
-        sigma=1.0,
-        degree=3,
-        sigma_star_ratio=1024.0,
-        tau=0.5,
-        precision="auto",
-        block_rows=16384,
-        n_threads=None,
-        random_state=None,
-    ):
-        self.hidden = hidden
-        self.n_hidden = n_hidden
-        self.weight_scale = weight_scale
-        self.kernel = kernel
-        self.C = C
-        self.sigma = sigma
-        self.degree = degree
-        self.sigma_star_ratio = sigma_star_ratio
-        self.tau = tau
-        self.precision = precision
-        self.block_rows = block_rows
-        self.n_threads = n_threads
-        self.random_state = random_state
 
     # -- targets (classifier / regressor specific) -------------------------
     def _encode_targets(self, y):  # pragma: no cover - abstract
@@ -501,7 +493,63 @@ class _BaseELM(BaseEstimator):
         return tags
 
 
-class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
+class _ELMClassifierBase(ProbabilityMixin, ClassifierMixin, _BaseELM):
+    """The unified ELM's classification, shared by ``ELMClassifier`` and the boosting-ridge
+    classifiers: coded class targets, decisions, predictions and the calibration."""
+
+    target_coding = "plus_minus"
+    multiclass_coupling = "one_vs_rest"  # (predict_proba: the class columns, normalised)
+
+    def fit(self, X, y=None, *, client=None):
+        """Fit as :meth:`_BaseELM.fit`; with ``probability=True`` also the calibration
+        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids; refused with a
+        ParquetDataset before any work)."""
+        self._check_calibration_data(X)
+        super().fit(X, y, client=client)
+        self._fit_calibration(X, y)
+        return self
+
+    def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
+        """As :meth:`_BaseELM.fit_path`; with ``probability=True`` every copy is calibrated,
+        from one path per fold of the calibration's split (``self``: the last C's)."""
+        self._check_calibration_data(X)
+        models = super().fit_path(X, y, Cs, client=client)
+        self._fit_calibration(X, y, path=(models, [m.C for m in models]))
+        self._take_calibration(models[-1])
+        return models
+
+    def _calibration_scores(self, X) -> np.ndarray:
+        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
+        classes, else one column per class."""
+        decision = self.decision_function(X)
+        return decision[:, None] if decision.ndim == 1 else decision
+
+    def _encode_targets(self, y):
+        return encode_class_labels(self, y, self.target_coding)
+
+    def _check_classes(self):
+        check_two_classes(self)
+
+    def _set_gram_targets(self, gram):
+        self.classes_ = gram.classes
+        self._check_classes()
+
+    def _shape_coef(self, coef):
+        return coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
+
+    def decision_function(self, X) -> np.ndarray:
+        """ELM outputs: (n_samples,) for two classes (> 0 means ``classes_[1]``), else
+        (n_samples, n_classes)."""
+        out = self._raw_output(X)
+        return out[:, 0] if len(self.classes_) == 2 else out
+
+    def predict(self, X) -> np.ndarray:
+        out = self._raw_output(X)
+        return self.classes_[self.target_encoder_.decode(out)]
+
+
+@dataclass(kw_only=True, eq=False, repr=False)
+class ELMClassifier(_ELMClassifierBase, _ELMParameters):
     """Unified ELM classifier (random hidden nodes or a kernel).
 
     Parameters
@@ -562,105 +610,17 @@ class ELMClassifier(ProbabilityMixin, ClassifierMixin, _BaseELM):
     probability_coupling_ : {"binary", "one_vs_rest"}
     """
 
-    target_coding = "plus_minus"
-    multiclass_coupling = "one_vs_rest"  # (predict_proba: the class columns, normalised)
+    _parameter_constraints: ClassVar[dict] = {
+        **_BaseELM._parameter_constraints,
+        "probability": ["boolean"],
+    }
 
-    _parameter_constraints: dict = {**_BaseELM._parameter_constraints, "probability": ["boolean"]}
-
-    def __init__(
-        self,
-        *,
-        hidden="sigmoid",
-        n_hidden=500,
-        weight_scale=1.0,
-        kernel=None,
-        C=1.0,
-        sigma=1.0,
-        degree=3,
-        sigma_star_ratio=1024.0,
-        tau=0.5,
-        precision="auto",
-        block_rows=16384,
-        n_threads=None,
-        random_state=None,
-        probability=False,
-    ):
-        super().__init__(
-            hidden=hidden,
-            n_hidden=n_hidden,
-            weight_scale=weight_scale,
-            kernel=kernel,
-            C=C,
-            sigma=sigma,
-            degree=degree,
-            sigma_star_ratio=sigma_star_ratio,
-            tau=tau,
-            precision=precision,
-            block_rows=block_rows,
-            n_threads=n_threads,
-            random_state=random_state,
-        )
-        self.probability = probability
-
-    def fit(self, X, y=None, *, client=None):
-        """Fit as :meth:`_BaseELM.fit`; with ``probability=True`` also the calibration
-        (on arrays: five out-of-fold fits of a clone, then Platt's sigmoids; refused with a
-        ParquetDataset before any work)."""
-        self._check_calibration_data(X)
-        super().fit(X, y, client=client)
-        self._fit_calibration(X, y)
-        return self
-
-    def fit_path(self, X, y, Cs: Sequence[float], *, client=None) -> list:
-        """As :meth:`_BaseELM.fit_path`; with ``probability=True`` every copy is calibrated,
-        from one path per fold of the calibration's split (``self``: the last C's)."""
-        self._check_calibration_data(X)
-        models = super().fit_path(X, y, Cs, client=client)
-        self._fit_calibration(X, y, path=(models, [m.C for m in models]))
-        self._take_calibration(models[-1])
-        return models
-
-    def _calibration_scores(self, X) -> np.ndarray:
-        """The scores the sigmoids read, ``(n, n_problems)``: the decision value for two
-        classes, else one column per class."""
-        decision = self.decision_function(X)
-        return decision[:, None] if decision.ndim == 1 else decision
-
-    def _encode_targets(self, y):
-        return encode_class_labels(self, y, self.target_coding)
-
-    def _check_classes(self):
-        check_two_classes(self)
-
-    def _set_gram_targets(self, gram):
-        self.classes_ = gram.classes
-        self._check_classes()
-
-    def _shape_coef(self, coef):
-        return coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
-
-    def decision_function(self, X) -> np.ndarray:
-        """ELM outputs: (n_samples,) for two classes (> 0 means ``classes_[1]``), else
-        (n_samples, n_classes)."""
-        out = self._raw_output(X)
-        return out[:, 0] if len(self.classes_) == 2 else out
-
-    def predict(self, X) -> np.ndarray:
-        out = self._raw_output(X)
-        return self.classes_[self.target_encoder_.decode(out)]
+    probability: bool = False
 
 
-class ELMRegressor(RegressorMixin, _BaseELM):
-    """Unified ELM regressor (random hidden nodes or a kernel).
-
-    Same parameters as ``ELMClassifier``; the targets are fitted as given (no
-    intercept: scale them, e.g. to [0, 1] as the boosting-ridge paper does).
-
-    Attributes
-    ----------
-    hidden_layer_, coef_, X_fit_, dual_coef_, n_features_in_ : as ``ELMClassifier``.
-    n_outputs_ : int
-    """
+class _ELMRegressorBase(RegressorMixin, _BaseELM):
+    """The unified ELM's regression, shared by ``ELMRegressor`` and the boosting-ridge
+    regressors: the targets fitted as given."""
 
     target_coding = "values"
 
@@ -685,3 +645,16 @@ class ELMRegressor(RegressorMixin, _BaseELM):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         return tags
+
+
+class ELMRegressor(_ELMRegressorBase, _ELMParameters):
+    """Unified ELM regressor (random hidden nodes or a kernel).
+
+    Same parameters as ``ELMClassifier``; the targets are fitted as given (no
+    intercept: scale them, e.g. to [0, 1] as the boosting-ridge paper does).
+
+    Attributes
+    ----------
+    hidden_layer_, coef_, X_fit_, dual_coef_, n_features_in_ : as ``ELMClassifier``.
+    n_outputs_ : int
+    """
