@@ -41,6 +41,7 @@ from elmscale.solvers.sparse_dual import (
         SparseELMClassifier(),
         SparseELMClassifier(kernel="polynomial", degree=2),
         SparseELMClassifier(hidden="sigmoid", n_hidden=50),
+        SparseELMClassifier(hidden="sigmoid", n_hidden=50, solver="newton"),
     ]
 )
 def test_sklearn_contract(estimator, check):

@@ -31,12 +31,14 @@ from elmscale.models.probability import ProbabilityMixin
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
     DENSE_ROWS,
+    NEWTON_MIN_ROWS,
     BinarySolution,
     fit_binary,
     fit_dense_pairs,
     fits_gram_budget,
     is_kernel,
     mapping_from_dict,
+    newton_pairs,
     pair_path,
     pair_problem,
     pair_validation_scores,
@@ -108,6 +110,16 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         one-vs-one pairs run side by side, one thread each.  Up to 1,024 rows, K is
         computed once (its upper half, mirrored) and every pair solved on it in one
         compiled call (``dense_dual``), one pair after another.
+    solver : {"auto", "newton", "dual"}, default="auto"
+        How random-node problems are solved (kernels: always the dual with kernel
+        columns).  "newton": primal Newton passes on a smoothed hinge, one pass over the
+        rows serving every one-vs-one pair, finished on the exact dual over the rows near
+        the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
+        same KKT check; a ParquetDataset's random-node fit always takes it.  "dual": dual
+        coordinate descent per pair (LIBLINEAR's), the solver of ``fit_path`` and of grid
+        searches, whose C paths it warm-starts.  "auto": "newton" for a fit of
+        ``NEWTON_MIN_ROWS`` rows or more (measured faster there: ``docs/performance.md``),
+        else "dual"; "dual" when ``fit`` is given ``ray_address`` (its pairs fan out).
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
@@ -124,7 +136,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     coef_ : (n_hidden, n_pairs) primal vectors beta (random nodes only)
     hidden_layer_ : the random layer (random nodes only)
     n_support_ : support vectors per class
-    n_iter_, objective_, kkt_violation_, converged_ : per pair
+    n_iter_, objective_, kkt_violation_, converged_ : per pair (``n_iter_``: the kernel
+        solver's steps, or passes over the rows for random nodes)
+    duality_gap_, n_gathered_, pass_seconds_ : the Newton solver's (``solver``): each pair's
+        relative duality gap at the end, the rows its phase 2 gathered near the margin, and
+        each pass's wall seconds
     n_parts_ : parts of a kernel fit (1: solved whole; more: divide and conquer on Dask, see
         ``fit``'s ``n_parts``), with ``part_sizes_`` (rows per part), ``sub_iter_``
         (n_parts, n_pairs: the parts' steps; ``n_iter_`` is then the global solve's) and
@@ -158,6 +174,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, -1, None, closed="left")],
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
+        "solver": [StrOptions({"auto", "newton", "dual"})],
         "probability": ["boolean"],
     }
 
@@ -179,6 +196,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         max_iter=-1,
         n_threads=None,
         random_state=None,
+        solver="auto",
         probability=False,
     ):
         self.kernel = kernel
@@ -196,6 +214,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.n_threads = n_threads
         self.random_state = random_state
+        self.solver = solver
         self.probability = probability
 
     def _kernel_obj(self) -> Kernel:
@@ -459,6 +478,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 )
             if self.hidden is not None:
                 self._fit_calibration(X, None)  # a clear error with probability=True
+                if self.solver == "dual":
+                    raise ValueError(
+                        "solver='dual' solves rows held in memory; a ParquetDataset's "
+                        "random-node fit takes solver='newton' or 'auto'"
+                    )
                 return self._fit_newton(X, client, n_blocks, cache_mb, state_dir)
             from elmscale.distributed import dataplane
 
@@ -483,13 +507,52 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 "(y may be None only when X is a ParquetDataset)"
             )
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
-        results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
+        if self._uses_newton(X32.shape[0], ray_address):
+            results, status = newton_pairs(
+                X32,
+                y_idx,
+                len(self.classes_),
+                layer=feature_map,
+                C=self.C,
+                tol=self.tol,
+                max_iter=self.max_iter,
+                seed=seed,
+                n_threads=self.n_threads,
+            )
+        else:
+            status = None
+            results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
+        if status is not None:  # the Newton solver's own status
+            self.duality_gap_ = status.gap
+            self.n_gathered_ = status.gathered
+            self.pass_seconds_ = np.asarray(status.seconds)
         if is_kernel(feature_map):
             self.n_parts_ = 1
         self._warn_if_not_converged()
         self._fit_calibration(X, y, ray_address=ray_address)
         return self
+
+    def _uses_newton(self, n_rows: int, ray_address) -> bool:
+        """Whether a fit from arrays takes the Newton solver (``solver``)."""
+        if self.solver == "newton":
+            if self.hidden is None:
+                raise ValueError(
+                    "solver='newton' solves random hidden nodes; set hidden (e.g. "
+                    "hidden='sigmoid'), or solver='auto' for a kernel"
+                )
+            if ray_address is not None:
+                raise ValueError(
+                    "solver='newton' solves every pair here in one pass over the rows; "
+                    "ray_address fans pairs out: give solver='dual' (or 'auto') with it"
+                )
+            return True
+        return (
+            self.solver == "auto"
+            and self.hidden is not None
+            and ray_address is None
+            and n_rows >= NEWTON_MIN_ROWS
+        )
 
     def _check_n_parts(self, n_parts, X, client) -> None:
         """``n_parts`` is "auto" or an integer >= 0, and more than one part only where
@@ -559,7 +622,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     def _forget_divide_conquer(self) -> None:
         # refitting forgets: a plain fit leaves no divide-and-conquer status behind
         divided = ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_")
-        for name in (*divided, *EARLY_PREDICTION_ATTRS):
+        newton = ("duality_gap_", "n_gathered_", "pass_seconds_")
+        for name in (*divided, *EARLY_PREDICTION_ATTRS, *newton):
             self.__dict__.pop(name, None)
 
     def _fit_divide_conquer(self, dataset, X, y, client, n_parts: int, early: bool = False):

@@ -20,6 +20,7 @@ import numpy as np
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
+from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.solvers.dense_dual import solve_dense_dual, solve_dense_duals
 from elmscale.solvers.sparse_dual import (
     KernelSolverState,
@@ -313,3 +314,51 @@ def pair_validation_scores(piece, *, X, y_idx, splits, settings, Cs):
         sv = result.alpha > 0
         scores[c] = feature_map.block_matvec(X[test], X[rows[sv]], result.alpha[sv] * t[sv])
     return scores
+
+
+# Rows per unit of an in-memory Newton fit (its units' terms are summed in unit order)
+NEWTON_UNIT_ROWS = 65_536
+# SparseELMClassifier(solver="auto") takes the Newton solver from this many rows (measured
+# crossover: docs/performance.md, benchmarks/newton_crossover.py)
+NEWTON_MIN_ROWS = 2_000
+
+
+def newton_pairs(
+    X, y_idx, n_classes, *, layer: HiddenLayer, C, tol, max_iter, seed, n_threads
+) -> tuple[list[BinarySolution], object]:
+    """Every one-vs-one pair of a random-node problem held in memory, solved together by the
+    primal Newton solver (``distributed.newton.fit_newton`` on row ranges, on this
+    process's threads): one pass over the rows serves every pair.  The solutions are
+    ``fit_binary``'s, over each pair's rows in order (``pair_problem``); returned with the
+    solver's whole result (``NewtonResult``: gaps, gathered rows, passes' seconds)."""
+    from elmscale.distributed.newton import array_units, fit_newton
+
+    n_units = max(1, -(-X.shape[0] // NEWTON_UNIT_ROWS))
+    result = fit_newton(
+        array_units(X, y_idx, n_units),
+        layer.to_dict(),
+        list(range(n_classes)),
+        C=float(C),
+        tol=float(tol),
+        max_passes=int(max_iter),
+        seed=int(seed),
+        n_threads=n_threads,
+        cache_mb=float("inf"),
+        keep_duals=True,
+    )
+    every_row = np.arange(y_idx.size)
+    out = []
+    for p, (a, b) in enumerate(one_vs_one_pairs(n_classes)):
+        rows, _ = pair_problem(every_row, y_idx, a, b)
+        out.append(
+            BinarySolution(
+                alpha=result.alpha[p, rows],
+                beta=result.beta[p],
+                n_iter=int(result.passes[p]),
+                converged=bool(result.converged[p]),
+                objective=float(result.dual[p]),
+                kkt_violation=float(result.kkt[p]),
+                gradient=None,
+            )
+        )
+    return out, result
