@@ -1,26 +1,30 @@
-"""The random-node sparse ELM (L = 200 sigmoid nodes, C = 1) fitted from Parquet by CoCoA+
-rounds on a 2-worker Dask LocalCluster, against the single-process solver.
+"""The random-node sparse ELM (L = 200 sigmoid nodes, C = 1) fitted from Parquet by the
+Newton solver on a 2-worker Dask LocalCluster, against the one-process fits.
 
     python benchmarks/sparse_elm_dask.py            # 1M rows against one process; 10M, 20M
     python benchmarks/sparse_elm_dask.py --quick    # 100k rows against one process; 200k, 400k
-    python benchmarks/sparse_elm_dask.py --cap-rounds 3   # 20M for its memory only
-    python benchmarks/sparse_elm_dask.py --small 100000 --memory-rounds 2   # 10M, 20M: memory
+    python benchmarks/sparse_elm_dask.py --large    # the 1M-row comparison only
 
 Data: benchmarks/make_parquet.py's generated problem (8 features, 3 % label noise; row i
 the same in every size, so the first 1M rows of the 10M set are the 1M set), kept in
 --data-dir between runs.  Test accuracy on 100k fresh rows.
 
-1. On the small set (1M rows): the single-process solver in this process (rows in memory,
-   both cores: its one-vs-one pair uses two threads) against CoCoA+ on the cluster; prints
-   both times, their ratio, the objectives and their relative difference (target: within
-   tol), and both test accuracies.
-2. On the large sets (10M, 20M): CoCoA+ on the cluster, each size with fresh workers;
-   prints the rounds, the relative duality gap (target: below tol), wall time, test
-   accuracy against the single-process model of step 1 (target: within 0.1 point), and the
-   peak RSS of the coordinator and of each worker (target: flat when the rows double).
+1. On the small set (1M rows), in this process from arrays read from the same files, the
+   two one-process solvers: dual coordinate descent (``solver="dual"``, the default before
+   the Newton solver; its pair uses both cores through its helper thread) and the Newton
+   solver on both cores (``solver="newton"``); then the Newton solver on the cluster from
+   the Parquet files.  Prints the times, the cluster's ratio to the fastest one-process fit
+   (target: at most 0.55x) and to each, the objectives and their relative difference
+   (target: within tol), the test accuracies (target: within 0.05 points), the passes.
+2. On the large sets (10M, 20M): the Newton solver on the cluster, each size with fresh
+   workers; prints the passes, the largest KKT violation and gap (target: converged to
+   tol), the wall time and the 20M / 10M ratio (target: at most 2.1x), test accuracy, and
+   the peak RSS of the coordinator and of each worker (target: at most 1.1x when the rows
+   double).
 
-``--cache-mb`` is each worker's cache of hidden outputs (default 2,048 MB: a 5M-row block
-of 200 nodes is 4 GB, so the large sets stream their units, the memory bounded).
+``--cache-mb`` is each worker's cache of hidden outputs (default 2,048 MB: 10M rows x 200
+nodes is 8 GB, so the large sets stream most units from their files at each pass, the
+memory bounded).
 """
 
 from __future__ import annotations
@@ -39,20 +43,31 @@ from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification
 
 
-def _model(args) -> SparseELMClassifier:
+def _model(args, **kw) -> SparseELMClassifier:
     return SparseELMClassifier(
-        hidden="sigmoid", n_hidden=args.n_hidden, C=1.0, tol=args.tol, random_state=0
+        hidden="sigmoid", n_hidden=args.n_hidden, C=1.0, tol=args.tol, random_state=0, **kw
     )
 
 
-def _cocoa(args, path, client, test, max_rounds=None):
+def _on_cluster(args, path, client, test):
     ds = open_parquet(path, label="label")
-    model = _model(args).set_params(max_iter=-1 if max_rounds is None else max_rounds)
     fitted, seconds, coordinator, workers = measured(
-        lambda: model.fit(ds, client=client, cache_mb=args.cache_mb), client
+        lambda: _model(args).fit(ds, client=client, cache_mb=args.cache_mb), client
     )
     accuracy = float(np.mean(fitted.predict(test.X) == test.y))
     return fitted, seconds, coordinator, workers, accuracy
+
+
+def _one_process(args, X, y, test, solver):
+    fitted, seconds, peak, _ = measured(lambda: _model(args, solver=solver).fit(X, y))
+    accuracy = float(np.mean(fitted.predict(test.X) == test.y))
+    print(
+        f"  one process, {solver:<6} {X.shape[0]:>11,} rows: {seconds:8.1f} s, "
+        f"{fitted.n_iter_[0]} passes, objective {fitted.objective_[0]:.9e}, "
+        f"test acc {accuracy:.4f}, peak RSS {peak:.0f} MB",
+        flush=True,
+    )
+    return fitted, seconds, accuracy
 
 
 def main(argv=None) -> int:
@@ -63,20 +78,6 @@ def main(argv=None) -> int:
     parser.add_argument("--n-hidden", type=int, default=200)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--cache-mb", type=float, default=2048.0)
-    parser.add_argument(
-        "--cap-rounds",
-        type=int,
-        default=None,
-        help="rounds at most for the large sets after the first (their memory, not their "
-        "convergence, is measured)",
-    )
-    parser.add_argument(
-        "--memory-rounds",
-        type=int,
-        default=None,
-        help="rounds at most for every large set, the first included (their peak memory "
-        "compared at equal rounds, not their convergence)",
-    )
     parser.add_argument(
         "--data-dir", type=Path, default=Path(__file__).resolve().parent / "generated"
     )
@@ -99,55 +100,53 @@ def main(argv=None) -> int:
     )
 
     X, y = open_parquet(sets[small], label="label").read()
-    single, single_s, single_peak, _ = measured(lambda: _model(args).fit(X, y))
+    _model(args, solver="newton").fit(X[:5_000], y[:5_000])  # compiled before timing
+    singles = {solver: _one_process(args, X, y, test, solver) for solver in ("dual", "newton")}
     X = y = None  # freed before the cluster starts
-    single_acc = float(np.mean(single.predict(test.X) == test.y))
-    print(
-        f"  single process {small:>11,} rows: {single_s:8.1f} s, {single.n_iter_[0]} passes, "
-        f"objective {single.objective_[0]:.6e}, test acc {single_acc:.4f}, "
-        f"peak RSS {single_peak:.0f} MB",
-        flush=True,
-    )
     with two_worker_cluster() as cluster, Client(cluster) as client:
-        fitted, seconds, coordinator, workers, accuracy = _cocoa(args, sets[small], client, test)
-    rel = (fitted.objective_[0] - single.objective_[0]) / abs(single.objective_[0])
+        fitted, seconds, coordinator, workers, accuracy = _on_cluster(
+            args, sets[small], client, test
+        )
+    fastest = min(singles, key=lambda k: singles[k][1])
+    reference, reference_s, reference_acc = singles["dual"]
+    rel = (fitted.objective_[0] - reference.objective_[0]) / abs(reference.objective_[0])
     print(
-        f"  CoCoA+         {small:>11,} rows: {seconds:8.1f} s, {fitted.n_iter_[0]} rounds, "
-        f"gap {fitted.duality_gap_[0]:.2e}, objective {fitted.objective_[0]:.6e} "
-        f"(relative to one process {rel:+.2e}, {'within' if abs(rel) <= args.tol else 'NOT within'}"
-        f" tol), test acc {accuracy:.4f}; time ratio CoCoA+ / one process "
-        f"{seconds / single_s:.2f}x",
+        f"  Newton, 2 workers {small:>11,} rows: {seconds:8.1f} s, {fitted.n_iter_[0]} passes "
+        f"({fitted.n_gathered_[0]:,} rows gathered), KKT {fitted.kkt_violation_[0]:.1e}, gap "
+        f"{fitted.duality_gap_[0]:.1e}, objective {fitted.objective_[0]:.9e} (relative to "
+        f"the dual solver's {rel:+.2e}, {'within' if abs(rel) <= args.tol else 'NOT within'}"
+        f" tol), test acc {accuracy:.4f} ({100 * (accuracy - reference_acc):+.3f} points)",
         flush=True,
     )
-    peaks = {}
-    for i, n in enumerate(large):
-        cap = (
-            args.memory_rounds
-            if args.memory_rounds is not None
-            else (args.cap_rounds if i > 0 else None)
-        )
+    print(
+        f"  time ratio, 2 workers / the fastest one-process fit ({fastest}): "
+        f"{seconds / singles[fastest][1]:.2f}x (target 0.55x); / one process, dual: "
+        f"{seconds / reference_s:.2f}x; / one process, newton: "
+        f"{seconds / singles['newton'][1]:.2f}x",
+        flush=True,
+    )
+    runs = {}
+    for n in large:
         with two_worker_cluster() as cluster, Client(cluster) as client:
-            fitted, seconds, coordinator, workers, accuracy = _cocoa(
-                args, sets[n], client, test, cap
-            )
-        peaks[n] = (coordinator, workers)
-        ok_gap = bool(np.all(fitted.duality_gap_ <= args.tol))
+            runs[n] = _on_cluster(args, sets[n], client, test)
+        fitted, seconds, coordinator, workers, accuracy = runs[n]
+        ok = bool(fitted.converged_.all())
         print(
-            f"  CoCoA+         {n:>11,} rows: {seconds:8.1f} s, {fitted.n_iter_[0]} rounds, "
-            f"gap {fitted.duality_gap_[0]:.2e} ({'below' if ok_gap else 'NOT below'} tol"
-            f"{f'; capped at {cap} rounds' if cap is not None else ''}), "
-            f"test acc {accuracy:.4f} ({100 * (accuracy - single_acc):+.2f} points against "
-            f"one process on {small:,} rows), support {fitted.support_.size:,}, "
-            f"peak RSS coordinator {coordinator:.0f} MB, workers "
-            f"{', '.join(f'{w:.0f}' for w in workers)} MB",
+            f"  Newton, 2 workers {n:>11,} rows: {seconds:8.1f} s, {fitted.n_iter_[0]} passes, "
+            f"KKT {fitted.kkt_violation_[0]:.1e}, gap {fitted.duality_gap_[0]:.1e} "
+            f"({'converged to' if ok else 'NOT converged to'} tol), test acc {accuracy:.4f} "
+            f"({100 * (accuracy - reference_acc):+.2f} points against one process on "
+            f"{small:,} rows), support {fitted.support_.size:,}, peak RSS coordinator "
+            f"{coordinator:.0f} MB, workers {', '.join(f'{w:.0f}' for w in workers)} MB",
             flush=True,
         )
     if len(large) >= 2:
         a, b = large[0], large[-1]
-        ratios = [peaks[b][0] / peaks[a][0]] + [w2 / w1 for w1, w2 in zip(peaks[a][1], peaks[b][1])]
+        ratios = [runs[b][2] / runs[a][2]] + [w2 / w1 for w1, w2 in zip(runs[a][3], runs[b][3])]
         print(
-            f"  peak RSS {b:,} / {a:,} rows: coordinator {ratios[0]:.2f}x, workers "
-            f"{', '.join(f'{r:.2f}x' for r in ratios[1:])}"
+            f"  {b:,} / {a:,} rows: time {runs[b][1] / runs[a][1]:.2f}x (target 2.1x); peak "
+            f"RSS coordinator {ratios[0]:.2f}x, workers "
+            f"{', '.join(f'{r:.2f}x' for r in ratios[1:])} (target 1.1x)"
         )
     return 0
 
