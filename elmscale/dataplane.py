@@ -1,12 +1,12 @@
 """Whole-data-set operations on Parquet data sets, as one public module.
 
 ``from elmscale import dataplane`` gives the data plane's operations
-(:mod:`elmscale.distributed.dataplane`: the scaler's pass, Grams, kernel blocks,
+(:mod:`elmscale.distributed.dataset_ops`: the scaler's pass, Grams, kernel blocks,
 prediction and evaluation of every row, on a Dask cluster or in this process) and the
 one-pass cross-validation of a C path (:mod:`elmscale.model_selection.parquet_path`).
 """
 
-from elmscale.distributed.dataplane import (
+from elmscale.distributed.dataset_ops import (
     column_stats,
     decision_function,
     evaluate,

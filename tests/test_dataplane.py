@@ -15,10 +15,10 @@ from elmscale import (
     ELMRegressor,
     HiddenLayer,
     SparseELMClassifier,
+    dataplane,
     open_parquet,
 )
 from elmscale.data import Scaler, generate_classification, load, write_parquet
-from elmscale.distributed import dataplane
 from elmscale.distributed.units import fold_of_rows
 from elmscale.linalg.gram import accumulate_gram
 from elmscale.linalg.ridge import solve_ridge

@@ -19,7 +19,7 @@ from elmscale.data import (
     write_generated_parquet,
     write_parquet,
 )
-from elmscale.distributed import dataplane
+from elmscale.distributed import dataset_ops
 from elmscale.distributed.divide_conquer import PHASES, fit_divide_conquer, partition
 from elmscale.features.kernels import Kernel
 from elmscale.models.sparse_elm_pairs import fit_binary
@@ -106,7 +106,7 @@ def test_a_worker_lost_in_the_sub_solves_changes_nothing(binary_set, dask_client
     """The first sub-solve kills its worker (and the part's rows that worker held): Dask
     reruns it, reading those rows again, and the fit is the undisturbed one, bit for bit."""
     model = _model()
-    X, y = dataplane.gather_rows(binary_set, client=dask_client)
+    X, y = dataset_ops.gather_rows(binary_set, client=dask_client)
     X32, _, kernel, _, problems, seed = model._prepare(X, y)
     fit = functools.partial(
         fit_divide_conquer,
@@ -143,7 +143,7 @@ def test_parts_are_a_function_of_the_rows_and_the_seed(binary_set, dask_client):
     # the assignment computed on the workers is the one computed here
     centres, labels = kernel_kmeans(kernel, X[:500], 3, seed=1)
     here = kernel.block_matvec(X, centres.sample, centres.weights)
-    there = dataplane.kernel_matvec(
+    there = dataset_ops.kernel_matvec(
         binary_set, centres.sample, centres.weights, kernel, client=dask_client
     )
     np.testing.assert_array_equal(

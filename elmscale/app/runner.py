@@ -279,7 +279,7 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
 
     from elmscale.data.parquet import open_parquet
     from elmscale.data.scaling import Scaler
-    from elmscale.distributed import dataplane
+    from elmscale.distributed import dataset_ops
     from elmscale.model_selection.search import GridSearchCV
 
     data, run = pipeline["data"], pipeline["run"]
@@ -299,7 +299,7 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
         dataset = open_parquet(train, features=data["features"], label=data["label"])
         scaler = None
         if data["scale"]:
-            scaler = dataplane.fit_scaler(dataset, client=client)
+            scaler = dataset_ops.fit_scaler(dataset, client=client)
             dataset = dataset.scaled(scaler)
         if task == "cv":
             grid = _grid(pipeline)
@@ -405,7 +405,7 @@ def _write_cv(cv_results: dict, run_dir: Path, metrics: dict, best_params, best_
 def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: dict):
     """Test metrics; a Parquet test set is scored where it lies (one task per unit)."""
     from elmscale.data.parquet import open_parquet
-    from elmscale.distributed import dataplane
+    from elmscale.distributed import dataset_ops
 
     data = pipeline["data"]
     if "held_out" in metrics:
@@ -419,7 +419,7 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
     if _is_parquet(test):
         dataset = open_parquet(test, features=features or data["features"], label=data["label"])
         client = compute.dask() if _uses_data_plane(test, final) else None
-        metrics["test"] = dataplane.evaluate(model, dataset, client=client)
+        metrics["test"] = dataset_ops.evaluate(model, dataset, client=client)
     else:
         X, y, _ = _load_arrays(test, data, n_features=final.n_features_in_)
         metrics["test"] = _metric(model, X, y)

@@ -4,7 +4,7 @@ Divide-and-Conquer Solver for Kernel SVMs", ICML 2014), one level.
 1. Partition: kernel k-means on a seeded sample of the rows, here
    (``solvers.kernel_kmeans``); every row goes to its nearest centre in the kernel's
    space, ``K(x, S) @ W`` computed blockwise on the workers where the rows live
-   (``dataplane.kernel_matvec``) and the argmin taken here.
+   (``dataset_ops.kernel_matvec``) and the argmin taken here.
 2. Sub-solves: each part's one-vs-one pairs, one task each on the workers, every one the
    single-process solver on the part's rows (``solve``, the model's ``fit_binary``),
    side by side.  A task reads each part's rows from the Parquet units; they are not
@@ -12,7 +12,7 @@ Divide-and-Conquer Solver for Kernel SVMs", ICML 2014), one level.
 3. Start: the parts' duals concatenated are the global problem's ``alpha0``; its exact
    gradient ``Q alpha0 - 1`` and ``G_bar`` (Q times the variables at C) are one
    ``n x |SV|`` kernel product, computed blockwise on the workers against the support
-   rows (``dataplane.kernel_matvec``).
+   rows (``dataset_ops.kernel_matvec``).
 4. The global solve: each pair by the same solver here (its shrinking and its LRU column
    cache), from ``alpha0`` with that gradient, to the same KKT rule as a solve from zero:
    the same optimum within ``tol``.
@@ -40,7 +40,7 @@ import numpy as np
 
 from elmscale.core.threads import thread_budget
 from elmscale.data.parquet import ParquetDataset
-from elmscale.distributed import dataplane
+from elmscale.distributed import dataset_ops
 from elmscale.distributed.executors import DaskExecutor, LocalExecutor
 from elmscale.distributed.units import unit_rows_at
 from elmscale.features.kernels import Kernel
@@ -233,7 +233,7 @@ def fit_divide_conquer(
     started = time.perf_counter()
 
     def cross(centres: KernelCentres) -> np.ndarray:
-        return dataplane.kernel_matvec(
+        return dataset_ops.kernel_matvec(
             dataset, centres.sample, centres.weights, kernel, client=client
         )
 
@@ -271,7 +271,7 @@ def fit_divide_conquer(
     started = time.perf_counter()
 
     def product(support: np.ndarray, coef: np.ndarray) -> np.ndarray:
-        return dataplane.kernel_matvec(dataset, X[support], coef, kernel, client=client)
+        return dataset_ops.kernel_matvec(dataset, X[support], coef, kernel, client=client)
 
     starts = start_point(alphas, problems, float(options["C"]), product)
     seconds[2] = time.perf_counter() - started

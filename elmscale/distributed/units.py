@@ -224,7 +224,7 @@ def unit_method(
     """``getattr(model, method)(rows)`` on the unit's rows ("predict", "decision_function").
 
     The model's own ``n_threads`` applies inside its methods: the caller sets it (see
-    ``elmscale.distributed.dataplane``).
+    ``elmscale.distributed.dataset_ops``).
     """
     with thread_budget(n_threads):
         X, _ = unit.read(with_labels=False)

@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import clone, is_classifier
 
 from elmscale.data.parquet import ParquetDataset
-from elmscale.distributed import dataplane
+from elmscale.distributed import dataset_ops
 from elmscale.linalg.gram import Gram
 from elmscale.model_selection.results import cv_results
 
@@ -113,7 +113,7 @@ def cross_validate_path(
     if scoring == "neg_mean_squared_error":
         split_scores = _gram_scores(gram, encoder, coefs)
     else:
-        correct = dataplane.fold_scores(
+        correct = dataset_ops.fold_scores(
             dataset,
             feature_map,
             coefs,

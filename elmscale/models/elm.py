@@ -266,7 +266,7 @@ class _BaseELM(BaseEstimator):
         cluster of ``client``, or here without one.
         """
         from elmscale.data.parquet import ParquetDataset
-        from elmscale.distributed import dataplane
+        from elmscale.distributed import dataset_ops
 
         self._validate_params()
         if self._is_kernel_model():
@@ -279,7 +279,7 @@ class _BaseELM(BaseEstimator):
         layer = self._new_layer(dataset.n_features)
         first_rows, _ = dataset.units()[0].head(_PRECISION_SAMPLE_ROWS).read(with_labels=False)
         self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
-        gram = dataplane.gram(
+        gram = dataset_ops.gram(
             dataset,
             layer,
             targets="values" if self.target_coding == "values" else "classes",
@@ -297,17 +297,17 @@ class _BaseELM(BaseEstimator):
 
     def _dataset_gram(self, dataset, client, C_max: float):
         """``_gram`` for a Parquet data set, on the cluster ``client`` (None: here)."""
-        from elmscale.distributed import dataplane
+        from elmscale.distributed import dataset_ops
 
         if not self._is_kernel_model():
             layer, gram = self.dataset_gram(dataset, C_max=C_max, client=client)
             HtH, HtT, _ = gram.ridge_terms(self.target_encoder_)
             return layer, HtH, HtT
-        X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
+        X, y = dataset_ops.gather_rows(dataset, client=client, n_threads=self.n_threads)
         self.n_features_in_ = dataset.n_features
         T = self._encode_targets(y)
         features = KernelFeatures(self._kernel_obj(), X)
-        omega = dataplane.kernel_matrix(
+        omega = dataset_ops.kernel_matrix(
             dataset, features.basis, features.kernel, client=client, n_threads=self.n_threads
         )
         return features, omega, T

@@ -208,7 +208,7 @@ class _BaseFLSASVM(BaseEstimator):
         the candidates' Gram reduced over the units (on the workers of ``client``), the
         selection in the candidates' space here; the rows never gathered.  A pool whose
         Gram does not fit ``cache_mb`` gathers the rows and runs the rows' steps."""
-        from elmscale.distributed import dataplane
+        from elmscale.distributed import dataset_ops
 
         if y is not None:
             raise ValueError(
@@ -220,19 +220,19 @@ class _BaseFLSASVM(BaseEstimator):
                 f"{dataset.source}: the data set has no label column; expected labels for fitting"
             )
         self._validate_params()
-        stats = dataplane.column_stats(dataset, client=client)
+        stats = dataset_ops.column_stats(dataset, client=client)
         pool = self._candidate_rows(stats.n_rows)
         encoder = self._dataset_targets(stats)
         groups = self._target_groups(encoder.n_columns if encoder.for_classes else 1)
         counts = _shares(n_select, len(groups))
         if gram_bytes(pool.size, max(counts)) > self.cache_mb * 2**20:
-            X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
+            X, y = dataset_ops.gather_rows(dataset, client=client, n_threads=self.n_threads)
             return self._run(X, y, n_select, client)
         self.n_features_in_ = dataset.n_features
         kernel = self._kernel_obj()
         with thread_budget(self.n_threads):
-            X_cand = dataplane.rows_at(dataset, pool, client=client, n_threads=self.n_threads)
-            gram = dataplane.candidate_gram(
+            X_cand = dataset_ops.rows_at(dataset, pool, client=client, n_threads=self.n_threads)
+            gram = dataset_ops.candidate_gram(
                 dataset, X_cand, kernel, encoder, client=client, n_threads=self.n_threads
             )
         return X_cand, pool, self._select_in_gram(gram, groups, counts)

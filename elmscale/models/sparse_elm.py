@@ -484,7 +484,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                         "random-node fit takes solver='newton' or 'auto'"
                     )
                 return self._fit_newton(X, client, n_blocks, cache_mb, state_dir)
-            from elmscale.distributed import dataplane
+            from elmscale.distributed import dataset_ops as dataplane
 
             dataset = X
             X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
@@ -704,7 +704,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         return fitted
 
     def _fit_newton(self, dataset, client, n_blocks, cache_mb, state_dir):
-        from elmscale.distributed import dataplane
+        from elmscale.distributed import dataset_ops as dataplane
         from elmscale.distributed.newton import fit_newton, parquet_units
 
         if not isinstance(cache_mb, numbers.Real) or cache_mb < 0:

@@ -8,7 +8,7 @@ The squared distance of a row ``x`` to centre ``c`` is ``K(x, x) - 2 / |S_c| sum
 s_j) + ||c||^2``; ``K(x, x)`` is the same for every centre, so the nearest centre is the
 argmin of ``||c||^2 - 2 K(x, S) w_c`` (:func:`nearest_centre`), from ``K(x, S) @ W``, which
 the kernel's fused ``block_matvec`` computes in row blocks without storing ``K(x, S)`` (on
-the workers, for a fit on Parquet: ``dataplane.kernel_matvec``).  Pure numpy and the
+the workers, for a fit on Parquet: ``dataset_ops.kernel_matvec``).  Pure numpy and the
 kernels: no Dask.
 """
 

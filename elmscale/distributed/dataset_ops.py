@@ -15,7 +15,8 @@ workers); both paths call the same unit functions (``elmscale.distributed.units`
   fitted model.
 
 ``ELMClassifier(...).fit(dataset, client=client)`` and
-``elmscale.model_selection.cross_validate_path`` use these.  Nothing here knows an
+``elmscale.model_selection.cross_validate_path`` use these; the public ones are
+``elmscale.dataplane`` (``from elmscale import dataplane``).  Nothing here knows an
 estimator's internals: models are scored through their public methods.
 """
 
