@@ -991,8 +991,23 @@ def _kill_try(case: Case, row: KillRow, name: str, sig, when: str, folder: Path,
         problems.append(f"exit {stopped.code}, expected {sorted(codes)}: {stopped.err[-300:]!r}")
     if partial:
         problems.append(f"half-written: {partial}")
+    said = {"elmscale: interrupted", "elmscale: terminated"} & set(stopped.err.splitlines())
+    if sig != signal.SIGKILL and stopped.code in (130, 143) and not said:
+        problems.append("no 'elmscale: interrupted / terminated': " + stopped.err[-400:])
     if "Traceback" in stopped.err and sig != signal.SIGKILL:
-        problems.append("a traceback: " + stopped.err[-400:])
+        # as in the Ctrl-C fault case: Dask may log errors of its tasks in flight at
+        # shutdown, and Python reports an interrupt raised in a ctypes callback (numba's
+        # compiler) as ignored; any other traceback is the command's own
+        dask_only = "distributed" in stopped.err and said
+        ignored = "Exception ignored on calling ctypes callback" in stopped.err and said
+        if dask_only or ignored:
+            case.notes.append(
+                "Dask logged errors of tasks in flight at shutdown"
+                if dask_only
+                else "the interrupt landed in a ctypes callback of numba's compiler (reported)"
+            )
+        else:
+            problems.append("a traceback: " + stopped.err[-400:])
     lingering = stopped.left
     known = lingering and all(
         any(line.startswith(k) for k in KILL_LIMITS) for line in lingering.values()

@@ -637,6 +637,12 @@ def command_processes(sid: int, tag: str) -> dict[int, str]:
     return found
 
 
+def _sigint_default() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass
 class Stopped:
     """What :func:`stop_command` saw."""
@@ -681,6 +687,9 @@ def stop_command(
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
+                # Ctrl-C as in a terminal: not ignored (a background job of a script
+                # starts with SIGINT ignored, and Python then keeps it so)
+                preexec_fn=_sigint_default,
             )
         pid = process.pid
         try:

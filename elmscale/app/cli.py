@@ -774,10 +774,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elmscale.core.lifeline import sigterm_raises
+    from elmscale.core.lifeline import sigterm_raises, stop_signal
 
     with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: what was started is shut down
-        return _main(argv)
+        code = _main(argv)
+        signum = stop_signal()
+        if signum is not None and code in (EXIT_RUNTIME, EXIT_USAGE):
+            # the interrupt was swallowed on its way (a ctypes callback of numba's
+            # compiler) and the command failed of it: it was stopped
+            code = 128 + int(signum)
+            stopped = "terminated" if code == EXIT_TERMINATED else "interrupted"
+            print(f"elmscale: {stopped}", file=sys.stderr)
+        return code
 
 
 def _main(argv: list[str] | None) -> int:

@@ -36,6 +36,7 @@ __all__ = [
     "exit_when_closed",
     "sigterm_kept",
     "sigterm_raises",
+    "stop_signal",
     "terminate_raises",
     "watch_parent",
 ]
@@ -60,6 +61,18 @@ def exit_code(interrupt: KeyboardInterrupt) -> int:
     return 128 + int(signum or signal.SIGINT)
 
 
+def stop_signal() -> int | None:
+    """The stop signal (SIGTERM, SIGINT) that arrived within :func:`sigterm_raises`, if
+    any: its exception may have been swallowed (raised inside a ctypes callback, as
+    numba's compiler has, the command then failing with another error)."""
+    return _received[-1] if _received else None
+
+
+def _on_sigint(signum, frame):
+    _received.append(signal.SIGINT)
+    raise KeyboardInterrupt()
+
+
 def _on_sigterm(signum, frame):
     # a second SIGTERM during the clean-up ends the command at once (its children follow
     # it through their lifelines)
@@ -78,6 +91,8 @@ def terminate_raises():
     if previous == signal.SIG_IGN:
         return None
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Python's, noted
+        signal.signal(signal.SIGINT, _on_sigint)
     return previous
 
 
@@ -94,14 +109,32 @@ def sigterm_raises(deadline: float | None = 8.0):
     _received.clear()
     previous = terminate_raises()
     watchdog = _Watchdog.start(deadline) if previous is not None and deadline else None
+    hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_interrupts(hook)
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         if watchdog is not None:
             watchdog.stop()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            if signal.getsignal(signal.SIGINT) is _on_sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
         _received.clear()
+
+
+def _quiet_interrupts(hook):
+    """``sys.unraisablehook`` without the interrupts: a SIGINT or SIGTERM raised inside a
+    ctypes callback (numba's compiler) is printed as "Exception ignored" with a traceback,
+    and the command reports it as stopped anyway (:func:`stop_signal`)."""
+
+    def quiet(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        hook(unraisable)
+
+    return quiet
 
 
 @contextlib.contextmanager
