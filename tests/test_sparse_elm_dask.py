@@ -15,7 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.core.threads import blas_controller, blas_limits, thread_budget
 from elmscale.data import write_generated_parquet
-from elmscale.distributed import dataplane, newton
+from elmscale.distributed import dataset_ops, newton
 
 TOL = 1e-3
 
@@ -71,7 +71,7 @@ def test_dask_passes_equal_the_blocked_passes_here_to_the_bit(binary_set, dask_c
     assert 3 <= there.n_iter_[0] == there.pass_seconds_.size < 100
     X, y = binary_set.read()
     np.testing.assert_array_equal(
-        dataplane.predict(there, binary_set, client=dask_client), there.predict(X)
+        dataset_ops.predict(there, binary_set, client=dask_client), there.predict(X)
     )
     assert there.n_support_.sum() == there.support_.size > 0
 

@@ -378,8 +378,8 @@ class _Pair:
         self.direction, self.decrement = pn.newton_direction(self.beta, now, self.C, self.h)
         if self.decrement > pn.H_LEVEL_DECREMENT * max(objective, 1e-300):
             return
-        if self.h <= pn.H_FINAL:  # phase 1 done: split the rows by their margins here
-            self._begin_split()
+        if self.h <= pn.H_MIN or (self.h <= pn.H_FINAL and now.n_zone <= pn.ZONE_ROWS):
+            self._begin_split()  # phase 1 done: split the rows by their margins here
             return
         # the next smoothing's terms at this point came with this pass
         self.h /= pn.H_FACTOR
@@ -422,8 +422,7 @@ class _Pair:
     def _gathered_kkt(self) -> float:
         if not self.rows.size:
             return 0.0
-        margins = (self.H_rows.astype(np.float64) @ self.beta) * self.t_rows
-        grad = margins - 1.0
+        grad = pn.exact_margins(self.H_rows, self.t_rows, self.beta) - 1.0
         violation = np.where(
             self.alpha <= 0.0,
             np.maximum(-grad, 0.0),

@@ -17,7 +17,9 @@ pass over the rows returns, per unit, the L numbers of the sum and the L x L zon
 evaluates the loss along the step just taken at a few step sizes (``STEPS``), so a full
 Newton step is accepted or cut back without another pass.  ``h`` shrinks from ``H_START``
 by ``H_FACTOR`` each time the Newton decrement is small (``H_LEVEL_DECREMENT``) until
-``H_FINAL``: the smoothed optimum then lies within about ``h`` of the hinge's.
+``H_FINAL`` and a zone of at most ``ZONE_ROWS`` rows: the smoothed optimum then lies
+within about ``h`` of the hinge's, and phase 2 gathers a few thousand rows however many
+there are.
 
 **Phase 2** solves the hinge itself.  From phase 1's ``beta``, a row whose margin is below
 ``1 - delta`` keeps ``a_i = C``, one above ``1 + delta`` keeps 0 (``delta = DELTA_FACTOR h``),
@@ -46,6 +48,7 @@ __all__ = [
     "NewtonTerms",
     "SplitTerms",
     "accept_step",
+    "exact_margins",
     "huber_loss",
     "newton_direction",
     "solve_gathered",
@@ -59,6 +62,11 @@ STEPS = (0.0, 1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625)
 H_START = 1.0  # from beta = 0 every margin is 0: the whole set in the zone, a ridge step
 H_FACTOR = 4.0
 H_FINAL = 1.0 / 256
+#: Past H_FINAL the smoothing keeps shrinking while its zone holds more than ZONE_ROWS
+#: rows (the rows near the margin grow with the set: at h = 1/256, 2,254 of 1M rows and
+#: about 45,000 of 20M), down to H_MIN (rows repeated on the margin never thin out)
+ZONE_ROWS = 2_048
+H_MIN = 1e-6
 #: A level is done when the Newton decrement -g'd is at most this share of the objective
 H_LEVEL_DECREMENT = 1e-4
 #: Phase 2 gathers the rows within DELTA_FACTOR * H_FINAL of the margin
@@ -112,7 +120,7 @@ def _margins(H: np.ndarray, t: np.ndarray, *vectors) -> list[np.ndarray]:
     return [M[:, j].astype(np.float64) * t for j in range(len(vectors))]
 
 
-def _exact_margins(H: np.ndarray, t: np.ndarray, v: np.ndarray) -> np.ndarray:
+def exact_margins(H: np.ndarray, t: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``t_i h_i . v`` in float64 (``EXACT_CHUNK_ROWS`` rows widened at a time): the
     verification's margins, so that its gap and KKT check see no float32 rounding."""
     out = np.empty(H.shape[0])
@@ -122,7 +130,7 @@ def _exact_margins(H: np.ndarray, t: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def _exact_weighted_rows(H: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``sum_i w_i h_i`` in float64 (as ``_exact_margins``): phase 2's part of beta, which
+    """``sum_i w_i h_i`` in float64 (as ``exact_margins``): phase 2's part of beta, which
     must be the sum of its duals' rows for the gap to be exact."""
     out = np.zeros(H.shape[1])
     for at in range(0, H.shape[0], EXACT_CHUNK_ROWS):
@@ -278,7 +286,7 @@ def unit_split_terms(
     times the Huber slope at ``beta_fix``).  ``row_numbers``: the rows' global numbers.
     """
     (fixed,) = _margins(H, t, beta_fix)
-    checked = _exact_margins(H, t, beta_check)
+    checked = exact_margins(H, t, beta_check)
     near = np.abs(fixed - 1.0) <= delta
     kept = ~near
     if gathered.size:
