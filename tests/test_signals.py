@@ -54,6 +54,23 @@ def test_sigterm_stops_reproduce_and_its_piece_workers(inputs):
 
 
 @pytest.mark.timeout(300)
+def test_sigkill_of_reproduce_ends_its_forkserver_and_piece_workers(inputs):
+    """Killed outright, the command cannot clean up: the workers' and the forkserver's
+    lifelines end them, and the rerun resumes from the journal."""
+    command = rel.kill_commands(inputs, full_rerun=False)["reproduce"]
+    stopped = rel.stop_command(
+        command.argv, signal.SIGKILL, ready=command.ready, delay=command.delay, ready_timeout=180
+    )
+    assert stopped.ready, stopped.err[-500:]
+    assert len(stopped.at_signal) >= 4, stopped.at_signal  # forkserver, worker(s), tracker
+    assert not stopped.left, f"still running {rel.GRACE_S:g} s after SIGKILL: {stopped.left}"
+    assert stopped.code == -signal.SIGKILL
+    assert not command.partial()
+    verdict = command.check(rel.rerun(command, timeout=240))
+    assert verdict.startswith("resumable"), verdict
+
+
+@pytest.mark.timeout(300)
 def test_sigterm_stops_run_and_its_local_ray_and_dask(inputs):
     _sigterm_mid_work(inputs, "run")
 
