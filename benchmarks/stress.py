@@ -434,32 +434,12 @@ def fault_score_killed(case: Case, args, work: Path) -> None:
             )
 
 
-CTRL_C_PIPELINE = """
-[run]
-name = "ctrl-c"
-task = "cv"
-seed = 0
+def _ctrl_c_pipeline() -> str:
+    """The kill cases' pipeline (``tests/_reliability.KILL_PIPELINE``: a small grid on
+    Ray, then Dask), named for this case."""
+    import _reliability as rel
 
-[data]
-train = "{train}"
-score = "{score}"
-label = "label"
-generate = {{ rows = {rows}, features = 8, classes = 3 }}
-
-[model]
-estimator = "SparseELMClassifier"
-params = {{ sigma = 0.5 }}
-
-[search]
-grid = {{ C = [1, 10], sigma = [0.5, 1.0] }}
-folds = 3
-
-[output]
-dir = "{runs}"
-
-[compute]
-workers = 2
-"""
+    return rel.KILL_PIPELINE.replace('name = "kill"', 'name = "ctrl-c"')
 
 
 def _session_processes(sid: int) -> list:
@@ -483,7 +463,7 @@ def fault_ctrl_c(case: Case, args, work: Path) -> None:
     score = write_generated_parquet(work / "score", 2_000_000, rows_per_file=500_000)
     pipeline = work / "ctrl-c.toml"
     pipeline.write_text(
-        CTRL_C_PIPELINE.format(train=work / "train", score=score, rows=3000, runs=work / "runs")
+        _ctrl_c_pipeline().format(train=work / "train", score=score, rows=3000, runs=work / "runs")
     )
     phases = ["started a local Ray", "started a local Dask cluster"]
     for k in range(args.repeat):
