@@ -31,7 +31,6 @@ from elmscale.models.probability import ProbabilityMixin
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
     DENSE_ROWS,
-    NEWTON_MIN_ROWS,
     BinarySolution,
     fit_binary,
     fit_dense_pairs,
@@ -39,6 +38,7 @@ from elmscale.models.sparse_elm_pairs import (
     is_kernel,
     mapping_from_dict,
     newton_pairs,
+    newton_wins,
     pair_path,
     pair_problem,
     pair_validation_scores,
@@ -117,9 +117,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
         same KKT check; a ParquetDataset's random-node fit always takes it.  "dual": dual
         coordinate descent per pair (LIBLINEAR's), the solver of ``fit_path`` and of grid
-        searches, whose C paths it warm-starts.  "auto": "newton" for a fit of
-        ``NEWTON_MIN_ROWS`` rows or more (measured faster there: ``docs/performance.md``),
-        else "dual"; "dual" when ``fit`` is given ``ray_address`` (its pairs fan out).
+        searches, whose C paths it warm-starts.  "auto": "newton" where it was measured
+        faster (``docs/performance.md``): two classes from 2,000 rows, more from 50,000
+        rows per one-vs-one pair (150,000 rows for 3 classes, 500,000 for 5); else
+        "dual", and "dual" when ``fit`` is given ``ray_address`` (its pairs fan out).
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
@@ -551,7 +552,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             self.solver == "auto"
             and self.hidden is not None
             and ray_address is None
-            and n_rows >= NEWTON_MIN_ROWS
+            and newton_wins(n_rows, len(self.classes_))
         )
 
     def _check_n_parts(self, n_parts, X, client) -> None:
