@@ -181,14 +181,17 @@ def test_blocks_here_keep_one_blas_thread_while_another_block_ends():
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-def test_worker_killed_during_a_pass_does_not_change_the_fit(binary_set, dask_client):
-    # no cache: every pass reads its units again, so the fit lasts long enough to be hit
-    model = _model(n_hidden=60)
-    reference = clone(model).fit(binary_set, client=dask_client, n_blocks=2, cache_mb=0)
+def test_worker_killed_during_a_pass_does_not_change_the_fit(tmp_path, dask_client):
+    # 200,000 rows and no cache: every pass reads and maps its units again, so the fit
+    # lasts seconds and the kill lands in its passes (on 20,000 rows it could finish first)
+    write_generated_parquet(tmp_path, 200_000, 6, 2, random_state=8, rows_per_file=50_000)
+    data = open_parquet(tmp_path, label="label")
+    model = _model(n_hidden=100)
+    reference = clone(model).fit(data, client=dask_client, n_blocks=2, cache_mb=0)
     fitted = run_killing_a_worker(
         dask_client,
-        lambda: clone(model).fit(binary_set, client=dask_client, n_blocks=2, cache_mb=0),
-        settle=0.3,
+        lambda: clone(model).fit(data, client=dask_client, n_blocks=2, cache_mb=0),
+        settle=0.5,
     )
     np.testing.assert_array_equal(fitted.coef_, reference.coef_)
     np.testing.assert_array_equal(fitted.support_, reference.support_)
