@@ -9,7 +9,7 @@ import pytest
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.core.jit import huber_step_losses
 from elmscale.data import generate_classification, write_generated_parquet
-from elmscale.models.sparse_elm_pairs import NEWTON_MIN_ROWS, newton_wins
+from elmscale.models.sparse_elm_pairs import NEWTON_MIN_ROWS_PER_PAIR, newton_wins
 from elmscale.solvers import primal_newton
 
 TOL = 1e-3
@@ -40,8 +40,8 @@ def test_newton_reaches_the_dual_solvers_optimum(n_classes):
 
 
 def test_auto_takes_newton_from_its_row_count():
-    big = generate_classification(NEWTON_MIN_ROWS, 6, random_state=2)
-    small = generate_classification(NEWTON_MIN_ROWS - 1, 6, random_state=2)
+    big = generate_classification(NEWTON_MIN_ROWS_PER_PAIR, 6, random_state=2)
+    small = generate_classification(NEWTON_MIN_ROWS_PER_PAIR - 1, 6, random_state=2)
     auto_big = _model().fit(big.X, big.y)
     auto_small = _model().fit(small.X, small.y)
     np.testing.assert_array_equal(auto_big.coef_, _model(solver="newton").fit(big.X, big.y).coef_)
@@ -49,11 +49,11 @@ def test_auto_takes_newton_from_its_row_count():
         auto_small.coef_, _model(solver="dual").fit(small.X, small.y).coef_
     )
     assert hasattr(auto_big, "n_gathered_") and not hasattr(auto_small, "n_gathered_")
-    # more classes: 50,000 rows a pair (measured: many small pairs favour the dual solver)
+    # more classes: 2,000 rows a pair (measured: small pairs favour the dual solver)
     assert newton_wins(2_000, 2) and not newton_wins(1_999, 2)
-    assert newton_wins(150_000, 3) and not newton_wins(149_999, 3)
-    assert not newton_wins(1_000_000, 10)
-    three = generate_classification(6_000, 6, n_classes=3, random_state=2)
+    assert newton_wins(6_000, 3) and not newton_wins(5_999, 3)
+    assert newton_wins(90_000, 10) and not newton_wins(89_999, 10)
+    three = generate_classification(5_999, 6, n_classes=3, random_state=2)
     assert not hasattr(_model().fit(three.X, three.y), "n_gathered_")
 
 

@@ -118,9 +118,9 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         same KKT check; a ParquetDataset's random-node fit always takes it.  "dual": dual
         coordinate descent per pair (LIBLINEAR's), the solver of ``fit_path`` and of grid
         searches, whose C paths it warm-starts.  "auto": "newton" where it was measured
-        faster (``docs/performance.md``): two classes from 2,000 rows, more from 50,000
-        rows per one-vs-one pair (150,000 rows for 3 classes, 500,000 for 5); else
-        "dual", and "dual" when ``fit`` is given ``ray_address`` (its pairs fan out).
+        faster (``docs/performance.md``), from 2,000 rows per one-vs-one pair (2,000 rows
+        for two classes, 6,000 for 3, 90,000 for 10); else "dual", and "dual" when
+        ``fit`` is given ``ray_address`` (its pairs fan out).
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one

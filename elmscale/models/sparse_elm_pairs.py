@@ -318,22 +318,20 @@ def pair_validation_scores(piece, *, X, y_idx, splits, settings, Cs):
 
 # Rows per unit of an in-memory Newton fit (its units' terms are summed in unit order)
 NEWTON_UNIT_ROWS = 65_536
-# SparseELMClassifier(solver="auto") takes the Newton solver for two classes from this many
-# rows, and for more from this many rows per one-vs-one pair: measured alone, 200 nodes
-# (benchmarks/newton_crossover.py, docs/performance.md), Newton / dual time was 1.02x at
-# 2,000 rows and 0.09-0.31x from 100k to 10M rows for two classes; 0.76x at 100k rows for
-# 3 classes (33k rows a pair), 0.98x and 0.87x at 300k and 1M for 5 (30k, 100k a pair),
-# and 1.23-2.66x for 6-10 classes up to 1M rows (at most 22k a pair): each pair's
-# rows are copied at every pass, where the dual solver's passes shrink with the pairs
-NEWTON_MIN_ROWS = 2_000
-NEWTON_MIN_ROWS_PER_PAIR = 50_000
+# SparseELMClassifier(solver="auto") takes the Newton solver from this many rows per
+# one-vs-one pair.  Measured alone, 200 nodes (benchmarks/newton_crossover.py,
+# docs/performance.md), Newton / dual time: two classes 1.13x at 2,000 rows, 0.09-0.39x
+# from 100k to 10M; 3 classes 0.56x at 10k, 0.50x at 100k; 6 classes 2.44x at 5k (333 rows a
+# pair), 0.84x at 30k (2,000); 10 classes 2.53x at 10k (222), 0.79x at 30k (667), 0.88x
+# at 100k, 0.99-1.02x at 300k and 1M.  Below a few hundred rows a pair the passes' fixed
+# costs per pair lose to the dual solver's short passes.
+NEWTON_MIN_ROWS_PER_PAIR = 2_000
 
 
 def newton_wins(n_rows: int, n_classes: int) -> bool:
     """Whether ``solver="auto"`` takes the Newton solver for this many rows and classes."""
-    if n_classes <= 2:
-        return n_rows >= NEWTON_MIN_ROWS
-    return n_rows >= NEWTON_MIN_ROWS_PER_PAIR * n_classes * (n_classes - 1) // 2
+    n_pairs = max(1, n_classes * (n_classes - 1) // 2)
+    return n_rows >= NEWTON_MIN_ROWS_PER_PAIR * n_pairs
 
 
 def newton_pairs(
