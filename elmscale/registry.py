@@ -169,7 +169,7 @@ def _random_nodes(params: dict) -> bool:
 
 def _sparse_random_nodes(params: dict) -> bool:
     """with random nodes only (``hidden`` set)"""
-    # the sparse ELM's random-node problem runs as CoCoA+ rounds over the units
+    # the sparse ELM's random-node problem runs as Newton passes over the units
     return params.get("hidden") is not None
 
 

@@ -289,7 +289,7 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
     task, train = run["task"], str(data["train"])
     start = time.perf_counter()
     # a cv task stays on the data plane only with a one-pass cross-validation there (the
-    # random-node sparse ELM fits Parquet by CoCoA+, but its grid search runs in memory)
+    # random-node sparse ELM fits Parquet by Newton passes, but its grid search runs in memory)
     on_data_plane = _uses_data_plane(train, estimator) and (
         task != "cv"
         or _capabilities(estimator).cross_validates_parquet(estimator.get_params(deep=False))

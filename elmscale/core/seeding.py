@@ -1,5 +1,5 @@
 """splitmix64: the one source of the seeds of elmscale's own random streams (the shuffles
-of the explicit solver's passes, CoCoA+'s passes per unit and round, the folds of rows),
+of the explicit solver's passes, the Newton solver's gathered rows' solves, the folds of rows),
 so that a rerun, or the same rows cut into other units, draws the same numbers."""
 
 from __future__ import annotations

@@ -241,9 +241,11 @@ def run_explicit_dual(
     ``max_passes`` passes of dual coordinate descent over every row of ``H32`` (float32,
     n x L) with targets ``t`` (float64 +-1), the stalled small active sets solved exactly
     (``explicit_passes``).  ``beta`` is the vector the steps move, ``sum_i a_i t_i h_i``
-    for the single-process problem, CoCoA+'s local ``v`` for a block.  ``rng_state``: the
+    for the single-process problem, or that sum plus the fixed rows' part for the Newton
+    solver's gathered rows (``primal_newton.solve_gathered``).  ``rng_state``: the
     row shuffle's xorshift state (nonzero).  Returns ``(converged, passes, tails taken,
-    tails failed)``.  The one entry ``solve_explicit_dual`` and CoCoA+'s local passes share.
+    tails failed)``.  The one entry ``solve_explicit_dual`` and the Newton solver's phase 2
+    share.
     """
     n = H32.shape[0]
     diag = np.empty(n)
