@@ -22,6 +22,8 @@ worker starts fast.
 
 from __future__ import annotations
 
+import functools
+import operator
 import os
 import shutil
 import tempfile
@@ -38,8 +40,9 @@ import numpy as np
 from elmscale.core.seeding import xorshift_state
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 from elmscale.features.base import feature_map_from_dict
-from elmscale.linalg.targets import one_vs_one_pairs
+from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
 from elmscale.solvers import primal_newton as pn
+from elmscale.solvers.dual_common import kkt_violation
 from elmscale.solvers.explicit_dual import EXPLICIT_MAX_PASSES
 
 __all__ = ["ArrayUnit", "NewtonResult", "array_units", "clear_cache", "fit_newton"]
@@ -168,12 +171,11 @@ def clear_cache(fit_id: str | None = None) -> int:
 
 def _class_index(y, classes: tuple, unit) -> np.ndarray:
     values = np.asarray(classes, dtype=object if isinstance(classes[0], str) else None)
-    index = np.minimum(np.searchsorted(values, y), len(values) - 1)
-    bad = values[index] != y
-    if np.any(bad):
+    index = TargetEncoder("one_of_j", values).index(y)
+    if np.any(index < 0):
         raise ValueError(
-            f"{unit.pieces[0][0]}: label {y[np.argmax(bad)]!r} is not among the classes "
-            f"{list(classes)} seen when the fit started"
+            f"{unit.pieces[0][0]}: label {y[np.argmax(index < 0)]!r} is not among the "
+            f"classes {list(classes)} seen when the fit started"
         )
     return index.astype(np.int64)
 
@@ -272,18 +274,19 @@ def _block_answer(rows: UnitRows, unit, block: slice, target: float, request, C:
 
 
 def _joined(parts: list):
-    """The class blocks' answers as one: Newton terms added, split terms joined, duals
-    concatenated."""
+    """Answers of row sets in order (a unit's class blocks, or the units) as one: Newton
+    terms added left to right (so the bits follow the order alone), split terms joined,
+    duals concatenated."""
     if isinstance(parts[0], tuple) and isinstance(parts[0][0], pn.NewtonTerms):
-        return tuple(x + y for x, y in zip(*parts))
+        return tuple(functools.reduce(operator.add, terms) for terms in zip(*parts))
     if isinstance(parts[0], pn.SplitTerms):
         return pn.join_split_terms(parts)
     return tuple(np.concatenate(column) for column in zip(*parts))
 
 
-def _unit_terms(unit, requests, problem: NewtonProblem):
-    """One unit's answer to every pair's request (None for a pair with none)."""
-    rows = _unit_outputs(unit, problem)
+def _unit_terms(unit, rows: UnitRows, requests, problem: NewtonProblem):
+    """One unit's answer (its ``rows``) to every pair's request (None for a pair with
+    none)."""
     answers = []
     for pair, request in zip(problem.pairs, requests):
         if request is None:
@@ -303,7 +306,9 @@ def _unit_terms(unit, requests, problem: NewtonProblem):
 def block_pass(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
     """One pass over a block's units: ``[answers of unit]`` in the block's unit order."""
     with thread_budget(n_threads):
-        return [_unit_terms(unit, requests, problem) for unit in units]
+        return [
+            _unit_terms(unit, _unit_outputs(unit, problem), requests, problem) for unit in units
+        ]
 
 
 def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
@@ -313,12 +318,12 @@ def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1
     out = []
     with thread_budget(n_threads):
         for unit in units:
-            answers = _unit_terms(unit, requests, problem)
+            sorted_rows = _unit_outputs(unit, problem)  # (once: not cached, it is computed)
+            answers = _unit_terms(unit, sorted_rows, requests, problem)
             positive = np.zeros(unit.n_rows, dtype=bool)
             for rows, alpha in answers:
                 positive[rows[alpha > 0]] = True
             local = np.flatnonzero(positive)
-            sorted_rows = _unit_outputs(unit, problem)
             class_of = np.empty(unit.n_rows, dtype=np.int64)
             class_of[sorted_rows.order] = np.repeat(
                 np.arange(len(problem.classes)), np.diff(sorted_rows.bounds)
@@ -459,15 +464,8 @@ class _Pair:
         )
 
     def _gathered_kkt(self) -> float:
-        if not self.rows.size:
-            return 0.0
         grad = pn.exact_margins(self.H_rows, self.t_rows, self.beta) - 1.0
-        violation = np.where(
-            self.alpha <= 0.0,
-            np.maximum(-grad, 0.0),
-            np.where(self.alpha >= self.C, np.maximum(grad, 0.0), np.abs(grad)),
-        )
-        return float(violation.max())
+        return kkt_violation(self.alpha, grad, self.C)
 
 
 def _layout(client, n_blocks: int | None) -> tuple[list, int]:
@@ -522,17 +520,6 @@ def _in_unit_order(blocks, per_block: list) -> list:
         for unit, answer in zip(block, answers):
             by_unit[unit.index] = answer
     return [by_unit[i] for i in sorted(by_unit)]
-
-
-def _summed(answers: list, p: int):
-    """Pair ``p``'s answers of every unit, added in unit order."""
-    parts = [a[p] for a in answers]
-    if isinstance(parts[0], tuple) and isinstance(parts[0][0], pn.NewtonTerms):
-        total = list(parts[0])
-        for part in parts[1:]:
-            total = [x + y for x, y in zip(total, part)]
-        return tuple(total)
-    return pn.join_split_terms(parts)
 
 
 def fit_newton(
@@ -607,7 +594,7 @@ def fit_newton(
             with thread_budget(1):
                 for p, solve in enumerate(solves):
                     if requests[p] is not None:
-                        solve.take(_summed(answers, p))
+                        solve.take(_joined([a[p] for a in answers]))
             seconds.append(time.perf_counter() - started)
             if on_pass is not None:
                 on_pass(index, [s.phase for s in solves])
@@ -620,16 +607,16 @@ def fit_newton(
             _on_blocks(client, workers, blocks, block_support, final, problem, n_threads=threads),
         )
         n_support = np.sum([counts for counts, _ in per_unit], axis=0, dtype=np.int64)
+        in_order = sorted(units, key=lambda u: u.index)  # (per_unit's order)
         alpha = None
         if keep_duals:
             support = np.concatenate([rows for _, (rows, _) in per_unit])
             n_rows = sum(u.n_rows for u in units)
             alpha = np.zeros((len(pairs), n_rows))
-            for unit, (_, (_, answers)) in zip(sorted(units, key=lambda u: u.index), per_unit):
+            for unit, (_, (_, answers)) in zip(in_order, per_unit):
                 for p, (rows, a) in enumerate(answers):
                     alpha[p, unit.start + rows] = a
         else:
-            in_order = sorted(units, key=lambda u: u.index)
             support = _support_rows(in_order, problem, int(n_support.sum()))
     finally:
         _clean_up(client, problem, units, state if own_dir else None)

@@ -49,7 +49,6 @@ __all__ = [
     "SplitTerms",
     "accept_step",
     "exact_margins",
-    "huber_loss",
     "newton_direction",
     "solve_gathered",
     "unit_newton_terms",
@@ -69,7 +68,7 @@ ZONE_ROWS = 2_048
 H_MIN = 1e-6
 #: A level is done when the Newton decrement -g'd is at most this share of the objective
 H_LEVEL_DECREMENT = 1e-4
-#: Phase 2 gathers the rows within DELTA_FACTOR * H_FINAL of the margin
+#: Phase 2 gathers the rows within DELTA_FACTOR * h of the margin (h: phase 1's last)
 DELTA_FACTOR = 2.0
 ARMIJO = 1e-4
 #: Rows per float32 product before its sums are widened to float64 (the Gram's blocks)
@@ -95,15 +94,6 @@ class NewtonTerms(NamedTuple):
             self.loss + other.loss,
             self.n_zone + other.n_zone,
         )
-
-
-def huber_loss(margins: np.ndarray, h: float) -> np.ndarray:
-    """The Huber hinge of each margin (``h`` > 0; the hinge as ``h`` goes to 0)."""
-    out = 1.0 - margins
-    zone = np.abs(out) <= h
-    out[zone] = (out[zone] + h) ** 2 / (4.0 * h)
-    out[margins > 1.0 + h] = 0.0
-    return out
 
 
 def _huber_slope(margins: np.ndarray, h: float) -> np.ndarray:
@@ -188,7 +178,7 @@ def unit_newton_terms(
                 n_zone=int(np.count_nonzero(distance <= h)),
             )
         )
-    by_h = dict(zip(sorted(hs), out))
+    by_h = dict(zip(hs_sorted, out))
     return tuple(by_h[h] for h in hs)
 
 
