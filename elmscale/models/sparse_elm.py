@@ -524,13 +524,12 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             status = None
             results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
-        if status is not None:  # the Newton solver's own status
-            self.duality_gap_ = status.gap
-            self.n_gathered_ = status.gathered
-            self.pass_seconds_ = np.asarray(status.seconds)
         if is_kernel(feature_map):
             self.n_parts_ = 1
-        self._warn_if_not_converged()
+        if status is not None:
+            self._take_newton_status(status)
+        else:
+            self._warn_if_not_converged()
         self._fit_calibration(X, y, ray_address=ray_address)
         return self
 
@@ -740,25 +739,26 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.support_ = result.support
         self.support_vectors_ = np.empty((0, dataset.n_features), dtype=np.float32)
         self.dual_coef_ = np.empty((len(pairs), 0))
-        self._take_newton_status(result)
-        return self
-
-    def _take_newton_status(self, result) -> None:
-        """The Newton solver's model and status (``distributed.newton.fit_newton``)."""
         self.coef_ = result.beta.T.copy()
         self.n_support_ = result.n_support
         self.n_iter_ = result.passes
         self.objective_ = result.dual
-        self.duality_gap_ = result.gap
         self.kkt_violation_ = result.kkt
         self.converged_ = result.converged
+        self._take_newton_status(result)
+        return self
+
+    def _take_newton_status(self, result) -> None:
+        """The Newton solver's own status (``distributed.newton.NewtonResult``), from arrays
+        or a ParquetDataset, and its warning when a pair stopped before ``tol``."""
+        self.duality_gap_ = result.gap
         self.n_gathered_ = result.gathered
         self.pass_seconds_ = np.asarray(result.seconds)
-        if not self.converged_.all():
-            checked = self.kkt_violation_[np.isfinite(self.kkt_violation_)]
+        if not result.converged.all():
+            checked = result.kkt[np.isfinite(result.kkt)]
             worst = f"largest KKT violation {checked.max():.3g}" if checked.size else "unchecked"
             warnings.warn(
-                f"SparseELMClassifier's Newton solver stopped after {self.n_iter_.max()} "
+                f"SparseELMClassifier's Newton solver stopped after {result.passes.max()} "
                 f"passes before reaching tol={self.tol:g} ({worst}); increase max_iter "
                 "(the passes), or scale the features",
                 ConvergenceWarning,
