@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.exceptions import ConvergenceWarning
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.core.jit import huber_step_losses
@@ -88,3 +89,10 @@ def test_the_line_search_kernel_is_the_huber_loss():
     huber_step_losses(ahead, along, steps, hs, out)
     expected = [[_huber_loss(ahead - (1.0 - s) * along, h).sum() for s in steps] for h in hs]
     np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_a_newton_fit_cut_short_says_so():
+    data = generate_classification(3_000, 6, random_state=3)
+    with pytest.warns(ConvergenceWarning, match="Newton solver stopped after 2 passes"):
+        fitted = _model(solver="newton", max_iter=2).fit(data.X, data.y)
+    assert not fitted.converged_.any() and fitted.n_iter_[0] == 2
