@@ -732,8 +732,42 @@ def q_segment(
 ):
     """``out[j] = t_i t_j K(x_i, x_j)`` (float32) for the columns j in ``[start, end)`` of ``Xt``.
 
-    The solver's kernel-column kernel.  ``Xt`` is (d, n) float32, columns in the
-    solver's current order, ``t`` float32 labels (+-1).  Gaussian and laplacian
+    The solver's kernel-column kernel: ``q_segment_of`` for the column of row ``i`` of
+    ``Xt`` itself (``xi``: scratch for its d features).
+    """
+    d = Xt.shape[0]
+    for k in range(d):
+        xi[k] = Xt[k, i]
+    q_segment_of(
+        xi, t[i], Xt, t, start, end, kind, sigma, degree, sigma_star, tau,
+        acc32, kbuf32, acc64, kbuf64, out,
+    )
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
+def q_segment_of(
+    xi,
+    ti,
+    Xt,
+    t,
+    start,
+    end,
+    kind,
+    sigma,
+    degree,
+    sigma_star,
+    tau,
+    acc32,
+    kbuf32,
+    acc64,
+    kbuf64,
+    out,
+):
+    """``out[j] = ti t_j K(xi, x_j)`` (float32) for the columns j in ``[start, end)`` of ``Xt``.
+
+    ``Xt`` is (d, n) float32, ``t`` float32 labels (+-1), ``xi`` the column's row (d
+    float32 values, any row: the working-set solver's columns belong to rows other
+    workers hold).  Gaussian and laplacian
     columns are computed in float32 (differences of float32 inputs, an exp
     accurate to 1.2e-7): the stored values are within 5e-8 of the float64 ones,
     the size of float32 rounding itself, at 2.5x the speed of float64
@@ -741,12 +775,8 @@ def q_segment(
     memorization-generalization ones in float64 (``_kernel_row``, the kernel every
     other block uses).
     Works in blocks of ``SEGMENT_BLOCK`` through 1-D slices, which keeps every
-    loop vectorised (scratch: ``xi`` d floats, the rest ``SEGMENT_BLOCK``).
+    loop vectorised (scratch: the rest ``SEGMENT_BLOCK``).
     """
-    d = Xt.shape[0]
-    for k in range(d):
-        xi[k] = Xt[k, i]
-    ti = t[i]
     for s in range(start, end, SEGMENT_BLOCK):
         e = min(s + SEGMENT_BLOCK, end)
         m = e - s
@@ -771,6 +801,47 @@ def q_segment(
         _vexp32(b, kbuf32[:m])
         for j in range(m):
             o[j] = ti * ts[j] * b[j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def q_columns(Xt, t, n, XB, tB, slots, first, stop, kind, sigma, degree, sigma_star, tau, cols):
+    """``cols[slots[k], :n] = t_B[k] t_j K(x_B[k], x_j)`` (float32) over the first ``n``
+    columns of ``Xt`` for the working set's rows ``k`` in ``[first, stop)``: Q's columns of
+    rows held anywhere (``XB`` (m, d) float32, ``tB`` their float32 labels) over this
+    block's rows (``Xt`` (d, n_rows), ``t``), each computed as the solver's own
+    (``q_segment_of``)."""
+    d = Xt.shape[0]
+    xi = np.empty(d, np.float32)
+    acc32 = np.empty(SEGMENT_BLOCK, np.float32)
+    kbuf32 = np.empty(SEGMENT_BLOCK, np.int32)
+    acc64 = np.empty(SEGMENT_BLOCK, np.float64)
+    kbuf64 = np.empty(SEGMENT_BLOCK, np.int64)
+    for k in range(first, stop):
+        for f in range(d):
+            xi[f] = XB[k, f]
+        q_segment_of(
+            xi, tB[k], Xt, t, 0, n, kind, sigma, degree, sigma_star, tau,
+            acc32, kbuf32, acc64, kbuf64, cols[slots[k]],
+        )
+
+
+_UPDATE_ROWS = 2048  # add_weighted_columns's rows at a time: its float64 sums stay in L1
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def add_weighted_columns(cols, slots, coef, out, start, stop):
+    """``out[i] += sum_k coef[k] cols[slots[k], i]`` for ``i`` in ``[start, stop)``: float32
+    columns times float64 weights, summed in float64 in the order of ``k`` (each entry the
+    same whichever rows run together)."""
+    m = slots.shape[0]
+    for s in range(start, stop, _UPDATE_ROWS):
+        e = min(s + _UPDATE_ROWS, stop)
+        o = out[s:e]
+        for k in range(m):
+            col = cols[slots[k], s:e]
+            c = coef[k]
+            for i in range(e - s):
+                o[i] += c * np.float64(col[i])
 
 
 # ---------------------------------------------------------------------------

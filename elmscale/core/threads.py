@@ -131,9 +131,12 @@ def _rows_pool() -> ThreadPoolExecutor:
         return _row_pool
 
 
-def parallel_rows(fn, n_rows: int, n_threads: int | None = None) -> None:
+def parallel_rows(
+    fn, n_rows: int, n_threads: int | None = None, *, min_rows: int = ROWS_PER_CHUNK
+) -> None:
     """``fn(start, stop)`` over ``[0, n_rows)`` in chunks, on up to ``n_threads`` threads
-    (default: numba's thread count for this thread, which ``thread_budget`` sets).
+    (default: numba's thread count for this thread, which ``thread_budget`` sets), each
+    thread given ``min_rows`` rows at least (fewer for costly rows: whole kernel columns).
 
     For numba kernels that release the GIL (``nogil``) and work on a range of rows.  The
     chunks (four per thread) are taken as threads free up, so a thread that shares its
@@ -141,7 +144,7 @@ def parallel_rows(fn, n_rows: int, n_threads: int | None = None) -> None:
     exception is raised once every chunk has stopped.
     """
     n = numba.get_num_threads() if n_threads is None else max(1, int(n_threads))
-    n = min(n, max(1, n_rows // ROWS_PER_CHUNK))
+    n = min(n, max(1, n_rows // max(1, int(min_rows))))
     if n <= 1:
         fn(0, n_rows)
         return
