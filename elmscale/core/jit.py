@@ -739,8 +739,22 @@ def q_segment(
     for k in range(d):
         xi[k] = Xt[k, i]
     q_segment_of(
-        xi, t[i], Xt, t, start, end, kind, sigma, degree, sigma_star, tau,
-        acc32, kbuf32, acc64, kbuf64, out,
+        xi,
+        t[i],
+        Xt,
+        t,
+        start,
+        end,
+        kind,
+        sigma,
+        degree,
+        sigma_star,
+        tau,
+        acc32,
+        kbuf32,
+        acc64,
+        kbuf64,
+        out,
     )
 
 
@@ -820,8 +834,22 @@ def q_columns(Xt, t, n, XB, tB, slots, first, stop, kind, sigma, degree, sigma_s
         for f in range(d):
             xi[f] = XB[k, f]
         q_segment_of(
-            xi, tB[k], Xt, t, 0, n, kind, sigma, degree, sigma_star, tau,
-            acc32, kbuf32, acc64, kbuf64, cols[slots[k]],
+            xi,
+            tB[k],
+            Xt,
+            t,
+            0,
+            n,
+            kind,
+            sigma,
+            degree,
+            sigma_star,
+            tau,
+            acc32,
+            kbuf32,
+            acc64,
+            kbuf64,
+            cols[slots[k]],
         )
 
 

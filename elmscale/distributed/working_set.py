@@ -25,6 +25,7 @@ import numpy as np
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 from elmscale.distributed.newton import _class_index, array_units, parquet_units
 from elmscale.features.kernels import Kernel
+from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.solvers.working_set import (
     DEFAULT_Q,
     RowBlock,
@@ -261,8 +262,6 @@ def fit_working_set(
     workers, or the threads here; the iterates do not depend on it); ``cache_mb`` the
     column caches' budget per worker (per process here), ``q`` the working set's size.
     """
-    from elmscale.models.sparse_elm_pairs import one_vs_one_pairs
-
     q = check_q(q)
     classes = np.asarray(classes)
     pairs = [tuple(int(c) for c in pair) for pair in one_vs_one_pairs(classes.size)]

@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
-from elmscale.core.threads import thread_budget
+from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.distributed.executors import make_executor
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
 from elmscale.features.kernels import KERNEL_KINDS, Kernel, mg_params
@@ -42,6 +42,7 @@ from elmscale.models.sparse_elm_pairs import (
     pair_path,
     pair_problem,
     pair_validation_scores,
+    working_set_wins,
 )
 from elmscale.solvers.kernel_kmeans import nearest_centre
 
@@ -110,9 +111,19 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         one-vs-one pairs run side by side, one thread each.  Up to 1,024 rows, K is
         computed once (its upper half, mirrored) and every pair solved on it in one
         compiled call (``dense_dual``), one pair after another.
-    solver : {"auto", "newton", "dual"}, default="auto"
-        How random-node problems are solved (kernels: always the dual with kernel
-        columns).  "newton": primal Newton passes on a smoothed hinge, one pass over the
+    solver : {"auto", "newton", "dual", "working_set"}, default="auto"
+        How the problems are solved.  Kernels: "dual", the one-process solver (LIBSVM's
+        shape: two variables a step, an LRU cache of kernel columns, shrinking), the
+        solver of ``fit_path`` and of grid searches; "working_set", a decomposition with
+        a large working set (``elmscale.solvers.working_set``): each iteration the
+        ``working_set_size`` largest KKT violators are solved together on the coordinator
+        while the blocks of rows, on Dask workers or on this process's threads, update
+        their gradients with the kernel columns of the changed variables, one exchange
+        per iteration; the same KKT stop and exact float64 check as "dual", so the same
+        optimum within ``tol``.  "auto" takes "working_set" for a ParquetDataset fitted
+        with a ``client``, and from arrays from 200,000 rows per one-vs-one pair (measured
+        faster from there: ``docs/performance.md``); else "dual".  Random nodes:
+        "newton": primal Newton passes on a smoothed hinge, one pass over the
         rows serving every one-vs-one pair, finished on the exact dual over the rows near
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
         same KKT check; a ParquetDataset's random-node fit always takes it.  "dual": dual
@@ -121,6 +132,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         faster (``docs/performance.md``), from 2,000 rows per one-vs-one pair (2,000 rows
         for two classes, 6,000 for 3, 90,000 for 10); else "dual", and "dual" when
         ``fit`` is given ``ray_address`` (its pairs fan out).
+    working_set_size : int, default=256
+        The working-set solver's q: variables solved together per iteration (>= 2).
+        Measured on 100,000 generated rows: 256 took 13.2 s, 512 14.8 s, 1,024 18.9 s
+        (more variables a step, but chosen from staler gradients: more work in all).
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
@@ -138,7 +153,12 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     hidden_layer_ : the random layer (random nodes only)
     n_support_ : support vectors per class
     n_iter_, objective_, kkt_violation_, converged_ : per pair (``n_iter_``: the kernel
-        solver's steps, or passes over the rows for random nodes)
+        solver's steps, the working-set solver's iterations, or passes over the rows for
+        random nodes)
+    solver_ : the solver that ran ("dual", "working_set" or "newton"; ``solver``'s "auto"
+        resolved)
+    exact_checks_, blocks_rebuilt_ : the working-set solver's: exact float64 checks of
+        every row made, and blocks of rows rebuilt after their Dask worker was lost
     duality_gap_, n_gathered_, pass_seconds_ : the Newton solver's (``solver``): each pair's
         relative duality gap at the end, the rows its phase 2 gathered near the margin, and
         each pass's wall seconds
@@ -175,7 +195,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, -1, None, closed="left")],
         "n_threads": N_THREADS_CONSTRAINT,
         "random_state": ["random_state"],
-        "solver": [StrOptions({"auto", "newton", "dual"})],
+        "solver": [StrOptions({"auto", "newton", "dual", "working_set"})],
+        "working_set_size": [Interval(numbers.Integral, 2, None, closed="left")],
         "probability": ["boolean"],
     }
 
@@ -198,6 +219,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         n_threads=None,
         random_state=None,
         solver="auto",
+        working_set_size=256,
         probability=False,
     ):
         self.kernel = kernel
@@ -216,6 +238,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.n_threads = n_threads
         self.random_state = random_state
         self.solver = solver
+        self.working_set_size = working_set_size
         self.probability = probability
 
     def _kernel_obj(self) -> Kernel:
@@ -435,8 +458,19 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         that is never read whole into memory (the coordinator's memory stays flat as the
         rows grow).
 
-        With a kernel the rows are gathered here.  With a ``client`` and ``n_parts`` of 2
-        or more they are then solved by divide and conquer (Hsieh, Si and Dhillon, ICML
+        With a kernel and the working-set solver (``solver``; "auto" takes it with a
+        ``client``) the rows stay where they are: each block of work units is a Dask actor
+        on a worker (``elmscale.distributed.working_set``), which reads its rows there and
+        keeps their dual variables, gradients and kernel columns for the whole fit; the
+        coordinator exchanges with every block once per iteration.  ``n_blocks``: the
+        blocks (default: the workers, or ``n_threads`` here; the model does not depend on
+        it); the column caches hold ``cache_size`` MB per worker.  A worker lost mid-fit:
+        its blocks are rebuilt on the others from the coordinator's dual variables, and the
+        fit goes on to the same optimum within ``tol`` (``blocks_rebuilt_``).  The model
+        holds the support rows (``support_vectors_``), which the coordinator has seen.
+
+        Otherwise, with a kernel the rows are gathered here.  With a ``client`` and
+        ``n_parts`` of 2 or more they are then solved by divide and conquer (Hsieh, Si and Dhillon, ICML
         2014; ``elmscale.distributed.divide_conquer``): kernel k-means on a sample of
         ``SAMPLE_ROWS`` rows (seeded by ``random_state``) cuts the rows into ``n_parts``
         parts (every row to its nearest centre, computed on the workers); each part's pairs
@@ -479,6 +513,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 )
             if self.hidden is not None:
                 self._fit_calibration(X, None)  # a clear error with probability=True
+                self._kernel_solver(X.n_rows, 2, None, client)  # names a kernel-only solver
                 if self.solver == "dual":
                     raise ValueError(
                         "solver='dual' solves rows held in memory; a ParquetDataset's "
@@ -488,8 +523,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             from elmscale.distributed import dataset_ops as dataplane
 
             dataset = X
-            X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
             parts = self._parts_wanted(n_parts, client, dataset.n_rows, early_prediction)
+            if parts <= 1 and self._kernel_solver(dataset.n_rows, 2, None, client) == "working_set":
+                return self._fit_working_set(dataset, None, None, client, n_blocks)
+            X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
             if early_prediction and parts <= 1:
                 raise ValueError(
                     f"early_prediction=True needs more than one part; n_parts={n_parts!r} "
@@ -507,6 +544,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 "SparseELMClassifier requires y to be passed, but the target y is None "
                 "(y may be None only when X is a ParquetDataset)"
             )
+        if (
+            self._kernel_solver(len(X), np.unique(np.asarray(y)).size, ray_address, None)
+            == "working_set"
+        ):
+            return self._fit_working_set(None, X, y, None, n_blocks)
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         if self._uses_newton(X32.shape[0], ray_address):
             results, status = newton_pairs(
@@ -524,6 +566,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             status = None
             results = self._solve_pairs(X32, feature_map, rows_of, seed, [self.C], ray_address)[0]
         self._assemble(X32, y_idx, pairs, results, rows_of, feature_map)
+        self.solver_ = "newton" if status is not None else "dual"
         if is_kernel(feature_map):
             self.n_parts_ = 1
         if status is not None:
@@ -531,6 +574,99 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         else:
             self._warn_if_not_converged()
         self._fit_calibration(X, y, ray_address=ray_address)
+        return self
+
+    def _kernel_solver(self, n_rows: int, n_classes: int, ray_address, client) -> str:
+        """The solver of a kernel fit (``solver``): "working_set" or "dual"."""
+        if self.solver == "working_set":
+            if self.hidden is not None:
+                raise ValueError(
+                    "solver='working_set' solves a kernel's dual; random nodes (hidden="
+                    f"{self.hidden!r}) take solver='newton', 'dual' or 'auto'"
+                )
+            if ray_address is not None:
+                raise ValueError(
+                    "solver='working_set' runs its blocks here or on a Dask client; "
+                    "ray_address fans pairs out: give solver='dual' (or 'auto') with it"
+                )
+            return "working_set"
+        if self.solver != "auto" or self.hidden is not None or ray_address is not None:
+            return "dual"
+        if client is not None:
+            return "working_set"
+        return "working_set" if working_set_wins(n_rows, n_classes) else "dual"
+
+    def _fit_working_set(self, dataset, X, y, client, n_blocks):
+        """A kernel fit by the working-set solver: the blocks of a ParquetDataset's rows on
+        the workers of ``client`` (or this process's threads), or of ``X`` here."""
+        from elmscale.distributed import dataset_ops as dataplane
+        from elmscale.distributed.working_set import array_units, fit_working_set, parquet_units
+        from elmscale.solvers.working_set import check_q
+
+        q = check_q(self.working_set_size)
+        if dataset is not None:
+            stats = dataplane.column_stats(dataset, client=client)
+            self.classes_ = np.asarray(stats.classes)
+            if self.classes_.size < 2:
+                raise ValueError(
+                    f"SparseELMClassifier needs at least 2 classes; {dataset!r} has "
+                    f"{self.classes_.size}"
+                )
+            self.n_features_in_ = dataset.n_features
+            units = parquet_units(dataset)
+            classes = self.classes_
+        else:
+            X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+            check_class_labels(y)
+            self.classes_, y_idx = np.unique(y, return_inverse=True)
+            if self.classes_.size < 2:
+                raise ValueError(
+                    f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
+                    f"({self.classes_[0]!r})"
+                )
+            X32 = np.ascontiguousarray(X, dtype=np.float32)
+            threads = resolve_n_threads(self.n_threads)
+            units = array_units(X32, y_idx, n_blocks or threads)
+            classes = np.arange(self.classes_.size)
+        kernel = self._kernel_obj()
+        result = fit_working_set(
+            units,
+            classes,
+            kernel,
+            C=float(self.C),
+            tol=float(self.tol),
+            q=q,
+            client=client,
+            n_blocks=n_blocks,
+            cache_mb=float(self.cache_size),
+            max_iter=int(self.max_iter),
+            n_threads=self.n_threads,
+        )
+        seen = result.seen
+        pairs = one_vs_one_pairs(self.classes_.size)
+        sv = np.flatnonzero((seen.alpha > 0.0).any(axis=1))
+        sv = sv[np.argsort(seen.ids[sv], kind="stable")]
+        self.support_ = seen.ids[sv]
+        self.support_vectors_ = np.ascontiguousarray(seen.X[sv], dtype=np.float32)
+        self.dual_coef_ = np.zeros((len(pairs), sv.size))
+        for p, (a, _) in enumerate(pairs):
+            t = np.where(seen.cls[sv] == a, 1.0, -1.0)
+            self.dual_coef_[p] = seen.alpha[sv, p] * t
+        self.n_support_ = np.bincount(seen.cls[sv], minlength=self.classes_.size)
+        self.pairs_ = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        self.n_iter_ = result.n_iter
+        self.objective_ = result.objective
+        self.kkt_violation_ = result.kkt
+        self.converged_ = result.converged
+        self.exact_checks_ = int(result.exact_checks)
+        self.blocks_rebuilt_ = int(result.rebuilt)
+        self.solver_ = "working_set"
+        self.n_parts_ = 1
+        self._warn_if_not_converged()
+        if dataset is not None and self.probability:
+            # the calibration's out-of-fold fits are made from arrays, as a gathered fit's
+            X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
+        self._fit_calibration(X, y)
         return self
 
     def _uses_newton(self, n_rows: int, ray_address) -> bool:
@@ -623,7 +759,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         # refitting forgets: a plain fit leaves no divide-and-conquer status behind
         divided = ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_")
         newton = ("duality_gap_", "n_gathered_", "pass_seconds_")
-        for name in (*divided, *EARLY_PREDICTION_ATTRS, *newton):
+        working_set = ("exact_checks_", "blocks_rebuilt_")
+        for name in (*divided, *EARLY_PREDICTION_ATTRS, *newton, *working_set):
             self.__dict__.pop(name, None)
 
     def _fit_divide_conquer(self, dataset, X, y, client, n_parts: int, early: bool = False):
@@ -665,6 +802,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             self.part_centre_sq_ = np.asarray(centres.centre_sq, dtype=np.float64)
             self.support_part_ = result.parts[self.support_].astype(np.int64)
         self.n_parts_ = int(result.part_sizes.size)
+        self.solver_ = "dual"
         self.part_sizes_ = result.part_sizes
         self.sub_iter_ = result.sub_iter
         self.phase_seconds_ = result.seconds
@@ -745,6 +883,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.objective_ = result.dual
         self.kkt_violation_ = result.kkt
         self.converged_ = result.converged
+        self.solver_ = "newton"
         self._take_newton_status(result)
         return self
 

@@ -328,6 +328,19 @@ NEWTON_UNIT_ROWS = 65_536
 NEWTON_MIN_ROWS_PER_PAIR = 2_000
 
 
+#: A kernel fit from arrays takes the working-set solver (``solver="auto"``) from this many
+#: rows per one-vs-one pair (measured: ``benchmarks/working_set.py --crossover``).
+WORKING_SET_MIN_ROWS_PER_PAIR = 200_000
+
+
+def working_set_wins(n_rows: int, n_classes: int) -> bool:
+    """Whether the working-set solver was measured faster than the one-process dual solver
+    for a kernel fit of ``n_rows`` rows and ``n_classes`` classes, on this process's
+    threads."""
+    n_pairs = n_classes * (n_classes - 1) // 2
+    return n_rows >= WORKING_SET_MIN_ROWS_PER_PAIR * n_pairs
+
+
 def newton_wins(n_rows: int, n_classes: int) -> bool:
     """Whether ``solver="auto"`` takes the Newton solver for this many rows and classes."""
     n_pairs = max(1, n_classes * (n_classes - 1) // 2)

@@ -1,0 +1,206 @@
+"""The kernel sparse ELM's working-set solver: blocks of rows on this process's threads or as
+Dask actors on the workers, against the one-process dual solver's optimum."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from _faults import wait_for_a_new_worker
+from sklearn.base import clone
+
+from elmscale import SparseELMClassifier, open_parquet
+from elmscale.data import generate_classification, write_generated_parquet
+from elmscale.distributed.working_set import array_units, fit_working_set, group_units
+from elmscale.features.kernels import Kernel
+from elmscale.models.sparse_elm_pairs import WORKING_SET_MIN_ROWS_PER_PAIR
+from elmscale.solvers.working_set import top_violators
+
+pytestmark = pytest.mark.timeout(180)
+
+TOL = 1e-3
+
+
+def _rows(n, d, n_classes, random_state):
+    data = generate_classification(n, d, n_classes, random_state=random_state)
+    return data.X, data.y
+
+
+def _model(**kw):
+    params = {"sigma": 0.5, "C": 1.0, "tol": TOL, "random_state": 0}
+    params.update(kw)
+    return SparseELMClassifier(**params)
+
+
+def _same_optimum(fitted, reference, held_out):
+    """Objectives within tol (relative), every pair converged, predictions alike."""
+    rel = np.abs(fitted.objective_ - reference.objective_) / np.abs(reference.objective_)
+    assert np.all(rel <= TOL), rel
+    assert fitted.converged_.all() and np.all(fitted.kkt_violation_ <= TOL)
+    agree = np.mean(fitted.predict(held_out) == reference.predict(held_out))
+    assert agree >= 0.995, agree
+
+
+@pytest.fixture(scope="module")
+def binary_set(tmp_path_factory):
+    out = tmp_path_factory.mktemp("working_set") / "binary"
+    write_generated_parquet(out, 6_000, 4, 2, random_state=5, rows_per_file=1_500)
+    return open_parquet(out, label="label")
+
+
+@pytest.fixture(scope="module")
+def three_classes(tmp_path_factory):
+    out = tmp_path_factory.mktemp("working_set") / "three"
+    write_generated_parquet(out, 4_500, 4, 3, random_state=6, rows_per_file=1_500)
+    return open_parquet(out, label="label")
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_working_set_is_the_one_process_optimum(n_classes):
+    X, y = _rows(3_000, 4, n_classes, random_state=n_classes)
+    X_te, _ = _rows(1_000, 4, n_classes, random_state=50 + n_classes)
+    single = _model(solver="dual").fit(X, y)
+    fitted = _model(solver="working_set", working_set_size=64, n_threads=2).fit(X, y)
+    assert fitted.solver_ == "working_set" and single.solver_ == "dual"
+    _same_optimum(fitted, single, X_te)
+    assert fitted.n_iter_.shape == (n_classes * (n_classes - 1) // 2,)
+    assert fitted.exact_checks_ >= 1 and fitted.blocks_rebuilt_ == 0
+    # the support vectors are rows of X, their coefficients a t with 0 < a <= C
+    np.testing.assert_array_equal(fitted.support_vectors_, X[fitted.support_].astype(np.float32))
+    assert np.all(np.abs(fitted.dual_coef_) <= 1.0 + 1e-12)
+
+
+def test_iterates_do_not_depend_on_the_blocks():
+    """The same model to the bit on 1, 2, 3 and 5 blocks of rows (each row's sums in the same
+    order, the choice of the working set by violation then row number), run twice."""
+    X, y = _rows(4_000, 4, 2, random_state=11)
+    y_idx = np.unique(y, return_inverse=True)[1]
+    kernel = Kernel("gaussian", sigma=0.5)
+    units = array_units(np.ascontiguousarray(X, np.float32), y_idx, 10)
+    results = [
+        fit_working_set(units, [0, 1], kernel, C=1.0, tol=TOL, q=128, n_blocks=k, n_threads=2)
+        for k in (1, 2, 3, 5, 5)
+    ]
+    first = results[0]
+    assert first.converged.all()
+    for other in results[1:]:
+        np.testing.assert_array_equal(other.n_iter, first.n_iter)
+        np.testing.assert_array_equal(other.seen.ids, first.seen.ids)
+        np.testing.assert_array_equal(other.seen.alpha, first.seen.alpha)
+
+
+def test_top_violators_breaks_ties_by_row_number():
+    v = np.array([0.5, 1.0, 1.0, 0.0, 1.0, 0.7])
+    ids = np.array([10, 7, 3, 1, 5, 2])
+    np.testing.assert_array_equal(top_violators(v, ids, 2), [2, 4])  # ids 3 and 5 of the 1.0s
+    np.testing.assert_array_equal(top_violators(v, ids, 10), [2, 4, 1, 5, 0])  # never v = 0
+
+
+def test_units_are_grouped_into_blocks_of_about_equal_rows():
+    X = np.zeros((100, 2), np.float32)
+    units = array_units(X, np.zeros(100, np.int64), 10)
+    groups = group_units(units, 3)
+    assert len(groups) == 3 and sum(len(g) for g in groups) == 10
+    assert [u.index for g in groups for u in g] == list(range(10))
+    assert len(group_units(units, 50)) == 10  # never more blocks than units
+
+
+@pytest.mark.parametrize("data", ["binary_set", "three_classes"])
+def test_on_dask_the_blocks_are_the_threads_blocks(request, dask_client, data):
+    """With a client the working set is the default for a kernel fit, its blocks Dask actors
+    on the workers: the same model to the bit as the same blocks on threads, and the one-
+    process optimum within tol."""
+    dataset = request.getfixturevalue(data)
+    X, y = dataset.read()
+    on_dask = _model(working_set_size=128).fit(dataset, client=dask_client)
+    assert on_dask.solver_ == "working_set"
+    here = _model(solver="working_set", working_set_size=128, n_threads=2).fit(dataset)
+    np.testing.assert_array_equal(on_dask.support_, here.support_)
+    np.testing.assert_array_equal(on_dask.dual_coef_, here.dual_coef_)
+    np.testing.assert_array_equal(on_dask.n_iter_, here.n_iter_)
+    single = _model(solver="dual").fit(X, y)
+    _same_optimum(on_dask, single, X[::3])
+
+
+def _kill_a_worker_during(client, fn, *, settle, timeout=150.0):
+    """``fn()`` on a thread, one worker process SIGKILLed ``settle`` seconds after every
+    worker holds a block (an actor); returns ``fn()``'s result and waits until the nanny
+    has brought a worker back."""
+    pids = client.run(os.getpid)
+    outcome = {}
+
+    def target():
+        try:
+            outcome["result"] = fn()
+        except BaseException as exc:  # raised below, in the test's thread
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=target, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        held = client.run(lambda dask_worker: len(dask_worker.state.actors))
+        if len(held) == len(pids) and all(held.values()):
+            break
+        time.sleep(0.05)
+    time.sleep(settle)
+    os.kill(next(iter(pids.values())), signal.SIGKILL)
+    assert runner.is_alive(), "the fit finished before the worker was killed"
+    runner.join(timeout)
+    assert not runner.is_alive(), f"the fit did not finish within {timeout} s of the kill"
+    if "error" in outcome:
+        raise outcome["error"]
+    wait_for_a_new_worker(client, pids)
+    return outcome["result"]
+
+
+def test_a_worker_killed_mid_fit_changes_nothing(tmp_path, dask_client):
+    """A worker SIGKILLed mid-fit: its block is rebuilt on the other worker from the
+    coordinator's dual variables, and the fit reaches the same optimum within tol."""
+    write_generated_parquet(tmp_path, 30_000, 6, 2, random_state=8, rows_per_file=7_500)
+    data = open_parquet(tmp_path, label="label")
+    model = _model(working_set_size=64)
+    reference = clone(model).fit(data, client=dask_client)
+    fitted = _kill_a_worker_during(
+        dask_client, lambda: clone(model).fit(data, client=dask_client), settle=1.0
+    )
+    assert fitted.blocks_rebuilt_ >= 1 and reference.blocks_rebuilt_ == 0
+    X, _ = data.read()
+    _same_optimum(fitted, reference, X[::10])
+
+
+@pytest.mark.parametrize("q", [1, 0, -5, 2.5, "256", True])
+def test_bad_working_set_sizes_are_named(q):
+    X, y = _rows(200, 3, 2, random_state=0)
+    with pytest.raises(ValueError, match="working_set_size"):
+        _model(solver="working_set", working_set_size=q).fit(X, y)
+    with pytest.raises(ValueError, match=r"q \(the working set's size\)"):
+        fit_working_set(
+            array_units(X.astype(np.float32), (y > 0).astype(np.int64), 2),
+            [0, 1],
+            Kernel("gaussian"),
+            C=1.0,
+            tol=TOL,
+            q=q,
+        )
+
+
+def test_working_set_settings_that_cannot_run_are_named():
+    X, y = _rows(300, 3, 2, random_state=0)
+    with pytest.raises(ValueError, match="solver='working_set' solves a kernel"):
+        _model(solver="working_set", hidden="sigmoid").fit(X, y)
+    with pytest.raises(ValueError, match="ray_address"):
+        _model(solver="working_set").fit(X, y, ray_address="auto")
+
+
+def test_auto_takes_the_working_set_from_its_row_count():
+    model = _model()
+    assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR - 1, 2, None, None) == "dual"
+    assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR, 2, None, None) == "working_set"
+    assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR, 3, None, None) == "dual"
+    assert model._kernel_solver(10, 2, None, object()) == "working_set"  # a client
+    assert _model(solver="dual")._kernel_solver(10**9, 2, None, object()) == "dual"
