@@ -470,8 +470,8 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         holds the support rows (``support_vectors_``), which the coordinator has seen.
 
         Otherwise, with a kernel the rows are gathered here.  With a ``client`` and
-        ``n_parts`` of 2 or more they are then solved by divide and conquer (Hsieh, Si and Dhillon, ICML
-        2014; ``elmscale.distributed.divide_conquer``): kernel k-means on a sample of
+        ``n_parts`` of 2 or more they are then solved by divide and conquer (Hsieh, Si and
+        Dhillon, ICML 2014; ``elmscale.distributed.divide_conquer``): kernel k-means on a sample of
         ``SAMPLE_ROWS`` rows (seeded by ``random_state``) cuts the rows into ``n_parts``
         parts (every row to its nearest centre, computed on the workers); each part's pairs
         are solved on the workers, side by side, by the single-process solver; their duals

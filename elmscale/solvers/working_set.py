@@ -291,30 +291,31 @@ class _PairRows:
         na = self.n_active
         if na == 0 or update.ids.size == 0:
             return
-        cache = self.cache
-        cache.ensure(na)
-        for start in range(0, update.ids.size, cache.n_slots):
-            part = slice(start, start + cache.n_slots)
-            ids = update.ids[part]
-            slots, missing = cache.take(ids)
-            if missing.size:
-                XB = np.ascontiguousarray(update.X[part][missing])
-                tB = np.ascontiguousarray(update.t[part][missing])
-                sB = np.ascontiguousarray(slots[missing])
-                parallel_rows(
-                    lambda lo, hi: q_columns(
-                        self.Xt, self.t, na, XB, tB, sB, lo, hi, *params, cache.cols
-                    ),
-                    missing.size,
-                    n_threads,
-                    min_rows=1,
-                )
-            delta = np.ascontiguousarray(update.delta[part])
+        self.cache.ensure(na)
+        for start in range(0, update.ids.size, self.cache.n_slots):
+            self._apply_part(update, slice(start, start + self.cache.n_slots), params, n_threads)
+
+    def _apply_part(self, update: Update, part, params, n_threads):
+        """``apply`` for the changed variables ``part`` (as many as the cache's slots)."""
+        na, cols = self.n_active, None
+        slots, missing = self.cache.take(update.ids[part])
+        cols = self.cache.cols
+        if missing.size:
+            XB = np.ascontiguousarray(update.X[part][missing])
+            tB = np.ascontiguousarray(update.t[part][missing])
+            sB = np.ascontiguousarray(slots[missing])
             parallel_rows(
-                lambda lo, hi: add_weighted_columns(cache.cols, slots, delta, self.g, lo, hi),
-                na,
+                lambda lo, hi: q_columns(self.Xt, self.t, na, XB, tB, sB, lo, hi, *params, cols),
+                missing.size,
                 n_threads,
+                min_rows=1,
             )
+        delta = np.ascontiguousarray(update.delta[part])
+        parallel_rows(
+            lambda lo, hi: add_weighted_columns(cols, slots, delta, self.g, lo, hi),
+            na,
+            n_threads,
+        )
 
     def shrink(self, low_thr, up_thr, C):
         """Active rows at 0 whose gradient passes ``low_thr``, or at C whose minus gradient
