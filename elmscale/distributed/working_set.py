@@ -115,8 +115,8 @@ class ThreadBlocks:
     def step(self, updates, shrink, q):
         return self._call("step", updates, shrink, q)
 
-    def exact(self, support, which, q):
-        return self._call("exact", support, which, q)
+    def exact(self, support, which, q, precise=True):
+        return self._call("exact", support, which, q, precise)
 
 
 class BlockActor:
@@ -134,9 +134,9 @@ class BlockActor:
         with thread_budget(self.n_threads):
             return self.block.step(updates, shrink, q)
 
-    def exact(self, support, which, q):
+    def exact(self, support, which, q, precise=True):
         with thread_budget(self.n_threads):
-            return self.block.exact(support, which, q)
+            return self.block.exact(support, which, q, precise)
 
 
 class DaskBlocks:
@@ -236,8 +236,8 @@ class DaskBlocks:
     def step(self, updates, shrink, q):
         return self._call("step", updates, shrink, q)
 
-    def exact(self, support, which, q):
-        return self._call("exact", support, which, q)
+    def exact(self, support, which, q, precise=True):
+        return self._call("exact", support, which, q, precise)
 
 
 def fit_working_set(

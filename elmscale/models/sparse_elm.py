@@ -132,7 +132,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         faster (``docs/performance.md``), from 2,000 rows per one-vs-one pair (2,000 rows
         for two classes, 6,000 for 3, 90,000 for 10); else "dual", and "dual" when
         ``fit`` is given ``ray_address`` (its pairs fan out).
-    working_set_size : int, default=256
+    working_set_size : int, default=512
         The working-set solver's q: variables solved together per iteration (>= 2).
         Measured on 100,000 generated rows: 256 took 13.2 s, 512 14.8 s, 1,024 18.9 s
         (more variables a step, but chosen from staler gradients: more work in all).
@@ -219,7 +219,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         n_threads=None,
         random_state=None,
         solver="auto",
-        working_set_size=256,
+        working_set_size=512,
         probability=False,
     ):
         self.kernel = kernel
