@@ -157,8 +157,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         random nodes)
     solver_ : the solver that ran ("dual", "working_set" or "newton"; ``solver``'s "auto"
         resolved)
-    exact_checks_, blocks_rebuilt_ : the working-set solver's: exact float64 checks of
-        every row made, and blocks of rows rebuilt after their Dask worker was lost
+    exact_checks_, blocks_rebuilt_, iteration_seconds_ : the working-set solver's: checks of
+        every row's gradient made (the last one exact in float64), blocks of rows rebuilt
+        after their Dask worker was lost, and the wall seconds of each exchange with the
+        blocks
     duality_gap_, n_gathered_, pass_seconds_ : the Newton solver's (``solver``): each pair's
         relative duality gap at the end, the rows its phase 2 gathered near the margin, and
         each pass's wall seconds
@@ -660,6 +662,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self.converged_ = result.converged
         self.exact_checks_ = int(result.exact_checks)
         self.blocks_rebuilt_ = int(result.rebuilt)
+        self.iteration_seconds_ = np.asarray(result.seconds)
         self.solver_ = "working_set"
         self.n_parts_ = 1
         self._warn_if_not_converged()
@@ -759,7 +762,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         # refitting forgets: a plain fit leaves no divide-and-conquer status behind
         divided = ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_")
         newton = ("duality_gap_", "n_gathered_", "pass_seconds_")
-        working_set = ("exact_checks_", "blocks_rebuilt_")
+        working_set = ("exact_checks_", "blocks_rebuilt_", "iteration_seconds_")
         for name in (*divided, *EARLY_PREDICTION_ATTRS, *newton, *working_set):
             self.__dict__.pop(name, None)
 
