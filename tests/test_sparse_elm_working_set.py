@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _faults import wait_for_a_new_worker
 from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification, write_generated_parquet
@@ -204,3 +205,11 @@ def test_auto_takes_the_working_set_from_its_row_count():
     assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR, 3, None, None) == "dual"
     assert model._kernel_solver(10, 2, None, object()) == "working_set"  # a client
     assert _model(solver="dual")._kernel_solver(10**9, 2, None, object()) == "dual"
+
+
+def test_a_working_set_fit_cut_short_says_so():
+    X, y = _rows(3_000, 4, 2, random_state=3)
+    with pytest.warns(ConvergenceWarning, match="max_iter=2"):
+        cut = _model(solver="working_set", working_set_size=32, max_iter=2).fit(X, y)
+    assert cut.n_iter_.tolist() == [2] and not cut.converged_.any()
+    assert np.all(cut.kkt_violation_ > TOL) and np.all(np.isfinite(cut.objective_))

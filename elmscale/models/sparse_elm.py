@@ -45,6 +45,7 @@ from elmscale.models.sparse_elm_pairs import (
     working_set_wins,
 )
 from elmscale.solvers.kernel_kmeans import nearest_centre
+from elmscale.solvers.working_set import DEFAULT_MAX_ITERATIONS
 
 #: With ``n_parts="auto"`` and ``early_prediction=True``, at most one part per this many
 #: rows.
@@ -399,12 +400,14 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
     def _warn_if_not_converged(self):
         if self.kkt_violation_.size and not np.all(self.converged_):
-            limit = (
-                f"max_iter={self.max_iter}"
-                if self.max_iter >= 0
-                else "the default cap (kernels: max(1e7, 100 n) steps; random nodes: "
-                "100,000 passes)"
-            )
+            if self.max_iter >= 0:
+                limit = f"max_iter={self.max_iter}"
+            elif getattr(self, "solver_", None) == "working_set":
+                limit = f"the default cap ({DEFAULT_MAX_ITERATIONS:,} working-set iterations)"
+            else:
+                limit = (
+                    "the default cap (kernels: max(1e7, 100 n) steps; random nodes: 100,000 passes)"
+                )
             if np.isnan(self.kkt_violation_).all():  # early prediction: the parts' checks
                 violation = "a part's solve"
             else:
