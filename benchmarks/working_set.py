@@ -76,7 +76,7 @@ def _accuracy(model, X_te, y_te) -> float:
 def compare(name, dataset, X, y, X_te, y_te, tested_on, client, args) -> None:
     print(f"{name}: {X.shape[0]:,} train rows x {X.shape[1]} features; test on {tested_on}")
     start = time.perf_counter()
-    spread = _model().fit(dataset, client=client)
+    spread = _model(solver="working_set").fit(dataset, client=client)
     spread_s = time.perf_counter() - start
     spread_acc = _accuracy(spread, X_te, y_te)
     exchanges = np.median(spread.iteration_seconds_) if spread.iteration_seconds_.size else 0.0
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
         Client(cluster) as client,
     ):
         small = write_parquet(warm.X, Path(folder) / "warm.parquet", y=warm.y)
-        _model().fit(open_parquet(small, label="label"), client=client)  # workers compile
+        _model(solver="working_set").fit(open_parquet(small, label="label"), client=client)
         X, y, X_te, y_te, tested_on = codrna_sets(args.quick, args.codrna_test)
         path = write_parquet(X, Path(folder) / "codrna.parquet", y=y, row_group_size=32_768)
         compare(

@@ -18,7 +18,7 @@ from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification, write_generated_parquet
 from elmscale.distributed.working_set import array_units, fit_working_set, group_units
 from elmscale.features.kernels import Kernel
-from elmscale.models.sparse_elm_pairs import WORKING_SET_MIN_ROWS_PER_PAIR
+from elmscale.models.sparse_elm_pairs import WORKING_SET_MIN_WORKER_THREADS, working_set_wins
 from elmscale.solvers.working_set import top_violators
 
 pytestmark = pytest.mark.timeout(180)
@@ -112,12 +112,11 @@ def test_units_are_grouped_into_blocks_of_about_equal_rows():
 
 @pytest.mark.parametrize("data", ["binary_set", "three_classes"])
 def test_on_dask_the_blocks_are_the_threads_blocks(request, dask_client, data):
-    """With a client the working set is the default for a kernel fit, its blocks Dask actors
-    on the workers: the same model to the bit as the same blocks on threads, and the one-
-    process optimum within tol."""
+    """The working set's blocks as Dask actors on the workers: the same model to the bit as
+    the same blocks on threads, and the one-process optimum within tol."""
     dataset = request.getfixturevalue(data)
     X, y = dataset.read()
-    on_dask = _model(working_set_size=128).fit(dataset, client=dask_client)
+    on_dask = _model(solver="working_set", working_set_size=128).fit(dataset, client=dask_client)
     assert on_dask.solver_ == "working_set"
     here = _model(solver="working_set", working_set_size=128, n_threads=2).fit(dataset)
     np.testing.assert_array_equal(on_dask.support_, here.support_)
@@ -164,7 +163,7 @@ def test_a_worker_killed_mid_fit_changes_nothing(tmp_path, dask_client):
     coordinator's dual variables, and the fit reaches the same optimum within tol."""
     write_generated_parquet(tmp_path, 30_000, 6, 2, random_state=8, rows_per_file=7_500)
     data = open_parquet(tmp_path, label="label")
-    model = _model(working_set_size=64)
+    model = _model(solver="working_set", working_set_size=64)
     reference = clone(model).fit(data, client=dask_client)
     fitted = _kill_a_worker_during(
         dask_client, lambda: clone(model).fit(data, client=dask_client), settle=1.0
@@ -198,13 +197,17 @@ def test_working_set_settings_that_cannot_run_are_named():
         _model(solver="working_set").fit(X, y, ray_address="auto")
 
 
-def test_auto_takes_the_working_set_from_its_row_count():
-    model = _model()
-    assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR - 1, 2, None, None) == "dual"
-    assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR, 2, None, None) == "working_set"
-    assert model._kernel_solver(WORKING_SET_MIN_ROWS_PER_PAIR, 3, None, None) == "dual"
-    assert model._kernel_solver(10, 2, None, object()) == "working_set"  # a client
-    assert _model(solver="dual")._kernel_solver(10**9, 2, None, object()) == "dual"
+def test_auto_takes_the_working_set_on_clusters_of_enough_workers(binary_set, dask_client):
+    """ "auto": the dual solver from arrays; on a cluster the working set from
+    ``WORKING_SET_MIN_WORKER_THREADS`` worker threads, else the rows gathered here (the
+    2-thread test cluster)."""
+    assert _model()._kernel_solver(None, None) == "dual"
+    assert _model()._kernel_solver(None, dask_client) == "dual"  # 2 worker threads
+    assert not working_set_wins(WORKING_SET_MIN_WORKER_THREADS - 1)
+    assert working_set_wins(WORKING_SET_MIN_WORKER_THREADS)
+    assert _model(solver="working_set")._kernel_solver(None, None) == "working_set"
+    gathered = _model().fit(binary_set, client=dask_client)
+    assert gathered.solver_ == "dual" and gathered.converged_.all()
 
 
 def test_a_working_set_fit_cut_short_says_so():

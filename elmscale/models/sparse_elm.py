@@ -122,8 +122,9 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         their gradients with the kernel columns of the changed variables, one exchange
         per iteration; the same KKT stop and exact float64 check as "dual", so the same
         optimum within ``tol``.  "auto" takes "working_set" for a ParquetDataset fitted
-        with a ``client``, and from arrays from 200,000 rows per one-vs-one pair (measured
-        faster from there: ``docs/performance.md``); else "dual".  Random nodes:
+        with a ``client`` of at least 4 worker threads (projected faster from there; on 2
+        workers the one-process dual solver measured faster: ``docs/performance.md``);
+        else "dual", from arrays too (faster there at every size measured).  Random nodes:
         "newton": primal Newton passes on a smoothed hinge, one pass over the
         rows serving every one-vs-one pair, finished on the exact dual over the rows near
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
@@ -135,8 +136,10 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         ``fit`` is given ``ray_address`` (its pairs fan out).
     working_set_size : int, default=512
         The working-set solver's q: variables solved together per iteration (>= 2).
-        Measured on 100,000 generated rows: 256 took 13.2 s, 512 14.8 s, 1,024 18.9 s
-        (more variables a step, but chosen from staler gradients: more work in all).
+        Measured on 100,000 generated rows (2 blocks on 2 threads, ``benchmarks/
+        working_set.py --q-sweep``): 256 took 8.0 s (821 iterations), 512 7.5 s (405),
+        1,024 12.2 s (196), 2,048 12.6 s (89), 4,096 18.5 s (42): larger sets take fewer
+        exchanges but choose from staler gradients, more work in all.
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
@@ -463,11 +466,12 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         that is never read whole into memory (the coordinator's memory stays flat as the
         rows grow).
 
-        With a kernel and the working-set solver (``solver``; "auto" takes it with a
-        ``client``) the rows stay where they are: each block of work units is a Dask actor
-        on a worker (``elmscale.distributed.working_set``), which reads its rows there and
-        keeps their dual variables, gradients and kernel columns for the whole fit; the
-        coordinator exchanges with every block once per iteration.  ``n_blocks``: the
+        With a kernel and the working-set solver (``solver``; "auto" takes it on a
+        ``client`` of 4 worker threads or more) the rows stay where they are: each block of
+        work units is a Dask actor on a worker (``elmscale.distributed.working_set``),
+        which reads its rows there and keeps their dual variables, gradients and kernel
+        columns for the whole fit; the coordinator exchanges with every block once per
+        iteration.  ``n_blocks``: the
         blocks (default: the workers, or ``n_threads`` here; the model does not depend on
         it); the column caches hold ``cache_size`` MB per worker.  A worker lost mid-fit:
         its blocks are rebuilt on the others from the coordinator's dual variables, and the
@@ -518,7 +522,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 )
             if self.hidden is not None:
                 self._fit_calibration(X, None)  # a clear error with probability=True
-                self._kernel_solver(X.n_rows, 2, None, client)  # names a kernel-only solver
+                self._kernel_solver(None, client)  # names a kernel-only solver
                 if self.solver == "dual":
                     raise ValueError(
                         "solver='dual' solves rows held in memory; a ParquetDataset's "
@@ -529,7 +533,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
             dataset = X
             parts = self._parts_wanted(n_parts, client, dataset.n_rows, early_prediction)
-            if parts <= 1 and self._kernel_solver(dataset.n_rows, 2, None, client) == "working_set":
+            if parts <= 1 and self._kernel_solver(None, client) == "working_set":
                 return self._fit_working_set(dataset, None, None, client, n_blocks)
             X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
             if early_prediction and parts <= 1:
@@ -549,10 +553,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
                 "SparseELMClassifier requires y to be passed, but the target y is None "
                 "(y may be None only when X is a ParquetDataset)"
             )
-        if (
-            self._kernel_solver(len(X), np.unique(np.asarray(y)).size, ray_address, None)
-            == "working_set"
-        ):
+        if self._kernel_solver(ray_address, None) == "working_set":
             return self._fit_working_set(None, X, y, None, n_blocks)
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         if self._uses_newton(X32.shape[0], ray_address):
@@ -581,7 +582,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         self._fit_calibration(X, y, ray_address=ray_address)
         return self
 
-    def _kernel_solver(self, n_rows: int, n_classes: int, ray_address, client) -> str:
+    def _kernel_solver(self, ray_address, client) -> str:
         """The solver of a kernel fit (``solver``): "working_set" or "dual"."""
         if self.solver == "working_set":
             if self.hidden is not None:
@@ -597,9 +598,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             return "working_set"
         if self.solver != "auto" or self.hidden is not None or ray_address is not None:
             return "dual"
-        if client is not None:
-            return "working_set"
-        return "working_set" if working_set_wins(n_rows, n_classes) else "dual"
+        # from arrays the dual solver was faster at every size measured (2 threads: 0.61-0.70x
+        # for the working set from 100,000 to 400,000 rows); on a cluster, from enough workers
+        if client is None:
+            return "dual"
+        return "working_set" if working_set_wins(sum(client.nthreads().values())) else "dual"
 
     def _fit_working_set(self, dataset, X, y, client, n_blocks):
         """A kernel fit by the working-set solver: the blocks of a ParquetDataset's rows on

@@ -328,17 +328,18 @@ NEWTON_UNIT_ROWS = 65_536
 NEWTON_MIN_ROWS_PER_PAIR = 2_000
 
 
-#: A kernel fit from arrays takes the working-set solver (``solver="auto"``) from this many
-#: rows per one-vs-one pair (measured: ``benchmarks/working_set.py --crossover``).
-WORKING_SET_MIN_ROWS_PER_PAIR = 200_000
+#: A kernel fit with a Dask client takes the working-set solver (``solver="auto"``) when the
+#: cluster has at least this many worker threads; with fewer it gathers the rows and solves
+#: them here.  On 2 workers the one-process dual solver was faster (``benchmarks/
+#: working_set.py``: 0.60x at 300,000 rows); the measured per-iteration costs project the
+#: working set past it from about 4 (docs/performance.md).
+WORKING_SET_MIN_WORKER_THREADS = 4
 
 
-def working_set_wins(n_rows: int, n_classes: int) -> bool:
-    """Whether the working-set solver was measured faster than the one-process dual solver
-    for a kernel fit of ``n_rows`` rows and ``n_classes`` classes, on this process's
-    threads."""
-    n_pairs = n_classes * (n_classes - 1) // 2
-    return n_rows >= WORKING_SET_MIN_ROWS_PER_PAIR * n_pairs
+def working_set_wins(n_worker_threads: int) -> bool:
+    """Whether a kernel fit on a cluster of ``n_worker_threads`` worker threads takes the
+    working-set solver (``WORKING_SET_MIN_WORKER_THREADS``)."""
+    return n_worker_threads >= WORKING_SET_MIN_WORKER_THREADS
 
 
 def newton_wins(n_rows: int, n_classes: int) -> bool:
