@@ -261,39 +261,6 @@ def tail_solution(Q_AA, g_A, old, C, tol):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def box_coordinate_descent(K, t, C, x, grad, tol, max_sweeps):
-    """Cyclic exact coordinate steps on ``1/2 x'Qx + c'x`` over ``0 <= x <= C``, ``Q = t t'
-    K``, from ``x`` (updated in place) with ``grad = Q x + c`` (updated too), until every
-    variable's KKT violation is at most ``tol`` or ``max_sweeps`` passes: the working-set
-    solver's fallback when ``box_qp`` gives up.  Returns the passes made."""
-    m = x.size
-    for sweep in range(max_sweeps):
-        worst = 0.0
-        for i in range(m):
-            g = grad[i]
-            xi = x[i]
-            v = -g if xi <= 0.0 else (g if xi >= C else abs(g))
-            if v <= 0.0:
-                continue
-            worst = max(worst, v)
-            qii = K[i, i]
-            if qii <= 0.0:
-                continue
-            new = min(max(xi - g / qii, 0.0), C)
-            delta = new - xi
-            if delta == 0.0:
-                continue
-            x[i] = new
-            row = K[i]
-            w = delta * t[i]
-            for j in range(m):
-                grad[j] += w * t[j] * row[j]
-        if worst <= tol:
-            return sweep
-    return max_sweeps
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
 def box_greedy_steps(K, t, C, x, grad, tol, max_steps):
     """Exact one-variable steps on ``1/2 x'Qx + c'x`` over ``0 <= x <= C``, ``Q = t t' K``,
     each on the variable of largest KKT violation (the one-process solver's choice), from
