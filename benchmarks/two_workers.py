@@ -11,10 +11,11 @@ from distributed import LocalCluster
 from elmscale.core.lifeline import terminate_raises
 
 
-def two_worker_cluster() -> LocalCluster:
+def two_worker_cluster(n_workers: int = 2) -> LocalCluster:
+    """The benchmarks' LocalCluster: ``n_workers`` (2) processes of one thread each."""
     terminate_raises()
     return LocalCluster(
-        n_workers=2,
+        n_workers=n_workers,
         threads_per_worker=1,
         processes=True,
         dashboard_address=None,

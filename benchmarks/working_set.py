@@ -7,6 +7,7 @@
     python benchmarks/working_set.py --q-sweep       # q = 256 ... 4,096 (100,000 rows)
     python benchmarks/working_set.py --crossover     # one process: dual against working set
     python benchmarks/working_set.py --quick         # all four, small, for CI
+    python benchmarks/working_set.py --workers 8 --rows 1000000   # on a machine with the cores
 
 Parameters: COD-RNA's usual ones, features scaled to [-1, 1], sigma 0.5 (SVC: gamma = 2),
 C 1, tol 1e-3, 200 MB kernel cache, q = ``working_set_size`` (512).  Per set:
@@ -81,7 +82,7 @@ def compare(name, dataset, X, y, X_te, y_te, tested_on, client, args) -> None:
     spread_acc = _accuracy(spread, X_te, y_te)
     exchanges = np.median(spread.iteration_seconds_) if spread.iteration_seconds_.size else 0.0
     print(
-        f"  working set, 2 workers: fit {spread_s:8.2f} s, objective "
+        f"  working set, {args.workers} workers: fit {spread_s:8.2f} s, objective "
         f"{spread.objective_[0]:.9e}, test acc {spread_acc:.4f}, SVs {spread.support_.size:,}; "
         f"{spread.n_iter_[0]:,} iterations, {spread.exact_checks_} exact checks, exchange "
         f"median {1e3 * exchanges:.1f} ms",
@@ -210,6 +211,9 @@ def main(argv=None) -> int:
     parser.add_argument("--q-sweep", action="store_true")
     parser.add_argument("--crossover", action="store_true")
     parser.add_argument("--q", type=int, default=ws.DEFAULT_Q)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="the LocalCluster's worker processes (2)"
+    )
     parser.add_argument("--svc-limit", type=float, default=1800.0)
     parser.add_argument("--svc-max-rows", type=int, default=100_000)
     parser.add_argument("--dual-max-rows", type=int, default=10**9)
@@ -237,13 +241,13 @@ def main(argv=None) -> int:
     rows = args.rows or ([6_000] if args.quick else [300_000, 1_000_000])
     print(
         f"SparseELMClassifier(sigma={SIGMA}, C={C:g}, tol={TOL:g}, cache_size={CACHE_MB:.0f}, "
-        f"working_set_size={ws.DEFAULT_Q}); 2-worker LocalCluster (1 thread each); SVC(gamma=2) "
-        "in a subprocess"
+        f"working_set_size={ws.DEFAULT_Q}); {args.workers}-worker LocalCluster (1 thread each); "
+        "SVC(gamma=2) in a subprocess"
     )
     test = generate_classification(20_000, 8, random_state=12345)
     with (
         tempfile.TemporaryDirectory(prefix="elmscale-working-set-") as folder,
-        two_worker_cluster() as cluster,
+        two_worker_cluster(args.workers) as cluster,
         Client(cluster) as client,
     ):
         small = write_parquet(warm.X, Path(folder) / "warm.parquet", y=warm.y)
