@@ -123,17 +123,17 @@ class _TimedBlocks:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def step(self, *args):
+    def _timed(self, method, *args):
         start = time.perf_counter()
-        out = self.inner.step(*args)
+        out = getattr(self.inner, method)(*args)
         self.seconds += time.perf_counter() - start
         return out
 
+    def step(self, *args):
+        return self._timed("step", *args)
+
     def exact(self, *args):
-        start = time.perf_counter()
-        out = self.inner.exact(*args)
-        self.seconds += time.perf_counter() - start
-        return out
+        return self._timed("exact", *args)
 
 
 def _threads_fit(X, y_idx, q, n_blocks, n_threads=2):

@@ -10,12 +10,15 @@ import threading
 import time
 
 
-def run_killing_a_worker(client, fn, *, settle: float, timeout: float = 300.0):
+def run_killing_a_worker(
+    client, fn, *, settle: float, timeout: float = 300.0, started=None, recover: bool = True
+):
     """Run ``fn()`` on a thread, SIGKILL one of ``client``'s worker processes ``settle``
-    seconds after the cluster starts processing, and return ``fn()``'s result (its error
-    is raised).  Fails if ``fn`` ended before the kill or did not end within ``timeout``
-    seconds of it; waits until the nanny has brought a new worker process back (so that
-    the next test sees the same cluster)."""
+    seconds after the work has started (``started()`` is true; default: the cluster is
+    processing tasks), and return ``fn()``'s result (its error is raised).  Fails if ``fn``
+    ended before the kill or did not end within ``timeout`` seconds of it; with
+    ``recover``, waits until the nanny has brought a new worker process back (so that the
+    next test sees the same cluster)."""
     pids = client.run(os.getpid)
     outcome = {}
 
@@ -28,7 +31,12 @@ def run_killing_a_worker(client, fn, *, settle: float, timeout: float = 300.0):
     runner = threading.Thread(target=target, daemon=True)  # a hung fit must not hold up exit
     runner.start()
     deadline = time.monotonic() + 30
-    while not any(client.processing().values()) and time.monotonic() < deadline:
+    if started is None:
+
+        def started():
+            return any(client.processing().values())
+
+    while not started() and time.monotonic() < deadline:
         time.sleep(0.005)
     time.sleep(settle)
     victim = next(iter(pids.values()))
@@ -38,7 +46,8 @@ def run_killing_a_worker(client, fn, *, settle: float, timeout: float = 300.0):
     assert not runner.is_alive(), f"the work did not finish within {timeout} s of the kill"
     if "error" in outcome:
         raise outcome["error"]
-    wait_for_a_new_worker(client, pids)
+    if recover:
+        wait_for_a_new_worker(client, pids)
     return outcome["result"]
 
 

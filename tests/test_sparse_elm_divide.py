@@ -10,6 +10,7 @@ import _datasets
 import numpy as np
 import pytest
 from _faults import kill_the_worker_once, wait_for_a_new_worker
+from _problems import assert_same_optimum
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import (
@@ -56,13 +57,8 @@ def _model(**kw):
     return SparseELMClassifier(**params)
 
 
-def _same_optimum(divided, single, held_out):
-    """The objectives within tol (relative) and the predictions on held-out rows alike."""
-    rel = np.abs(divided.objective_ - single.objective_) / np.abs(single.objective_)
-    assert np.all(rel <= TOL), rel
-    assert divided.converged_.all() and np.all(divided.kkt_violation_ <= TOL)
-    agree = np.mean(divided.predict(held_out) == single.predict(held_out))
-    assert agree >= 0.995, agree
+def _same_optimum(fitted, reference, held_out):
+    assert_same_optimum(fitted, reference, held_out, TOL)
 
 
 def _status(model, n_rows, n_pairs):

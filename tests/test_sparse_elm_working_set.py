@@ -3,13 +3,10 @@ Dask actors on the workers, against the one-process dual solver's optimum."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
-
 import numpy as np
 import pytest
+from _faults import run_killing_a_worker
+from _problems import assert_same_optimum
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 
@@ -37,12 +34,7 @@ def _model(**kw):
 
 
 def _same_optimum(fitted, reference, held_out):
-    """Objectives within tol (relative), every pair converged, predictions alike."""
-    rel = np.abs(fitted.objective_ - reference.objective_) / np.abs(reference.objective_)
-    assert np.all(rel <= TOL), rel
-    assert fitted.converged_.all() and np.all(fitted.kkt_violation_ <= TOL)
-    agree = np.mean(fitted.predict(held_out) == reference.predict(held_out))
-    assert agree >= 0.995, agree
+    assert_same_optimum(fitted, reference, held_out, TOL)
 
 
 @pytest.fixture(scope="module")
@@ -125,34 +117,9 @@ def test_on_dask_the_blocks_are_the_threads_blocks(request, dask_client, data):
     _same_optimum(on_dask, single, X[::3])
 
 
-def _kill_a_worker_during(client, fn, *, settle, timeout=150.0):
-    """``fn()`` on a thread, one worker process SIGKILLed ``settle`` seconds after every
-    worker holds a block (an actor); returns ``fn()``'s result."""
-    pids = client.run(os.getpid)
-    outcome = {}
-
-    def target():
-        try:
-            outcome["result"] = fn()
-        except BaseException as exc:  # raised below, in the test's thread
-            outcome["error"] = exc
-
-    runner = threading.Thread(target=target, daemon=True)
-    runner.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        held = client.run(lambda dask_worker: len(dask_worker.state.actors))
-        if len(held) == len(pids) and all(held.values()):
-            break
-        time.sleep(0.05)
-    time.sleep(settle)
-    os.kill(next(iter(pids.values())), signal.SIGKILL)
-    assert runner.is_alive(), "the fit finished before the worker was killed"
-    runner.join(timeout)
-    assert not runner.is_alive(), f"the fit did not finish within {timeout} s of the kill"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
+def _every_worker_holds_a_block(client) -> bool:
+    held = client.run(lambda dask_worker: len(dask_worker.state.actors))
+    return len(held) == len(client.nthreads()) and all(held.values())
 
 
 @pytest.fixture
@@ -179,8 +146,13 @@ def test_a_worker_killed_mid_fit_changes_nothing(tmp_path, own_cluster_client):
     data = open_parquet(tmp_path, label="label")
     model = _model(solver="working_set", working_set_size=64)
     reference = clone(model).fit(data, client=client)
-    fitted = _kill_a_worker_during(
-        client, lambda: clone(model).fit(data, client=client), settle=1.0
+    fitted = run_killing_a_worker(
+        client,
+        lambda: clone(model).fit(data, client=client),
+        settle=1.0,
+        timeout=150.0,
+        started=lambda: _every_worker_holds_a_block(client),
+        recover=False,  # (its own cluster, closed after the test)
     )
     assert fitted.blocks_rebuilt_ >= 1 and reference.blocks_rebuilt_ == 0
     X, _ = data.read()

@@ -282,16 +282,35 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             **mg_params(self),
         }, seed
 
-    def _prepare(self, X, y):
+    def _class_indices(self, X, y):
+        """``(X, y's class indices)`` validated, ``classes_`` set; at least 2 classes."""
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
-        n_classes = len(self.classes_)
-        if n_classes < 2:
+        if len(self.classes_) < 2:
             raise ValueError(
                 f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
                 f"({self.classes_[0]!r})"
             )
+        return X, y_idx
+
+    def _dataset_classes(self, dataset, client) -> None:
+        """``classes_`` and ``n_features_in_`` of a ParquetDataset (its label column read
+        where the rows live); at least 2 classes."""
+        from elmscale.distributed import dataset_ops as dataplane
+
+        stats = dataplane.column_stats(dataset, client=client)
+        self.classes_ = np.asarray(stats.classes)
+        if self.classes_.size < 2:
+            raise ValueError(
+                f"SparseELMClassifier needs at least 2 classes; {dataset!r} has "
+                f"{self.classes_.size}"
+            )
+        self.n_features_in_ = dataset.n_features
+
+    def _prepare(self, X, y):
+        X, y_idx = self._class_indices(X, y)
+        n_classes = len(self.classes_)
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         description, seed = self._feature_map_description(X.shape[1])
         feature_map = mapping_from_dict(description)
@@ -613,25 +632,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
         q = check_q(self.working_set_size)
         if dataset is not None:
-            stats = dataplane.column_stats(dataset, client=client)
-            self.classes_ = np.asarray(stats.classes)
-            if self.classes_.size < 2:
-                raise ValueError(
-                    f"SparseELMClassifier needs at least 2 classes; {dataset!r} has "
-                    f"{self.classes_.size}"
-                )
-            self.n_features_in_ = dataset.n_features
+            self._dataset_classes(dataset, client)
             units = parquet_units(dataset)
             classes = self.classes_
         else:
-            X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-            check_class_labels(y)
-            self.classes_, y_idx = np.unique(y, return_inverse=True)
-            if self.classes_.size < 2:
-                raise ValueError(
-                    f"SparseELMClassifier needs at least 2 classes in y; got 1 class "
-                    f"({self.classes_[0]!r})"
-                )
+            X, y_idx = self._class_indices(X, y)
             X32 = np.ascontiguousarray(X, dtype=np.float32)
             threads = resolve_n_threads(self.n_threads)
             units = array_units(X32, y_idx, n_blocks or threads)
@@ -851,19 +856,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         return fitted
 
     def _fit_newton(self, dataset, client, n_blocks, cache_mb, state_dir):
-        from elmscale.distributed import dataset_ops as dataplane
         from elmscale.distributed.newton import fit_newton, parquet_units
 
         if not isinstance(cache_mb, numbers.Real) or cache_mb < 0:
             raise ValueError(f"cache_mb must be a number >= 0; got {cache_mb!r}")
-        stats = dataplane.column_stats(dataset, client=client)
-        self.classes_ = np.asarray(stats.classes)
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"SparseELMClassifier needs at least 2 classes; {dataset!r} has "
-                f"{self.classes_.size}"
-            )
-        self.n_features_in_ = dataset.n_features
+        self._dataset_classes(dataset, client)
         description, seed = self._feature_map_description(dataset.n_features)
         layer = mapping_from_dict(description)
         result = fit_newton(

@@ -319,7 +319,7 @@ class _PairRows:
 
     def _apply_part(self, update: Update, part, params, n_threads):
         """``apply`` for the changed variables ``part`` (as many as the cache's slots)."""
-        na, cols = self.n_active, None
+        na = self.n_active
         slots, missing = self.cache.take(update.ids[part])
         cols = self.cache.cols
         if missing.size:
@@ -493,7 +493,7 @@ class SeenRows:
             self.alpha = np.concatenate([self.alpha, np.zeros((len(new), self.alpha.shape[1]))])
         return np.fromiter((self.slot[i] for i in c.ids.tolist()), np.int64, c.ids.size)
 
-    def support(self, pairs, C=None) -> Support:
+    def support(self, pairs) -> Support:
         """``Support`` of every pair: its rows with ``a > 0`` and their ``alpha t``."""
         members, coef = [], []
         for p, (a, _) in enumerate(pairs):
