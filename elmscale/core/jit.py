@@ -610,6 +610,27 @@ def _kernel_row(a_row, Bt, start, stop, kind, sigma, degree, sigma_star, tau, ac
     _distance_kernel(acc, m, kind, sigma, sigma_star, tau, kbuf)
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _kernel_row32(x, Bt, start, stop, kind, sigma, acc, kbuf):
+    """``acc[j] = K(x, B[start + j])`` in float32 for the columns ``start <= j < stop`` of
+    ``Bt``, a gaussian (``kind`` 0) or laplacian (1) kernel: float32 differences of the
+    float32 inputs, float32 sums of their squares, the float32 exp (``_vexp32``; ``kbuf``
+    int32 scratch).  The solver's kernel columns and the single-precision scoring
+    (``kernel_rows_matvec32``) compute their values here; ``float32_error_bound`` in
+    ``features.kernels`` bounds their error."""
+    m = stop - start
+    _squared_distances(x, np.float32(1.0), Bt, start, stop, acc)
+    if kind == 0:
+        scale = np.float32(-1.0 / (2.0 * sigma * sigma))
+        for j in range(m):
+            acc[j] *= scale
+    else:
+        scale = np.float32(-1.0 / sigma)
+        for j in range(m):
+            acc[j] = np.sqrt(acc[j]) * scale
+    _vexp32(acc, kbuf)
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def distance_kernel_block(d2, kind, sigma, sigma_star, tau, out):
     """``out = K(d2)``: the kernel values ``kernel_rows`` computes, from squared distances
@@ -684,6 +705,32 @@ def kernel_rows_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out,
             e = min(s + width, m)
             a = acc[: e - s]
             _kernel_row(A[i], Bt, s, e, kind, sigma, degree, sigma_star, tau, a, kbuf[: e - s])
+            for o in range(n_out):
+                out[i, o] += dot(a, coef_t[o, s:e])
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def kernel_rows_matvec32(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop):
+    """``kernel_rows_matvec`` with gaussian and laplacian kernel values in float32
+    (``_kernel_row32``, the solver's own column arithmetic), their products with the
+    float64 ``coef_t`` summed in float64: the single-precision scoring.  Polynomial and
+    memorization-generalization kernels are computed as ``kernel_rows_matvec`` does (their
+    values in float64, as the solver's columns are).  ``A`` and ``Bt`` float32."""
+    if kind >= 2:
+        kernel_rows_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop)
+        return
+    m = Bt.shape[1]
+    n_out = coef_t.shape[0]
+    width = min(m, _MATVEC_COLUMNS)
+    acc = np.empty(width, np.float32)
+    kbuf = np.empty(width, np.int32)
+    for i in range(start, stop):
+        for o in range(n_out):
+            out[i, o] = 0.0
+        for s in range(0, m, width):
+            e = min(s + width, m)
+            a = acc[: e - s]
+            _kernel_row32(A[i], Bt, s, e, kind, sigma, a, kbuf[: e - s])
             for o in range(n_out):
                 out[i, o] += dot(a, coef_t[o, s:e])
 
@@ -803,16 +850,7 @@ def q_segment_of(
                 o[j] = ti * ts[j] * a[j]
             continue
         b = acc32[:m]
-        _squared_distances(xi, np.float32(1.0), Xt, s, e, b)
-        if kind == 0:
-            scale = np.float32(-1.0 / (2.0 * sigma * sigma))
-            for j in range(m):
-                b[j] *= scale
-        else:
-            scale = np.float32(-1.0 / sigma)
-            for j in range(m):
-                b[j] = np.sqrt(b[j]) * scale
-        _vexp32(b, kbuf32[:m])
+        _kernel_row32(xi, Xt, s, e, kind, sigma, b, kbuf32[:m])
         for j in range(m):
             o[j] = ti * ts[j] * b[j]
 

@@ -13,7 +13,8 @@
 The graph computes in float64 where elmscale does: kernel expansions (their squared
 distances ``|x|^2 + |b|^2 - 2 x.b`` would cancel in float32), RBF nodes' distances, every
 output sum; additive random nodes (sigmoid, sinusoid) are evaluated in float32 as
-elmscale evaluates them.  Each family is a feature map
+elmscale evaluates them, and so are a sparse ELM's gaussian and laplacian exps when it
+scores in single precision (its ``precision``).  Each family is a feature map
 (:func:`_hidden_layer`, :func:`_kernel_expansion`, or one of these per one-vs-one pair on
 masked inputs) followed by an output (:func:`_linear_output` decoded as the model's target
 coding, :func:`_ovo_output` for one-vs-one votes).  Families are recognised by their fitted
@@ -100,8 +101,21 @@ def _squared_distances(g: _Graph, X: str, basis: np.ndarray) -> str:
     return g.op("Relu", d2, hint="d2")
 
 
-def _kernel_values(g: _Graph, X: str, kernel: Kernel, basis: np.ndarray) -> str:
-    """``K(X, basis)`` ``(n, m)`` (``elmscale.core.jit.kernel_rows``'s formulas)."""
+def _kernel_values(
+    g: _Graph, X: str, kernel: Kernel, basis: np.ndarray, precision: str = "double"
+) -> str:
+    """``K(X, basis)`` ``(n, m)`` (``elmscale.core.jit.kernel_rows``'s formulas), float64.
+    ``precision="single"`` (a sparse ELM scoring in single precision): the gaussian and
+    laplacian exps in float32, as elmscale computes those values then (the distances stay
+    float64 here: their expansion would cancel in float32), within
+    ``features.kernels.float32_error_bound`` of the float64 values too."""
+
+    def exp(z: str) -> str:
+        if precision != "single":
+            return g.op("Exp", z)
+        exp32 = g.op("Exp", g.op("Cast", z, to=1))  # 1: FLOAT
+        return g.op("Cast", exp32, to=11, hint="kernel")  # 11: DOUBLE
+
     if kernel.kind == "polynomial":
         dot = g.op("MatMul", X, g.const(_f64(basis).T, "basis_t"))
         base = g.op("Add", dot, g.const(np.float64(1.0)))
@@ -109,16 +123,16 @@ def _kernel_values(g: _Graph, X: str, kernel: Kernel, basis: np.ndarray) -> str:
     d2 = _squared_distances(g, X, basis)
 
     def gaussian(sigma: float) -> str:
-        return g.op("Exp", g.op("Mul", d2, g.const(np.float64(-1.0 / (2.0 * sigma * sigma)))))
+        return g.op("Mul", d2, g.const(np.float64(-1.0 / (2.0 * sigma * sigma))))
 
     if kernel.kind == "gaussian":
-        return gaussian(kernel.sigma)
+        return exp(gaussian(kernel.sigma))
     if kernel.kind == "laplacian":
         dist = g.op("Sqrt", d2)
-        return g.op("Exp", g.op("Mul", dist, g.const(np.float64(-1.0 / kernel.sigma))))
-    if kernel.kind == "mg":
-        wide = g.op("Mul", gaussian(kernel.sigma), g.const(np.float64(1.0 - kernel.tau)))
-        narrow = g.op("Mul", gaussian(kernel.sigma_star), g.const(np.float64(kernel.tau)))
+        return exp(g.op("Mul", dist, g.const(np.float64(-1.0 / kernel.sigma))))
+    if kernel.kind == "mg":  # float64 in both precisions, as elmscale computes it
+        wide = g.op("Mul", g.op("Exp", gaussian(kernel.sigma)), g.const(1.0 - kernel.tau))
+        narrow = g.op("Mul", g.op("Exp", gaussian(kernel.sigma_star)), g.const(kernel.tau))
         return g.op("Add", wide, narrow, hint="kernel")
     raise UnsupportedModelError(f"kernel {kernel.kind!r} has no ONNX export")
 
@@ -334,7 +348,8 @@ def _sparse_pair_scores(g: _Graph, X: str, model) -> str:
     n_pairs = len(model.pairs_)
     if model.support_.size == 0:
         return g.op("MatMul", X, g.const(np.zeros((model.n_features_in_, n_pairs))))
-    K = _kernel_values(g, X, model._kernel_obj(), model.support_vectors_)
+    precision = getattr(model, "precision", "double")
+    K = _kernel_values(g, X, model._kernel_obj(), model.support_vectors_, precision)
     return _linear_output(g, K, np.asarray(model.dual_coef_).T)
 
 

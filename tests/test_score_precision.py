@@ -1,0 +1,138 @@
+"""Scoring in single precision (issue 43, item 1): gaussian and laplacian kernel values in
+float32, their sums in float64, within the documented bound of the float64 product; the
+sparse ELM's ``precision`` option, its model files and its ONNX graph."""
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from _reliability import zip_members, zip_of
+from sklearn.datasets import make_classification
+
+import elmscale
+from elmscale import SparseELMClassifier
+from elmscale.features.kernels import (
+    EXP32_RELATIVE,
+    FLOAT32_EXP_FLOOR,
+    Kernel,
+    float32_error_bound,
+)
+
+
+def _rows(n, d, seed, spread=1.0):
+    return (np.random.default_rng(seed).uniform(-1, 1, (n, d)) * spread).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplacian"])
+@pytest.mark.parametrize("d", [1, 3, 8, 61])
+@pytest.mark.parametrize("sigma", [0.05, 0.5, 4.0])
+def test_single_products_within_the_bound(kind, d, sigma):
+    """Every entry of the single product is within ``float32_error_bound`` of the double
+    one, rows near and far (some past float32 exp's clamp at -87), coefficients of both
+    signs and several outputs; the bound is within its closed form; and the single path
+    is a different computation (some entry differs)."""
+    A = np.vstack([_rows(300, d, 1), _rows(20, d, 2, spread=30.0)])
+    B = _rows(1500, d, 3)
+    coef = np.random.default_rng(4).normal(size=(1500, 3)) * 10.0
+    kernel = Kernel(kind, sigma=sigma)
+    double = kernel.block_matvec(A, B, coef)
+    single = kernel.block_matvec(A, B, coef, precision="single")
+    bound = float32_error_bound(kernel, A, B, coef)
+    assert bound.shape == double.shape
+    assert np.all(np.abs(single - double) <= bound)
+    closed_form = (EXP32_RELATIVE + (1.25 * d + 6) * 2.0**-24 / np.e + FLOAT32_EXP_FLOOR) * np.abs(
+        coef
+    ).sum(axis=0)
+    assert np.all(bound <= closed_form[None, :] * (1 + 1e-12))
+    if sigma < 4.0:  # at the widest kernel some settings round alike
+        assert np.any(single != double)
+
+
+@pytest.mark.parametrize("kind", ["polynomial", "mg"])
+def test_single_products_of_float64_kernels_are_the_double_ones(kind):
+    A, B = _rows(50, 5, 1), _rows(400, 5, 2)
+    coef = np.random.default_rng(3).normal(size=400)
+    kernel = Kernel(kind, sigma=0.7, degree=2, sigma_star=3.0, tau=0.25)
+    np.testing.assert_array_equal(
+        kernel.block_matvec(A, B, coef, precision="single"), kernel.block_matvec(A, B, coef)
+    )
+    assert not float32_error_bound(kernel, A, B, coef).any()
+
+
+def test_block_matvec_names_a_bad_precision():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        Kernel("gaussian").block_matvec(_rows(2, 2, 0), _rows(3, 2, 1), np.ones(3), "half")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    X, y = make_classification(1600, 8, n_informative=6, n_redundant=0, n_classes=3, random_state=0)
+    X = (X / np.abs(X).max(axis=0)).astype(np.float32)
+    return X[:1000], y[:1000], X[1000:]
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "laplacian"])
+def test_sparse_elm_single_scores_within_the_bound(problem, kernel):
+    """The default scores in single precision: each pair's expansion within the bound of
+    "double"'s, the same labels; the fitted model is the same (precision is scoring's)."""
+    X, y, X_test = problem
+    single = SparseELMClassifier(kernel=kernel, sigma=0.5, C=10).fit(X, y)
+    assert single.precision == "single"
+    double = SparseELMClassifier(kernel=kernel, sigma=0.5, C=10, precision="double").fit(X, y)
+    np.testing.assert_array_equal(single.dual_coef_, double.dual_coef_)
+    got, want = single._pair_scores(X_test), double._pair_scores(X_test)
+    bound = float32_error_bound(
+        single._kernel_obj(), X_test, single.support_vectors_, single.dual_coef_.T
+    )
+    assert np.all(np.abs(got - want) <= bound)
+    assert np.any(got != want)
+    np.testing.assert_array_equal(single.predict(X_test), double.predict(X_test))
+
+
+def test_sparse_elm_names_a_bad_precision(problem):
+    X, y, _ = problem
+    with pytest.raises(ValueError, match="'precision' parameter"):
+        SparseELMClassifier(precision="float16").fit(X, y)
+
+
+def test_model_files_keep_the_precision(problem, tmp_path):
+    """A saved model scores in its own precision; a file written before the option existed
+    (no ``precision`` among its parameters) in float64, as it did then."""
+    X, y, X_test = problem
+    model = SparseELMClassifier(sigma=0.5, C=10).fit(X, y)
+    elmscale.save(model, tmp_path / "single.elm")
+    loaded = elmscale.load(tmp_path / "single.elm")
+    assert loaded.precision == "single"
+    np.testing.assert_array_equal(loaded.decision_function(X_test), model.decision_function(X_test))
+
+    members = zip_members((tmp_path / "single.elm").read_bytes())
+    meta = json.loads(members["metadata.json"])
+    del meta["model"]["params"]["precision"]
+    members["metadata.json"] = json.dumps(meta).encode()
+    old = tmp_path / "old.elm"
+    old.write_bytes(zip_of(members))
+    reloaded = elmscale.load(old)
+    assert reloaded.precision == "double"
+    model.set_params(precision="double")
+    np.testing.assert_array_equal(
+        reloaded.decision_function(X_test), model.decision_function(X_test)
+    )
+
+
+@pytest.mark.parametrize("precision", ["single", "double"])
+def test_onnx_graph_follows_the_precision(problem, precision):
+    """ONNX Runtime gives the model's decision values in either precision (float32 output:
+    1e-4 relative) and its labels."""
+    X, y, X_test = problem
+    model = SparseELMClassifier(sigma=0.5, C=10, precision=precision).fit(X, y)
+    proto = elmscale.to_onnx(model)
+    exps = [n for n in proto.graph.node if n.op_type == "Exp"]
+    casts_to_float = [n for n in proto.graph.node if n.op_type == "Cast" and n.attribute[0].i == 1]
+    assert exps
+    assert (len(casts_to_float) > 1) == (precision == "single")  # the output's cast is one
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    label, decision = session.run(["label", "decision"], {"X": X_test})
+    want = model.decision_function(X_test)
+    np.testing.assert_allclose(decision, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    np.testing.assert_array_equal(label, model.predict(X_test))
