@@ -35,8 +35,12 @@ passes.  So :func:`configure` also keeps a fingerprint of every kernel source fi
 size, modification time) beside the cache, and when any of them changed it removes this
 install's cached kernels (:func:`drop_stale_kernels`) before numba reads them.  A process
 started before the change may still compile kernels from the old code afterwards; numba
-keys each of elmscale's kernels by that fingerprint too (:func:`key_kernels_by_sources`),
-so no process loads a kernel compiled from other sources than its own.
+keys each of elmscale's kernels by the contents of all kernel sources too
+(:func:`key_kernels_by_sources`), so no process loads a kernel compiled from other sources
+than its own.
+
+A wheel may carry kernels compiled when it was built: ``carried_kernels.use`` copies them
+into this folder after :func:`configure` (``elmscale/__init__.py``), when they fit.
 """
 
 from __future__ import annotations
@@ -236,38 +240,68 @@ def drop_stale_kernels(folders: list[Path], stamp: Path, sources: list[Path]) ->
 
 def key_kernels_by_sources() -> None:
     """Make numba key each cached kernel of elmscale by all kernel sources, not by its own
-    file alone: its stamp (numba's hash of the kernel's file) gains :func:`sources_stamp`.
+    file alone: its stamp is the SHA-256 of its own file and :func:`sources_stamp`.
     Called where elmscale imports numba, before any kernel is defined (``core/jit.py``).
 
     Why, beyond :func:`drop_stale_kernels`: that runs when a process starts.  A process
     started before a source edit still compiles kernels later, lazily, from the old code,
     and numba would write them under a stamp that matches (their own file unchanged) beside
     the fingerprint that another, newer process wrote: the next process would load old
-    code.  With the sources' fingerprint in the stamp, each process loads only the kernels
-    compiled from the sources it runs.  (numba's locator list is its ``CacheImpl``'s; a
-    user's ``NUMBA_CACHE_LOCATOR_CLASSES`` replaces it, and then only the drop at start
-    remains.)"""
+    code.  With the sources' digest in the stamp, each process loads only the kernels
+    compiled from the sources it runs.  The stamp holds the files' contents, not their
+    paths or times (numba before 0.6x stamped a file by its time and size): the kernels
+    a wheel carries (``carried_kernels.py``) match wherever pip unpacks it.
+
+    This subclasses numba's private locator list (``CacheImpl._locator_classes``, a list
+    of classes with ``get_source_stamp`` and ``_py_file``); where that is missing nothing
+    is changed, and numba's own stamps apply (the carried kernels then never match, and
+    compile).  A user's ``NUMBA_CACHE_LOCATOR_CLASSES`` replaces the list likewise."""
     from numba.core import caching
 
-    classes = caching.CacheImpl._locator_classes
+    impl = getattr(caching, "CacheImpl", None)
+    classes = getattr(impl, "_locator_classes", None)
+    if not isinstance(classes, list):
+        return
     if not any(getattr(c, "_elmscale_keyed", False) for c in classes):
-        caching.CacheImpl._locator_classes = [_keyed_by_sources(c) for c in classes]
+        impl._locator_classes = [_keyed_by_sources(c) for c in classes]
 
 
 def _keyed_by_sources(locator: type) -> type:
-    """A subclass of numba's cache locator ``locator`` whose stamp of an elmscale file
-    carries :func:`sources_stamp` too."""
+    """A subclass of numba's cache locator ``locator`` whose stamp of an elmscale file is
+    its content's hash and :func:`sources_stamp`."""
 
     def get_source_stamp(self):
-        stamp = super(keyed, self).get_source_stamp()
         path = getattr(self, "_py_file", None)
         if path is None or not Path(os.path.realpath(path)).is_relative_to(_PACKAGE):
-            return stamp
-        return stamp, sources_stamp(os.path.realpath(path))
+            return super(keyed, self).get_source_stamp()
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        return _content_hash(real, st.st_mtime_ns, st.st_size), sources_stamp(real)
 
     keyed = type(locator.__name__, (locator,), {"get_source_stamp": get_source_stamp})
     keyed._elmscale_keyed = True
     return keyed
+
+
+@functools.cache
+def _content_hash(path: str, mtime_ns: int, size: int) -> str:
+    """SHA-256 of a file's content (memoised by its time and size, as numba does)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def source_hashes(sources: list[Path]) -> dict[str, str]:
+    """``{path within the package: SHA-256 of the content}`` of the files: what the
+    kernels compiled from them depend on, the same in every install of these sources."""
+    return {
+        path.relative_to(_PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sources
+    }
+
+
+def content_digest(sources: list[Path]) -> str:
+    """One digest of :func:`source_hashes`."""
+    hashes = source_hashes(sources)
+    return hashlib.sha256("".join(f"{k}\0{v}\n" for k, v in hashes.items()).encode()).hexdigest()
 
 
 @functools.cache
@@ -277,14 +311,22 @@ def _first_fingerprint() -> str:
 
 
 @functools.cache
+def _first_digest() -> str:
+    """The kernel sources' :func:`content_digest` then (taken just after
+    :func:`_first_fingerprint`)."""
+    _first_fingerprint()
+    return content_digest(kernel_sources())
+
+
+@functools.cache
 def sources_stamp(module_file: str) -> str:
-    """The kernel sources' fingerprint as this process imported ``module_file`` (taken at
-    its first kernel): :func:`_first_fingerprint`, or, when they changed in between (this
-    process then holds code of both versions), a stamp of this process's own, which no
-    other process's kernels match."""
+    """The kernel sources' content digest as this process imported ``module_file`` (taken
+    at its first kernel): :func:`_first_digest`, or, when their fingerprint changed in
+    between (this process then holds code of both versions), a stamp of this process's
+    own, which no other process's kernels match."""
     now = fingerprint(kernel_sources())
     if now == _first_fingerprint():
-        return now
+        return _first_digest()
     return f"{now}, changed while process {os.getpid()} ({_PROCESS_TOKEN}) imported its kernels"
 
 
