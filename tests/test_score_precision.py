@@ -136,3 +136,45 @@ def test_onnx_graph_follows_the_precision(problem, precision):
     want = model.decision_function(X_test)
     np.testing.assert_allclose(decision, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     np.testing.assert_array_equal(label, model.predict(X_test))
+
+
+@pytest.mark.parametrize("C", [0.3, 30.0])
+def test_single_final_check_same_solution(C):
+    """``check_precision="single"``: the final check certified from float32 values (the
+    unsure rows' gradients exact), the same alpha as the exact check's to the bit, the
+    gradient within the bound of the exact one and the KKT violation within tol."""
+    from elmscale.solvers.dual_common import kkt_violation
+    from elmscale.solvers.kernel_dual import ExactQ, solve_kernel_dual
+
+    X = _rows(3000, 6, 7)
+    t = np.where(np.sin(3 * X[:, 0]) + X[:, 1] ** 2 > 0.3, 1.0, -1.0)
+    kernel = Kernel("gaussian", sigma=0.4)
+    double_info, single_info = {}, {}
+    alpha, _, converged, g = solve_kernel_dual(X, t, kernel=kernel, C=C, info=double_info)
+    alpha_s, _, converged_s, g_s = solve_kernel_dual(
+        X, t, kernel=kernel, C=C, check_precision="single", info=single_info
+    )
+    assert converged and converged_s
+    np.testing.assert_array_equal(alpha_s, alpha)
+    assert single_info["single_checks"] == 1 and double_info["single_checks"] == 0
+    _, bound = ExactQ(X, t, kernel).gradient_single(alpha)
+    assert np.all(np.abs(g_s - g) <= bound)
+    assert kkt_violation(alpha, g_s, C) <= 1e-3
+
+
+def test_single_final_check_gives_up_for_the_exact_one(monkeypatch):
+    """When too many rows are unsure the exact float64 check decides, as with "double"."""
+    from elmscale.solvers import kernel_dual
+
+    X = _rows(2000, 6, 8)
+    t = np.where(X[:, 0] * X[:, 1] > 0, 1.0, -1.0)
+    kernel = Kernel("gaussian", sigma=0.4)
+    monkeypatch.setattr(kernel_dual, "SINGLE_CHECK_UNSURE", 0.0)
+    info = {}
+    alpha, _, converged, g = kernel_dual.solve_kernel_dual(
+        X, t, kernel=kernel, C=10.0, check_precision="single", info=info
+    )
+    exact = kernel_dual.solve_kernel_dual(X, t, kernel=kernel, C=10.0)
+    assert converged and info["single_checks"] == 0
+    np.testing.assert_array_equal(alpha, exact[0])
+    np.testing.assert_array_equal(g, exact[3])

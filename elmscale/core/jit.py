@@ -618,6 +618,14 @@ def _kernel_row32(x, Bt, start, stop, kind, sigma, acc, kbuf):
     int32 scratch).  The solver's kernel columns and the single-precision scoring
     (``kernel_rows_matvec32``) compute their values here; ``float32_error_bound`` in
     ``features.kernels`` bounds their error."""
+    _kernel_argument32(x, Bt, start, stop, kind, sigma, acc)
+    _vexp32(acc, kbuf)
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _kernel_argument32(x, Bt, start, stop, kind, sigma, acc):
+    """``acc[j]`` = the exp's argument of ``_kernel_row32``, ``-|x - b|^2 / (2 sigma^2)``
+    (``kind`` 0) or ``-|x - b| / sigma`` (1), in float32."""
     m = stop - start
     _squared_distances(x, np.float32(1.0), Bt, start, stop, acc)
     if kind == 0:
@@ -628,7 +636,6 @@ def _kernel_row32(x, Bt, start, stop, kind, sigma, acc, kbuf):
         scale = np.float32(-1.0 / sigma)
         for j in range(m):
             acc[j] = np.sqrt(acc[j]) * scale
-    _vexp32(acc, kbuf)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
@@ -733,6 +740,58 @@ def kernel_rows_matvec32(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, ou
             _kernel_row32(A[i], Bt, s, e, kind, sigma, a, kbuf[: e - s])
             for o in range(n_out):
                 out[i, o] += dot(a, coef_t[o, s:e])
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def _bounded_sums(k32, z, coef, abs_coef):
+    """``(sum_j k_j coef_j, sum_j |coef_j| k_j, sum_j |coef_j| k_j z_j)`` in float64, ``k``
+    float32 (reassociated: vectorised; rounding only)."""
+    total = 0.0
+    weight = 0.0
+    weight_z = 0.0
+    for j in range(k32.shape[0]):
+        k = np.float64(k32[j])
+        total += k * coef[j]
+        w = k * abs_coef[j]
+        weight += w
+        weight_z += w * np.float64(z[j])
+    return total, weight, weight_z
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def kernel_rows_matvec32_bounded(
+    A, Bt, kind, sigma, relative, per_z, floor, coef, out, bound, start, stop
+):
+    """``out[i] = sum_j K32(A[i], B[j]) coef[j]`` (``kernel_rows_matvec32`` for one
+    output, gaussian or laplacian) and ``bound[i] = sum_j |coef[j]| (K32_ij (relative +
+    per_z z_ij) + floor)``, ``z_ij`` the exp's float32 argument: the float32 product with
+    its error bound (``features.kernels.float32_error_bound``'s terms, ``relative``
+    raised by the caller to cover K32 for K), in one pass: the solver's final check."""
+    m = Bt.shape[1]
+    width = min(m, _MATVEC_COLUMNS)
+    acc = np.empty(width, np.float32)
+    z = np.empty(width, np.float32)
+    kbuf = np.empty(width, np.int32)
+    abs_coef = np.abs(coef)
+    floor_part = floor * abs_coef.sum()
+    for i in range(start, stop):
+        total = 0.0
+        weight = 0.0
+        weight_z = 0.0
+        for s in range(0, m, width):
+            e = min(s + width, m)
+            w = e - s
+            a = acc[:w]
+            _kernel_argument32(A[i], Bt, s, e, kind, sigma, a)
+            for j in range(w):
+                z[j] = -a[j]
+            _vexp32(a, kbuf[:w])
+            t, u, v = _bounded_sums(a, z[:w], coef[s:e], abs_coef[s:e])
+            total += t
+            weight += u
+            weight_z += v
+        out[i] = total
+        bound[i] = relative * weight + per_z * weight_z + floor_part
 
 
 SEGMENT_BLOCK = 512  # entries per inner block: the scratch stays in L1

@@ -112,6 +112,31 @@ class Kernel:
         )
         return out[:, 0] if squeeze else out
 
+    def block_matvec_bounded(
+        self, A: np.ndarray, B: np.ndarray, coef: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(K(A, B) @ coef, bound)`` for a 1-D ``coef``: the single-precision product and,
+        per row, a bound on its distance from the double one (:func:`float32_error_bound`'s
+        terms, from the float32 values themselves), in one pass; None for the kernels
+        computed in float64 either way (polynomial, mg) or past the bound's reach (a
+        feature count whose float32 distances would be off by a third)."""
+        terms = _float32_bound_terms(self, _as_float32_rows(A).shape[1])
+        if terms is None:
+            return None
+        A32 = _as_float32_rows(A)
+        Bt = np.ascontiguousarray(_as_float32_rows(B).T)
+        coef1 = np.ascontiguousarray(coef, dtype=np.float64)
+        out = np.empty(A32.shape[0])
+        bound = np.empty(A32.shape[0])
+        code, sigma = _jit.KERNEL_CODES[self.kind], float(self.sigma)
+        parallel_rows(
+            lambda start, stop: _jit.kernel_rows_matvec32_bounded(
+                A32, Bt, code, sigma, *terms, coef1, out, bound, start, stop
+            ),
+            A32.shape[0],
+        )
+        return out, bound
+
     def from_sq_distances(self, d2: np.ndarray) -> np.ndarray:
         """The kernel's values from squared distances ``|u - v|^2`` computed elsewhere
         (float64, any 2-D shape), as :meth:`block` computes them from rows; for the
@@ -154,6 +179,20 @@ class Kernel:
 # rounding, 1e-16 relative per term, is in both precisions).
 EXP32_RELATIVE = 1.2e-7
 FLOAT32_EXP_FLOOR = 1.7e-38
+
+
+def _float32_bound_terms(kernel: Kernel, n_features: int) -> tuple[float, float, float] | None:
+    """``(relative, per_z, floor)`` of the bound for ``Kernel.block_matvec_bounded``, which
+    reads K and z from their float32 values: both terms raised by the float32 values' own
+    largest relative error (arguments down to -87), or None when that passes a third."""
+    if kernel.kind not in ("gaussian", "laplacian"):
+        return None
+    per_z = (1.25 * n_features + 6.0) * 2.0**-24
+    worst = EXP32_RELATIVE + 87.0 * per_z
+    if worst > 1.0 / 3.0:
+        return None
+    factor = (1.0 + worst) / (1.0 - worst)
+    return EXP32_RELATIVE * factor, per_z * factor, FLOAT32_EXP_FLOOR
 
 
 def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.ndarray):

@@ -149,7 +149,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         (about 1e-6 relative to the sum of the |dual coefficients| at worst; measured
         5e-6 on decision values up to 9 on COD-RNA, C = 1); a model file written before
         this option scores in "double", as it did.  Polynomial and mg kernels, and random
-        nodes, compute the same in both.
+        nodes, compute the same in both.  The kernel solver's final KKT check follows it:
+        "single" first checks from float32 values with that bound, and ends there when
+        every violation is within ``tol`` for any gradient within it (the same solution as
+        the exact check's: it would pass too; ``kkt_violation_`` and ``objective_`` then come
+        from that gradient), else checks in float64.
     probability : bool, default=False
         Also fit calibrated probabilities (``predict_proba``) as ``SVC(probability=True)``:
         Platt sigmoids on out-of-fold scores of a 5-fold stratified split, the one-vs-one
@@ -383,6 +387,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
             feature_map=feature_map,
             Cs=list(Cs),
             seed=seed,
+            check_precision=self.precision,
             **self._solver_options(),
         )
         return [[by_pair[p][c] for p in range(len(rows_of))] for c in range(len(Cs))]

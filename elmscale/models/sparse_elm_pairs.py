@@ -83,6 +83,7 @@ def fit_binary(
     gram=None,
     gram_rows=None,
     state=None,
+    check_precision="double",
 ) -> BinarySolution:
     """Solve one binary sparse-ELM problem; ``t`` in {-1, +1}.
 
@@ -94,7 +95,8 @@ def fit_binary(
     problem once: then, without ``state``, the dense solver ``solve_dense_dual`` takes it,
     and ``gram_rows`` may name this problem's rows of a larger ``gram``), and
     ``state``, the kernel solver's state kept from the last call on them (see
-    ``solve_kernel_dual``).
+    ``solve_kernel_dual``); ``check_precision``, its final check's (``solve_kernel_dual``:
+    "single" only where no other solve starts from the gradient returned).
     """
     if is_kernel(feature_map) and gram is not None and state is None:
         # a small problem with K kept: the whole solve in one compiled call (``dense_dual``)
@@ -119,8 +121,9 @@ def fit_binary(
             g_bar0=g_bar0,
             gram=gram,
             state=state,
+            check_precision=check_precision,
         )
-        f = t * (g + 1.0)  # the solver's exact gradient g = t f - 1
+        f = t * (g + 1.0)  # the solver's gradient g = t f - 1 (see check_precision)
         beta = None
     else:
         if H is None:
@@ -191,14 +194,27 @@ def fits_gram_budget(n_rows: int, n_cols: int, cache_size: float) -> bool:
 
 
 def pair_path(
-    pair, *, X, feature_map: PairMap, Cs, seed, tol, cache_size, shrinking, max_iter, K=None
+    pair,
+    *,
+    X,
+    feature_map: PairMap,
+    Cs,
+    seed,
+    tol,
+    cache_size,
+    shrinking,
+    max_iter,
+    K=None,
+    check_precision="double",
 ) -> list[BinarySolution]:
     """One binary problem along ``Cs`` (increasing), each C warm-started from the previous.
 
     ``pair`` is ``(rows, t)``: the rows of ``X`` in the problem and their +1 / -1 targets.
     ``K``: the kernel matrix of every row of ``X`` when the caller keeps it (small
-    one-vs-one problems: one kernel evaluation for all pairs).  A pure function of its
-    arguments, so it runs in a thread or in a Ray task alike.
+    one-vs-one problems: one kernel evaluation for all pairs).  ``check_precision``: the
+    last C's final check (``fit_binary``; the other Cs' gradients start the next C, so
+    they are checked exactly).  A pure function of its arguments, so it runs in a thread
+    or in a Ray task alike.
     """
     rows, t = pair
     Xp = X[rows]
@@ -263,6 +279,8 @@ def pair_path(
             gram=gram,
             gram_rows=gram_rows,
             state=state,
+            # the last C's gradient starts no other solve: its check may be float32's
+            check_precision=check_precision if C == Cs[-1] else "double",
         )
         gradient = r.gradient  # only the next C needs it
         path.append(r._replace(gradient=None))

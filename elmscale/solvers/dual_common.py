@@ -38,12 +38,22 @@ def new_record(dtype, **fields):
     return record
 
 
-def kkt_violation(alpha, g, C):
-    """Largest KKT violation (0 at the optimum), vectorised."""
-    v = np.where(
-        alpha <= 0.0, np.maximum(-g, 0.0), np.where(alpha >= C, np.maximum(g, 0.0), np.abs(g))
+def kkt_violations(alpha, g, C, slack=None):
+    """Each variable's KKT violation (0 at the optimum), vectorised.  ``slack``: per
+    variable, how far ``g`` may be from the true gradient; then the largest violation any
+    gradient within it could have (a certificate from an approximate gradient)."""
+    if slack is None:
+        slack = 0.0
+    return np.where(
+        alpha <= 0.0,
+        np.maximum(slack - g, 0.0),
+        np.where(alpha >= C, np.maximum(g + slack, 0.0), np.abs(g) + slack),
     )
-    return float(v.max(initial=0.0))
+
+
+def kkt_violation(alpha, g, C, slack=None):
+    """Largest KKT violation (0 at the optimum); ``slack`` as in :func:`kkt_violations`."""
+    return float(kkt_violations(alpha, g, C, slack).max(initial=0.0))
 
 
 def dual_objective(Q, alpha):
