@@ -314,12 +314,13 @@ def cmd_info(args) -> int:
     lines.append(
         f"numba threading layer: {numba.config.THREADING_LAYER}, threads {numba.get_num_threads()}"
     )
-    from elmscale.core import compile_cache
+    from elmscale.core import carried_kernels, compile_cache
 
     lines.append(
         f"numba cache: {compile_cache.cache_folder()} ({compile_cache.choose()[1]}; "
         "`elmscale warmup` fills it)"
     )
+    lines.append(f"compiled kernels carried by the wheel: {carried_kernels.STATUS['reason']}")
     for pool in threadpool_info():
         lines.append(
             f"thread pool {pool['internal_api']} ({pool.get('architecture') or '-'}): "

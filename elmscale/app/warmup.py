@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from elmscale.core import compile_cache
+from elmscale.core import carried_kernels, compile_cache
 
 
 @dataclass
@@ -192,6 +192,8 @@ def main(only=None, quiet=False) -> int:
     _, why = compile_cache.choose()
     where = compile_cache.cache_folder()
     print(f"elmscale warmup: numba cache {where} ({why})")
+    if carried_kernels.FOLDER.is_dir():  # a wheel's compiled kernels: used, or why not
+        print(f"kernels carried by the wheel: {carried_kernels.STATUS['reason']}")
     results = warmup(only, report=None if quiet else print)
     total = sum(r.seconds for r in results)
     compiled = sum(len(r.compiled) for r in results)
