@@ -4,6 +4,7 @@
     python benchmarks/first_fit.py --source DIR       # ... installed from another tree
     python benchmarks/first_fit.py --python VENV/bin/python   # a venv you made (elmscale in it)
     python benchmarks/first_fit.py --read-only        # the installed package made read-only
+    python benchmarks/first_fit.py --wheel            # the wheel, with its compiled kernels
     python benchmarks/first_fit.py --quick            # this interpreter, 2,000 rows (CI)
 
 For each estimator (``SparseELMClassifier()`` and ``ELMClassifier()``, their defaults) on
@@ -24,6 +25,12 @@ with an empty temporary folder, since this venv's own package folder may hold a 
 ``--read-only`` removes write permission from the installed package's folders first (as
 root, which writes anyway, the children see it mounted read-only: ``unshare -m``): a
 cluster image or a container, where numba cannot cache beside the code.
+
+``--wheel`` builds the wheel from this tree (or ``--source``) as ``setup.py`` says
+(``python -m build --wheel --no-isolation`` with this interpreter's packages: the kernels it
+carries are compiled by this numba) and installs it, without dependencies, in a fresh venv
+for each estimator whose dependencies are this interpreter's (a ``.pth`` file); its
+"cold" fit is the first fit after installing the wheel.
 """
 
 from __future__ import annotations
@@ -34,7 +41,9 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +51,7 @@ CODRNA = ROOT.parent / "shared" / "data" / "cod-rna" / "codrna.csv"
 HALF = 29_768
 QUICK_ROWS = 2_000
 CHILD_TIMEOUT = 900  # seconds: a cold compile on two busy cores took 90 s
+BUILD_TIMEOUT = 1800  # seconds: the wheel's build compiled two baselines in 56 s
 
 # Runs in the child, from an empty folder (so that this tree is not on its path).
 CHILD = r"""
@@ -63,9 +73,22 @@ class Compiles(event.Listener):
         if local.depth == 0:
             compile_cpu[0] += time.thread_time() - local.start
 event.register("numba:compiler_lock", Compiles())
+# elmscale's kernels compiled (not loaded from the cache)
+compiled = [0]
+class Kernels(event.Listener):
+    def on_start(self, ev):
+        pass
+    def on_end(self, ev):
+        module = getattr(ev.data["dispatcher"].py_func, "__module__", "") or ""
+        compiled[0] += module.startswith("elmscale")
+event.register("numba:compile", Kernels())
 import numpy as np
 import elmscale
 from elmscale.data import Scaler, load
+try:  # whether a wheel's compiled kernels were used
+    from elmscale.core.carried_kernels import STATUS as carried
+except ImportError:
+    carried = {}
 which, path, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if path == "-":
     from sklearn.datasets import make_classification
@@ -82,14 +105,14 @@ else:
 t1 = time.perf_counter()
 Model().fit(X, y)
 t2 = time.perf_counter()
-first_compile = compile_cpu[0]
+first_compile, first_kernels = compile_cpu[0], compiled[0]
 Model().fit(X, y)
 t3 = time.perf_counter()
 use = resource.getrusage(resource.RUSAGE_SELF)
 print("RESULT " + json.dumps({
     "prepare": t1 - t0, "fit": t2 - t1, "again": t3 - t2,
-    "cpu": use.ru_utime + use.ru_stime, "compile": first_compile,
-    "package": elmscale.__file__,
+    "cpu": use.ru_utime + use.ru_stime, "compile": first_compile, "kernels": first_kernels,
+    "package": elmscale.__file__, "carried": carried.get("reason"),
 }))
 """
 
@@ -132,6 +155,56 @@ def make_venv(where: Path, source: Path) -> str:
     return python
 
 
+def build_wheel(source: Path, where: Path) -> tuple[Path, float]:
+    """``(wheel, seconds)``: the wheel of ``source`` with its compiled kernels, built from a
+    copy (``source``'s build/ folder is left alone) with this interpreter's packages."""
+    copy = where / "source"
+    copy.mkdir(parents=True)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(source / name, copy / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "_kernel_cache")
+    shutil.copytree(source / "elmscale", copy / "elmscale", ignore=skip)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "ELMSCALE_"))}
+    env["ELMSCALE_WHEEL_KERNELS"] = "require"
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"building the wheel failed:\n{(out.stdout + out.stderr)[-3000:]}")
+    (wheel,) = (copy / "dist").glob("*.whl")
+    return wheel, time.perf_counter() - start
+
+
+def wheel_venv(where: Path, wheel: Path) -> str:
+    """A fresh venv with ``wheel`` installed and this interpreter's packages as its
+    dependencies (a .pth file; their own .pth files, an editable elmscale's among them, are
+    not read): the numba the kernels were compiled by."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = str(where / "bin" / "python")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps"]
+        + ["--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    deps = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    Path(site, "elmscale-deps.pth").write_text("\n".join(deps) + "\n")
+    return python
+
+
 def package_dir(python, workdir, env) -> Path:
     out = subprocess.run(
         [python, "-c", "import elmscale, os; print(os.path.dirname(elmscale.__file__))"],
@@ -159,6 +232,7 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=None, help=f"default {HALF:,}")
     parser.add_argument("--cache-dir", help="ELMSCALE_CACHE_DIR / NUMBA_CACHE_DIR for the fits")
     parser.add_argument("--read-only", action="store_true", help="package folders read-only")
+    parser.add_argument("--wheel", action="store_true", help="the wheel, a fresh venv each")
     parser.add_argument(
         "--estimators", nargs="+", default=["sparse", "elm"], choices=["sparse", "elm"]
     )
@@ -168,13 +242,21 @@ def main(argv=None):
     if data == "-" and not args.quick:
         raise SystemExit(f"{CODRNA} not found (it is in ../shared/data)")
     tmp = Path(tempfile.mkdtemp(prefix="elmscale-first-fit-"))
-    made = pkg = None
+    made = pkg = wheel = None
+    pkgs = []  # made read-only, to be made writable again
     try:
         workdir = tmp / "work"
         workdir.mkdir()
         if args.python or args.quick:
             python = os.path.abspath(args.python or sys.executable)  # children run elsewhere
             how = f"interpreter {python}"
+        elif args.wheel:
+            wheel, seconds = build_wheel(Path(args.source), tmp / "build")
+            python = wheel_venv(tmp / "venv", wheel)
+            how = (
+                f"wheel {wheel.name} ({wheel.stat().st_size / 1e6:.1f} MB, built in "
+                f"{seconds:.0f} s from {args.source}), a fresh venv for each estimator"
+            )
         else:
             made = tmp / "venv"
             python = make_venv(made, Path(args.source))
@@ -187,14 +269,18 @@ def main(argv=None):
             base_env["ELMSCALE_CACHE_DIR"] = cache
             base_env["NUMBA_CACHE_DIR"] = os.path.join(cache, "numba")
         pkg = package_dir(python, workdir, base_env)
-        if args.read_only:
-            set_writable(pkg, False)
         print(
             f"first fit: {how}; package {pkg}{' (read-only)' if args.read_only else ''}; "
             f"{rows:,} rows of {'COD-RNA' if data != '-' else 'generated data'}; "
             f"cache {cache or 'the defaults'}"
         )
         for which in args.estimators:
+            if wheel is not None and which != args.estimators[0]:  # a fresh install each
+                python = wheel_venv(tmp / f"venv-{which}", wheel)
+                pkg = package_dir(python, workdir, base_env)
+            if args.read_only:
+                set_writable(pkg, False)
+                pkgs.append(pkg)
             env = dict(base_env, XDG_CACHE_HOME=str(tmp / f"xdg-{which}"))
             if cache:  # every estimator starts cold
                 env["ELMSCALE_CACHE_DIR"] = os.path.join(cache, which)
@@ -207,11 +293,12 @@ def main(argv=None):
                 f"  {name:22s} cold {cold['fit']:6.2f} s (compiling: {cold['compile']:5.1f} "
                 f"CPU s) | warm {warm['fit']:6.2f} s (compiling: {warm['compile']:4.1f} CPU s) "
                 f"| same process again {warm['again']:5.2f} s | cold - warm "
-                f"{cold['fit'] - warm['fit']:6.2f} s"
+                f"{cold['fit'] - warm['fit']:6.2f} s | kernels compiled cold {cold['kernels']}"
+                + (f", carried: {cold['carried']}" if wheel is not None else "")
             )
     finally:
-        if pkg is not None and args.read_only:
-            set_writable(pkg, True)
+        for folder in pkgs:
+            set_writable(folder, True)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

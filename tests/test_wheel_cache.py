@@ -33,6 +33,8 @@ BUILD_TIMEOUT = 480  # seconds: 56 s on two cores shared with other work
 # said, the CPU numba compiles for, the elmscale kernels compiled, the predictions
 CHILD = r"""
 import json, sys
+if sys.argv[1] == "numba-first":  # as a program that uses numba itself may
+    import numba
 import numpy as np
 import elmscale
 from elmscale.app.warmup import _CompileRecorder
@@ -45,7 +47,7 @@ with _CompileRecorder() as recorder:
         "sparse": SparseELMClassifier(sigma=0.5),
         "elm": ELMClassifier(random_state=0),
     }
-    out = {name: models[name] for name in sys.argv[1:]}
+    out = {name: models[name] for name in sys.argv[2:]}
     for model in out.values():
         model.fit(X, y)
 import numba
@@ -133,12 +135,12 @@ def _venv(where: Path, wheel: Path) -> Path:
     return python
 
 
-def _fit_in(python: Path, tmp: Path, *models: str) -> tuple[dict, dict]:
-    work = tmp / "work"
+def _fit_in(python: Path, tmp: Path, *models: str, first="elmscale") -> tuple[dict, dict]:
+    work = tmp / f"work-{first}"
     work.mkdir()
     xdg = tmp / "xdg"  # empty: no user cache
     result = subprocess.run(
-        [str(python), "-c", CHILD, *models],
+        [str(python), "-c", CHILD, f"{first}-first", *models],
         cwd=work,
         env=_clean_env(XDG_CACHE_HOME=str(xdg)),
         capture_output=True,
@@ -184,6 +186,10 @@ def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
     assert out["cpu"] == [expected.cpu_name, expected.cpu_features]
     assert out["compiled"] == [], out["compiled"]
     _same_as_this_checkout(predictions, ["sparse", "elm"])
+    # numba imported first, not compiling yet: its CPU is still set to the baseline
+    out, _ = _fit_in(python, tmp_path, "sparse", first="numba")
+    assert out["cpu"] == [expected.cpu_name, expected.cpu_features]
+    assert out["compiled"] == [], out["compiled"]
 
 
 @pytest.mark.timeout(900)
@@ -256,11 +262,14 @@ def test_the_best_baseline_the_host_meets_unless_the_cpu_is_set():
     assert carried_kernels.pick(manifest, set(v4.requires), env)[0]["name"] == v3.name
     baseline, why = carried_kernels.pick(manifest, set(v4.requires), {"NUMBA_CPU_NAME": "znver5"})
     assert baseline is None and "znver5" in why
-    # numba imported before elmscale: its settings stand
+    # numba imported before elmscale: free until it has compiled or its CPU is set
     native = _Config(None, None)
-    assert carried_kernels.pick(manifest, set(v4.requires), {}, native)[0] is None
+    assert carried_kernels.pick(manifest, set(v4.requires), {}, native)[0]["name"] == v4.name
+    assert carried_kernels.pick(manifest, set(v4.requires), {}, native, compiled=True)[0] is None
     same = _Config(v4.cpu_name, v4.cpu_features)
-    assert carried_kernels.pick(manifest, set(v4.requires), {}, same)[0]["name"] == v4.name
+    picked = carried_kernels.pick(manifest, set(v4.requires), {}, same, compiled=True)[0]
+    assert picked["name"] == v4.name
+    assert carried_kernels.pick(manifest, set(v4.requires), {}, _Config("znver5", None))[0] is None
 
 
 def test_the_carried_files_are_copied_once(tmp_path):

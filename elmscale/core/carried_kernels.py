@@ -20,7 +20,9 @@ is a reason in :data:`STATUS` (shown by ``elmscale info`` and ``elmscale warmup`
 
 Other numba code in the process compiles for the baseline too (numba has one CPU setting
 per process); a user's ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` are left as they are,
-and then the carried kernels serve only if they name a carried baseline.
+and then the carried kernels serve only if they name a carried baseline.  So is the CPU of
+a numba imported before elmscale once it has compiled anything; before that, its config is
+set as well.
 
 What this relies on in numba, beyond its documented ``NUMBA_CPU_*`` settings (checked by the
 build, which fails when they do not hold; at import only for the numba version the build
@@ -30,7 +32,9 @@ codegen's "magic tuple" (LLVM triple, CPU name, CPU features): carried files loa
 all of these are equal.  The stamp of elmscale's kernels is elmscale's own
 (``compile_cache.key_kernels_by_sources``: content hashes, not numba's file times, which pip
 does not keep).  The files go where numba's ``_UserProvidedCacheLocator`` or
-``InTreeCacheLocator`` looks (``compile_cache.kernel_folders``).
+``InTreeCacheLocator`` looks (``compile_cache.kernel_folders``).  Whether a numba imported
+earlier has fixed its CPU is read from its ``cpu_target``'s cached target context
+(:func:`numba_compiled`).
 
 Measured on an AMD EPYC (znver5), one thread, COD-RNA half (``SparseELMClassifier(
 sigma=0.5)``): native 0.53-0.55 s a warm fit, x86-64-v4 as LLVM tunes it (256-bit vectors)
@@ -133,17 +137,19 @@ def pick(
     features: set[str],
     environ: dict[str, str],
     numba_config=None,
+    compiled: bool = False,
 ) -> tuple[dict | None, str]:
     """``(baseline, why)``: the carried baseline that numba would use here, or None.
 
     The first carried baseline whose features the host has, unless the CPU is set already:
     by the user (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``; a child process inherits
-    the parent's choice this way) or in a numba imported before elmscale (``numba_config``,
-    its ``CPU_NAME`` / ``CPU_FEATURES``): then only a carried baseline equal to that."""
+    the parent's choice this way), or in a numba imported before elmscale
+    (``numba_config``, its config module) that has set it or has ``compiled`` (made its code
+    generator, for its CPU then): then only a carried baseline equal to that setting."""
     carried = [b for b in manifest.get("baselines", []) if set(b["requires"]) <= features]
-    if numba_config is not None:
-        setting = (numba_config.CPU_NAME, numba_config.CPU_FEATURES)
-        where = "numba, imported before elmscale, compiles for"
+    config = None if numba_config is None else (numba_config.CPU_NAME, numba_config.CPU_FEATURES)
+    if config is not None and (compiled or config != (None, None)):
+        setting, where = config, "numba, imported before elmscale, compiles for"
     elif "NUMBA_CPU_NAME" in environ or "NUMBA_CPU_FEATURES" in environ:
         setting = (environ.get("NUMBA_CPU_NAME"), environ.get("NUMBA_CPU_FEATURES"))
         where = "NUMBA_CPU_NAME / NUMBA_CPU_FEATURES set to"
@@ -156,6 +162,17 @@ def pick(
         if (b["cpu_name"], b["cpu_features"]) == setting:
             return b, f"{where} it"
     return None, f"{where} {setting}, not a carried baseline this CPU meets"
+
+
+def numba_compiled() -> bool:
+    """Whether an imported numba has made its CPU code generator (its CPU is fixed then):
+    the target context, a cached property of numba's ``cpu_target`` (checked to exist
+    when the wheel is built, and only the numba version that built it gets here)."""
+    registry = sys.modules.get("numba.core.registry")
+    if registry is None:
+        return False
+    target = getattr(registry, "cpu_target", None)
+    return target is None or "_toplevel_target_context" in vars(target)
 
 
 def _sha256(path: Path) -> str:
@@ -220,9 +237,8 @@ def _use(folder: Path | None, carried: Path) -> tuple[str | None, str]:
             why = f"built for {manifest.get('triple')}, this is {ll.get_process_triple()}"
     if why is not None:
         return None, f"not used: {why}"
-    baseline, why = pick(
-        manifest, host_features(), dict(os.environ), sys.modules.get("numba.core.config")
-    )
+    config = sys.modules.get("numba.core.config")
+    baseline, why = pick(manifest, host_features(), dict(os.environ), config, numba_compiled())
     if baseline is None:
         return None, f"not used: {why}"
     key = json.dumps(
@@ -237,6 +253,8 @@ def _use(folder: Path | None, carried: Path) -> tuple[str | None, str]:
     install(carried / baseline["name"], compile_cache.kernel_folders(folder), marker, key)
     os.environ.setdefault("NUMBA_CPU_NAME", baseline["cpu_name"])
     os.environ.setdefault("NUMBA_CPU_FEATURES", baseline["cpu_features"])
+    if config is not None:  # numba imported before elmscale: its settings are read already
+        config.CPU_NAME, config.CPU_FEATURES = baseline["cpu_name"], baseline["cpu_features"]
     return baseline["name"], f"used: {baseline['name']} ({why})"
 
 
@@ -248,6 +266,17 @@ def build(baselines: list[str], timeout: float = 1800, report=print) -> Path:
     its own, side by side) and carry them in this package's :data:`FOLDER` with the
     manifest (written last); run from the built tree (``build_lib`` on ``PYTHONPATH``).
     Raises ``RuntimeError`` if a warmup fails or numba cached nothing where expected."""
+    from numba.core import caching, registry
+
+    relied_on = {
+        "caching.CacheImpl._locator_classes": hasattr(caching.CacheImpl, "_locator_classes"),
+        "registry.cpu_target._toplevel_target_context": hasattr(
+            type(registry.cpu_target), "_toplevel_target_context"
+        ),
+    }
+    if not all(relied_on.values()):
+        missing = [name for name, there in relied_on.items() if not there]
+        raise RuntimeError(f"this numba lacks what elmscale relies on: {missing}")
     package_root = Path(os.path.abspath(__file__)).parents[2]  # as imported: numba's paths
     out = Path(os.path.abspath(__file__)).parents[1] / FOLDER_NAME
     shutil.rmtree(out, ignore_errors=True)
