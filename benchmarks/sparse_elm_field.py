@@ -56,6 +56,7 @@ import elmscale
 from elmscale import SparseELMClassifier
 from elmscale.core.threads import available_cores
 from elmscale.data import Scaler, load
+from elmscale.features.kernels import float32_error_bound
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -406,6 +407,29 @@ def mode_warm(ctx):
         )
         add_row(f"warm fit, C={C:g}", fit_o, fit_s, f">= {fit_goal:g}x", fit_s / fit_o >= fit_goal)
         add_row(f"warm predict, C={C:g}", pred_o, pred_s, ">= 30x", pred_s / pred_o >= 30)
+        check_single_precision(ours, X_te, C)
+
+
+def check_single_precision(model, X_te, C):
+    """The timed predict's decision values (float32 kernel values) against the float64
+    ones (``precision="double"``) and their documented bound
+    (``features.kernels.float32_error_bound``), printed; a row of the summary."""
+    single = model.decision_function(X_te)
+    double = model.set_params(precision="double").decision_function(X_te)
+    model.set_params(precision="single")
+    bound = float32_error_bound(
+        model._kernel_obj(), X_te, model.support_vectors_, model.dual_coef_[0]
+    )
+    gap = np.abs(single - double)
+    within = bool(np.all(gap <= bound))
+    flipped = int(np.count_nonzero((single > 0) != (double > 0)))
+    print(
+        f"           single precision: |decision - float64's| max {gap.max():.2e} (bound there "
+        f"{bound[gap.argmax()]:.2e}; largest bound {bound.max():.2e}), within the bound at "
+        f"every row: {within}; labels that differ: {flipped}; |decision| max "
+        f"{np.abs(double).max():.3g}"
+    )
+    add_row(f"predict within bound, C={C:g}", None, None, "every row", within)
 
 
 def mode_first_fit(ctx):
