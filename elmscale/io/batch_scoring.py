@@ -247,10 +247,16 @@ def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
             )
         X[:, j] = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
     out = {name: batch.column(name) for name in job.id_columns}
-    prediction = model.predict(X)
+    scores = np.asarray(model.decision_function(X)) if job.decision else None
+    # an estimator that maps its decision values to its labels (the sparse ELM): one
+    # kernel expansion for both
+    labels_of = getattr(final_estimator(model), "_labels_from_decision", None)
+    if scores is not None and labels_of is not None:
+        prediction = labels_of(scores)
+    else:
+        prediction = model.predict(X)
     out["prediction"] = pa.array(prediction)
-    if job.decision:
-        scores = np.asarray(model.decision_function(X))
+    if scores is not None:
         if scores.ndim == 1:
             out["decision"] = pa.array(scores)
         else:

@@ -1001,8 +1001,12 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
-        index = decision_to_class_index(self.decision_function(X))  # checks fitted first
-        return self.classes_[index]
+        return self._labels_from_decision(self.decision_function(X))  # checks fitted first
+
+    def _labels_from_decision(self, decision) -> np.ndarray:
+        """``predict``'s classes from ``decision_function``'s values: a caller that wants
+        both (``elmscale score --decision``) computes the kernel expansion once."""
+        return self.classes_[decision_to_class_index(decision)]
 
 
 def _expansion(kernel: Kernel, X, support_vectors, dual_coef, precision) -> np.ndarray:
