@@ -616,7 +616,7 @@ def _kernel_row32(x, Bt, start, stop, kind, sigma, acc, kbuf):
     ``Bt``, a gaussian (``kind`` 0) or laplacian (1) kernel: float32 differences of the
     float32 inputs, float32 sums of their squares, the float32 exp (``_vexp32``; ``kbuf``
     int32 scratch).  The solver's kernel columns and the single-precision scoring
-    (``kernel_rows_matvec32``) compute their values here; ``float32_error_bound`` in
+    (``kernel_rows_matvec``) compute their values here; ``float32_error_bound`` in
     ``features.kernels`` bounds their error."""
     _kernel_argument32(x, Bt, start, stop, kind, sigma, acc)
     _vexp32(acc, kbuf)
@@ -691,53 +691,41 @@ def kernel_rows(A, Bt, kind, sigma, degree, sigma_star, tau, out, start, stop, s
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_rows_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop):
+def kernel_rows_matvec(
+    A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop, single
+):
     """``out[i, :] = sum_j K(A[i], B[j]) * coef_t[:, j]`` for the rows ``i`` in ``[start,
     stop)``, without storing the block.
 
     The fused scoring kernel: memory O(m), cost O(n m d).  Each row goes through B's
     columns ``_MATVEC_COLUMNS`` at a time, so that its scratch stays in L1 (measured: the
     exact product of 5,204 support vectors with 29,768 rows, one thread, 275 ms against
-    305 ms with whole rows).  ``coef_t`` is (outputs, m), C-contiguous.
+    305 ms with whole rows).  ``coef_t`` is (outputs, m), C-contiguous; the sums float64.
+    ``single``: gaussian and laplacian values in float32 (``_kernel_row32``, the solver's
+    own column arithmetic), the single-precision scoring; polynomial and
+    memorization-generalization values are float64 either way, as the solver's columns.
     """
     m = Bt.shape[1]
     n_out = coef_t.shape[0]
     width = min(m, _MATVEC_COLUMNS)
     acc = np.empty(width, np.float64)
     kbuf = np.empty(width, np.int64)
+    acc32 = np.empty(width, np.float32)
+    kbuf32 = np.empty(width, np.int32)
+    in_float32 = single and kind < 2
     for i in range(start, stop):
         for o in range(n_out):
             out[i, o] = 0.0
         for s in range(0, m, width):
             e = min(s + width, m)
+            if in_float32:
+                a32 = acc32[: e - s]
+                _kernel_row32(A[i], Bt, s, e, kind, sigma, a32, kbuf32[: e - s])
+                for o in range(n_out):
+                    out[i, o] += dot(a32, coef_t[o, s:e])
+                continue
             a = acc[: e - s]
             _kernel_row(A[i], Bt, s, e, kind, sigma, degree, sigma_star, tau, a, kbuf[: e - s])
-            for o in range(n_out):
-                out[i, o] += dot(a, coef_t[o, s:e])
-
-
-@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def kernel_rows_matvec32(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop):
-    """``kernel_rows_matvec`` with gaussian and laplacian kernel values in float32
-    (``_kernel_row32``, the solver's own column arithmetic), their products with the
-    float64 ``coef_t`` summed in float64: the single-precision scoring.  Polynomial and
-    memorization-generalization kernels are computed as ``kernel_rows_matvec`` does (their
-    values in float64, as the solver's columns are).  ``A`` and ``Bt`` float32."""
-    if kind >= 2:
-        kernel_rows_matvec(A, Bt, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop)
-        return
-    m = Bt.shape[1]
-    n_out = coef_t.shape[0]
-    width = min(m, _MATVEC_COLUMNS)
-    acc = np.empty(width, np.float32)
-    kbuf = np.empty(width, np.int32)
-    for i in range(start, stop):
-        for o in range(n_out):
-            out[i, o] = 0.0
-        for s in range(0, m, width):
-            e = min(s + width, m)
-            a = acc[: e - s]
-            _kernel_row32(A[i], Bt, s, e, kind, sigma, a, kbuf[: e - s])
             for o in range(n_out):
                 out[i, o] += dot(a, coef_t[o, s:e])
 
@@ -762,7 +750,7 @@ def _bounded_sums(k32, z, coef, abs_coef):
 def kernel_rows_matvec32_bounded(
     A, Bt, kind, sigma, relative, per_z, floor, coef, out, bound, start, stop
 ):
-    """``out[i] = sum_j K32(A[i], B[j]) coef[j]`` (``kernel_rows_matvec32`` for one
+    """``out[i] = sum_j K32(A[i], B[j]) coef[j]`` (``kernel_rows_matvec``, single, for one
     output, gaussian or laplacian) and ``bound[i] = sum_j |coef[j]| (K32_ij (relative +
     per_z z_ij) + floor)``, ``z_ij`` the exp's float32 argument: the float32 product with
     its error bound (``features.kernels.float32_error_bound``'s terms, ``relative``

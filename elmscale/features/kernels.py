@@ -105,9 +105,11 @@ class Kernel:
         out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
         params = self._params()
         coef_t = np.ascontiguousarray(coef2.T)
-        product = _jit.kernel_rows_matvec32 if precision == "single" else _jit.kernel_rows_matvec
+        single = np.bool_(precision == "single")
         parallel_rows(
-            lambda start, stop: product(A32, Bt, *params, coef_t, out, start, stop),
+            lambda start, stop: _jit.kernel_rows_matvec(
+                A32, Bt, *params, coef_t, out, start, stop, single
+            ),
             A32.shape[0],
         )
         return out[:, 0] if squeeze else out
