@@ -41,15 +41,19 @@ from elmscale.app.warmup import _CompileRecorder
 from elmscale.core import carried_kernels
 from sklearn.datasets import make_classification
 X, y = make_classification(600, 8, n_informative=5, random_state=0)
+# 9,000 rows: the kernel solver's column cache, shrinking and helper thread (from 8,192)
+X_large, y_large = make_classification(9000, 8, n_informative=5, random_state=1)
 with _CompileRecorder() as recorder:
     from elmscale import ELMClassifier, SparseELMClassifier
     models = {
-        "sparse": SparseELMClassifier(sigma=0.5),
-        "elm": ELMClassifier(random_state=0),
+        "sparse": (SparseELMClassifier(sigma=0.5), X, y),
+        "sparse_large": (SparseELMClassifier(sigma=0.5), X_large, y_large),
+        "elm": (ELMClassifier(random_state=0), X, y),
     }
-    out = {name: models[name] for name in sys.argv[2:]}
-    for model in out.values():
-        model.fit(X, y)
+    out = {}
+    for name in sys.argv[2:]:
+        model, X_fit, y_fit = models[name]
+        out[name] = model.fit(X_fit, y_fit)
 import numba
 np.savez(
     "predictions.npz",
@@ -159,9 +163,15 @@ def _same_as_this_checkout(predictions: dict, models) -> None:
     but for the last bits (the wheel's code is compiled for a baseline, this process's
     for this CPU)."""
     X, y = make_classification(600, 8, n_informative=5, random_state=0)
-    made = {"sparse": SparseELMClassifier(sigma=0.5), "elm": ELMClassifier(random_state=0)}
+    X_large, y_large = make_classification(9000, 8, n_informative=5, random_state=1)
+    made = {
+        "sparse": (SparseELMClassifier(sigma=0.5), X, y),
+        "sparse_large": (SparseELMClassifier(sigma=0.5), X_large, y_large),
+        "elm": (ELMClassifier(random_state=0), X, y),
+    }
     for name in models:
-        model = made[name].fit(X, y)
+        estimator, X_fit, y_fit = made[name]
+        model = estimator.fit(X_fit, y_fit)
         np.testing.assert_array_equal(predictions[f"{name}_labels"], model.predict(X))
         np.testing.assert_allclose(
             predictions[f"{name}_scores"], model.decision_function(X), rtol=1e-6, atol=1e-9
@@ -179,13 +189,13 @@ def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
     assert [b["name"] for b in manifest["baselines"]] == list(carried_kernels.BASELINES)
     assert manifest["sources"] == compile_cache.source_hashes(compile_cache.kernel_sources())
     python = _venv(tmp_path / "venv", wheel)
-    out, predictions = _fit_in(python, tmp_path, "sparse", "elm")
+    out, predictions = _fit_in(python, tmp_path, "sparse", "sparse_large", "elm")
     assert Path(out["package"]).is_relative_to(tmp_path / "venv"), out["package"]
     expected = _host_baseline()
     assert out["status"]["baseline"] == expected.name, out["status"]
     assert out["cpu"] == [expected.cpu_name, expected.cpu_features]
     assert out["compiled"] == [], out["compiled"]
-    _same_as_this_checkout(predictions, ["sparse", "elm"])
+    _same_as_this_checkout(predictions, ["sparse", "sparse_large", "elm"])
     # numba imported first, not compiling yet: its CPU is still set to the baseline
     out, _ = _fit_in(python, tmp_path, "sparse", first="numba")
     assert out["cpu"] == [expected.cpu_name, expected.cpu_features]
