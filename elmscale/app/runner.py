@@ -153,7 +153,47 @@ class Compute:
         if self._ray_started:
             import ray
 
+            started = _ray_descendants()
             ray.shutdown()
+            _end_leftovers(started)
+
+
+# seconds the Ray processes this run started get after ``ray.shutdown()`` before they are
+# ended: its raylet's agents (DashboardAgent, RuntimeEnvAgent) notice their raylet's end by
+# polling, and one still starting (its imports, on busy cores) noticed it only after 10 s or
+# more (tests/test_signals.py, in full-suite runs)
+RAY_LEFTOVER_GRACE_S = 2.0
+
+
+def _ray_descendants() -> list:
+    """This process's descendants that belong to Ray (``psutil.Process`` objects): the
+    local cluster ``ray.init`` started (GCS, raylet, its agents and workers)."""
+    import psutil
+
+    found = []
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "ray" in " ".join(proc.cmdline()).lower():
+                    found.append(proc)
+    return found
+
+
+def _end_leftovers(processes, grace: float = RAY_LEFTOVER_GRACE_S) -> None:
+    """End those of ``processes`` still alive ``grace`` s after a shutdown: SIGTERM, then
+    SIGKILL for any alive after ``grace`` more (no local Ray process outlives the run)."""
+    import psutil
+
+    if not processes:
+        return
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 # -- data ------------------------------------------------------------------------------
