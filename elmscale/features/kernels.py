@@ -24,6 +24,13 @@ KERNELS = ("gaussian", "laplacian", "polynomial")
 KERNEL_KINDS = (*KERNELS, "mg")
 #: ``Kernel.block_matvec``'s precisions of kernel values (the sums are float64 in both)
 SCORE_PRECISIONS = ("single", "double")
+#: the kinds whose values ``precision="single"`` computes in float32 (the others in float64)
+FLOAT32_KINDS = ("gaussian", "laplacian")
+
+
+def _transposed32(B: np.ndarray) -> np.ndarray:
+    """``B``'s rows as float32 columns, (d, m) C-contiguous: the kernel loops' layout."""
+    return np.ascontiguousarray(_as_float32_rows(B).T)
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class Kernel:
         upper half computed and mirrored.  Caller bounds the size."""
         symmetric = B is A
         A32 = _as_float32_rows(A)
-        Bt = np.ascontiguousarray(_as_float32_rows(B).T)
+        Bt = _transposed32(B)
         shape = (A32.shape[0], Bt.shape[1])
         out = empty_huge(shape, dtype) if out is None else _check_out(out, shape, dtype)
         params = self._params()
@@ -97,7 +104,7 @@ class Kernel:
         if precision not in SCORE_PRECISIONS:
             raise ValueError(f"precision must be one of {SCORE_PRECISIONS}; got {precision!r}")
         A32 = _as_float32_rows(A)
-        Bt = np.ascontiguousarray(_as_float32_rows(B).T)
+        Bt = _transposed32(B)
         coef2 = np.ascontiguousarray(coef, dtype=np.float64)
         squeeze = coef2.ndim == 1
         if squeeze:
@@ -122,11 +129,11 @@ class Kernel:
         terms, from the float32 values themselves), in one pass; None for the kernels
         computed in float64 either way (polynomial, mg) or past the bound's reach (a
         feature count whose float32 distances would be off by a third)."""
-        terms = _float32_bound_terms(self, _as_float32_rows(A).shape[1])
+        A32 = _as_float32_rows(A)
+        terms = _float32_bound_terms(self, A32.shape[1])
         if terms is None:
             return None
-        A32 = _as_float32_rows(A)
-        Bt = np.ascontiguousarray(_as_float32_rows(B).T)
+        Bt = _transposed32(B)
         coef1 = np.ascontiguousarray(coef, dtype=np.float64)
         out = np.empty(A32.shape[0])
         bound = np.empty(A32.shape[0])
@@ -183,13 +190,18 @@ EXP32_RELATIVE = 1.2e-7
 FLOAT32_EXP_FLOOR = 1.7e-38
 
 
+def _float32_per_z(n_features: int) -> float:
+    """The bound's term per unit of the exp's argument: ``(1.25 d + 6) 2^-24``."""
+    return (1.25 * n_features + 6.0) * 2.0**-24
+
+
 def _float32_bound_terms(kernel: Kernel, n_features: int) -> tuple[float, float, float] | None:
     """``(relative, per_z, floor)`` of the bound for ``Kernel.block_matvec_bounded``, which
     reads K and z from their float32 values: both terms raised by the float32 values' own
     largest relative error (arguments down to -87), or None when that passes a third."""
-    if kernel.kind not in ("gaussian", "laplacian"):
+    if kernel.kind not in FLOAT32_KINDS:
         return None
-    per_z = (1.25 * n_features + 6.0) * 2.0**-24
+    per_z = _float32_per_z(n_features)
     worst = EXP32_RELATIVE + 87.0 * per_z
     if worst > 1.0 / 3.0:
         return None
@@ -210,7 +222,7 @@ def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.n
     coef2 = coef2[:, None] if squeeze else coef2
     A64 = _as_float32_rows(A).astype(np.float64)
     B64 = _as_float32_rows(B).astype(np.float64)
-    if kernel.kind not in ("gaussian", "laplacian"):
+    if kernel.kind not in FLOAT32_KINDS:
         out = np.zeros((A64.shape[0], coef2.shape[1]))
         return out[:, 0] if squeeze else out
     d2 = np.maximum(
@@ -218,7 +230,7 @@ def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.n
     )
     sigma = float(kernel.sigma)
     z = d2 / (2.0 * sigma * sigma) if kernel.kind == "gaussian" else np.sqrt(d2) / sigma
-    per_value = np.exp(-z) * (EXP32_RELATIVE + (1.25 * A64.shape[1] + 6.0) * 2.0**-24 * z)
+    per_value = np.exp(-z) * (EXP32_RELATIVE + _float32_per_z(A64.shape[1]) * z)
     out = (per_value + FLOAT32_EXP_FLOOR) @ np.abs(coef2)
     return out[:, 0] if squeeze else out
 

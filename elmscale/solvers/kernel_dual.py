@@ -66,10 +66,10 @@ TAIL_STEPS_PER_VARIABLE = 10
 # 1.22-1.30 s).  Hundreds free (narrow kernels, large C) keep the coordinate steps: each
 # active-set step there costs a product with every free row of Q, and hundreds are taken.
 FACE_QP_MAX_FREE = 64
+FACE_QP_STEPS_PER_ROW = 1
 # A final check from float32 values (``check_precision="single"``) gives up for the exact
 # product when more than this share of the rows need their exact gradient
 SINGLE_CHECK_UNSURE = 0.25
-FACE_QP_STEPS_PER_ROW = 1
 # The kernel solver's integer state between phases, one record whose fields numba reads
 # and writes in place (a record is a pointer to its bytes: no copy)
 KERNEL_STATE = np.dtype(
@@ -654,7 +654,7 @@ def _warm_start(exact_q: ExactQ, args, alpha0, gradient0, gradient0_alpha, known
             counts["face_qp"] = 1
             alpha_rows, g_rows, g_bar_rows = solved
     # an exact pair, for the final check; G_bar exact too
-    return _ExactPoint(alpha_rows, g_rows, np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)
+    return _point(alpha_rows, g_rows, C, g_bar_rows)
 
 
 def _face_qp(exact_q: ExactQ, args, alpha_rows, g_rows, g_bar_rows):
@@ -770,13 +770,25 @@ def _exact_point(exact_q: ExactQ, alpha, perm, C, start):
     The cached columns are float32: the gradient returned, and the optimum, are checked
     with an exact one: ``start``'s plus Q times the change when fewer variables changed
     than there are support vectors."""
-    alpha_rows = np.empty(alpha.size)
-    alpha_rows[perm] = alpha
+    alpha_rows = _in_row_order(alpha, perm)
     change = alpha_rows - start.alpha
     if np.count_nonzero(change) < np.count_nonzero(alpha_rows):
         g_rows, g_bar_rows = start.g + exact_q.matvec(None, change), None
     else:
         g_rows, g_bar_rows = exact_gradient(exact_q, alpha_rows, C)
+    return _point(alpha_rows, g_rows, C, g_bar_rows)
+
+
+def _in_row_order(alpha, perm):
+    """The phases' ``alpha`` (the solver's order, ``perm``) in row order, a new array."""
+    alpha_rows = np.empty(alpha.size)
+    alpha_rows[perm] = alpha
+    return alpha_rows
+
+
+def _point(alpha_rows, g_rows, C, g_bar_rows):
+    """An ``_ExactPoint`` of row-ordered ``alpha`` and its gradient (G_bar or None), its
+    variables at the bound (``upper``) derived."""
     return _ExactPoint(alpha_rows, g_rows, np.where(alpha_rows >= C, alpha_rows, 0.0), g_bar_rows)
 
 
@@ -790,8 +802,7 @@ def _certified_single(exact_q: ExactQ, alpha, perm, C, tol):
     their exact float64 gradient.  Certified when no row's violation can pass ``tol``;
     given up, for the whole exact product, when more than ``SINGLE_CHECK_UNSURE`` of the
     rows are unsure."""
-    alpha_rows = np.empty(alpha.size)
-    alpha_rows[perm] = alpha
+    alpha_rows = _in_row_order(alpha, perm)
     approx = exact_q.gradient_single(alpha_rows)
     if approx is None:
         return None
@@ -804,7 +815,7 @@ def _certified_single(exact_q: ExactQ, alpha, perm, C, tol):
         bound[unsure] = 0.0
     if kkt_violation(alpha_rows, g_rows, C, slack=bound) > tol:
         return None
-    return _ExactPoint(alpha_rows, g_rows, np.where(alpha_rows >= C, alpha_rows, 0.0), None)
+    return _point(alpha_rows, g_rows, C, None)
 
 
 def _exact_g_bar(exact_q: ExactQ, point, start):
@@ -832,7 +843,7 @@ def _result(status, end, start, exact_q: ExactQ, kept_state, progress, counts, i
     if kept_state is not None:
         # after a check certified in single precision no exact G_bar is at hand (and no
         # solve starts from this one): the next call computes its own
-        certified_single = counts.get("single_checks", 0) > 0
+        certified_single = counts["single_checks"] > 0
         kept_state.known_bar = (
             None if certified_single else (end.upper, _exact_g_bar(exact_q, end, start))
         )
@@ -852,8 +863,7 @@ def _solve_tail(exact_q: ExactQ, C, tol, sol, perm, m):
     alpha, bound, g, g_bar = sol
     rows = perm[:m]
     n = alpha.size
-    alpha_rows = np.empty(n)
-    alpha_rows[perm] = alpha
+    alpha_rows = _in_row_order(alpha, perm)
     g_A = exact_q.matvec(rows, alpha_rows) - 1.0
     Q_AA = exact_q.block(rows)
     old = alpha[:m].copy()
