@@ -48,17 +48,12 @@ AVX2 hosts (Zen 2 and 3, most Intel desktops).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
-import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
 
 from elmscale.core import compile_cache
 
@@ -73,8 +68,7 @@ _V3 += ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave")
 _V4 = (*_V3, "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 
 
-@dataclass(frozen=True)
-class Baseline:
+class Baseline(NamedTuple):
     """A CPU that a carried cache is compiled for: numba's ``CPU_NAME`` and
     ``CPU_FEATURES`` (its magic tuple's two CPU fields), and the host features it needs."""
 
@@ -100,6 +94,8 @@ def versions() -> dict[str, str]:
     """What numba's cached code depends on besides the CPU and the sources (read without
     importing numba): the Python (its bytecode is hashed into each index key, its version
     into the file names), the platform, numba and llvmlite."""
+    import sysconfig
+
     return {
         "python": sys.implementation.cache_tag + sys.abiflags,
         "platform": sysconfig.get_platform(),
@@ -175,10 +171,6 @@ def numba_compiled() -> bool:
     return target is None or "_toplevel_target_context" in vars(target)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def install(source: Path, folders: list[Path], marker: Path, key: str) -> int:
     """Copy a baseline's carried files (``source/<package>/``) into numba's ``folders``
     unless ``marker`` says this copy (``key``) is in place; returns the files copied.
@@ -225,6 +217,8 @@ def _use(folder: Path | None, carried: Path) -> tuple[str | None, str]:
         manifest_bytes = (carried / MANIFEST).read_bytes()
     except FileNotFoundError:
         return None, "none carried (a source or editable install)"
+    import json  # (here: an install without carried kernels never needs it)
+
     manifest = json.loads(manifest_bytes)
     sources = compile_cache.source_hashes(compile_cache.kernel_sources())
     why = mismatch(manifest, sources, versions())
@@ -266,6 +260,11 @@ def build(baselines: list[str], timeout: float = 1800, report=print) -> Path:
     its own, side by side) and carry them in this package's :data:`FOLDER` with the
     manifest (written last); run from the built tree (``build_lib`` on ``PYTHONPATH``).
     Raises ``RuntimeError`` if a warmup fails or numba cached nothing where expected."""
+    import json
+    import subprocess
+    import tempfile
+    import time
+
     from numba.core import caching, registry
 
     relied_on = {
@@ -328,7 +327,7 @@ def build(baselines: list[str], timeout: float = 1800, report=print) -> Path:
                     f"numba cached nothing in {folders} for {b.name}: its cache layout is "
                     "not the one elmscale expects"
                 )
-            entries.append({**b.__dict__, "requires": list(b.requires), "indexes": count})
+            entries.append({**b._asdict(), "requires": list(b.requires), "indexes": count})
     import llvmlite.binding as ll
 
     manifest = {
@@ -349,6 +348,7 @@ def main(argv=None) -> int:
     """``setup.py``'s step: ``--build-lib`` the built tree this must be imported from,
     ``--baselines`` (default all of :data:`BASELINES`)."""
     import argparse
+    import time
 
     parser = argparse.ArgumentParser(description=build.__doc__.splitlines()[0])
     parser.add_argument("--build-lib", required=True)

@@ -275,12 +275,18 @@ def _keyed_by_sources(locator: type) -> type:
         if path is None or not Path(os.path.realpath(path)).is_relative_to(_PACKAGE):
             return super(keyed, self).get_source_stamp()
         real = os.path.realpath(path)
-        st = os.stat(real)
-        return _content_hash(real, st.st_mtime_ns, st.st_size), sources_stamp(real)
+        return file_hash(real), sources_stamp(real)
 
     keyed = type(locator.__name__, (locator,), {"get_source_stamp": get_source_stamp})
     keyed._elmscale_keyed = True
     return keyed
+
+
+def file_hash(path) -> str:
+    """SHA-256 of a file's content, read once per process while its time and size stay
+    (the kernels' stamps, the sources' digest and a wheel's manifest check share it)."""
+    st = os.stat(path)
+    return _content_hash(str(path), st.st_mtime_ns, st.st_size)
 
 
 @functools.cache
@@ -292,10 +298,7 @@ def _content_hash(path: str, mtime_ns: int, size: int) -> str:
 def source_hashes(sources: list[Path]) -> dict[str, str]:
     """``{path within the package: SHA-256 of the content}`` of the files: what the
     kernels compiled from them depend on, the same in every install of these sources."""
-    return {
-        path.relative_to(_PACKAGE).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sources
-    }
+    return {path.relative_to(_PACKAGE).as_posix(): file_hash(path) for path in sources}
 
 
 def content_digest(sources: list[Path]) -> str:
