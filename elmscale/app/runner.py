@@ -153,7 +153,7 @@ class Compute:
         if self._ray_started:
             import ray
 
-            started = _ray_descendants()
+            started = _ray_descendants(os.path.dirname(ray.__file__))
             ray.shutdown()
             _end_leftovers(started)
 
@@ -165,16 +165,18 @@ class Compute:
 RAY_LEFTOVER_GRACE_S = 2.0
 
 
-def _ray_descendants() -> list:
+def _ray_descendants(ray_folder: str) -> list:
     """This process's descendants that belong to Ray (``psutil.Process`` objects): the
-    local cluster ``ray.init`` started (GCS, raylet, its agents and workers)."""
+    local cluster ``ray.init`` started, its programs run from ``ray_folder`` (Ray's package:
+    GCS, raylet, monitors, dashboard) or titled ``ray::`` (its agents and workers)."""
     import psutil
 
     found = []
     with contextlib.suppress(psutil.Error):
         for proc in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                if "ray" in " ".join(proc.cmdline()).lower():
+                command = " ".join(proc.cmdline())
+                if command.startswith("ray::") or ray_folder in command:
                     found.append(proc)
     return found
 
