@@ -41,12 +41,12 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
 CODRNA = ROOT.parent / "shared" / "data" / "cod-rna" / "codrna.csv"
 HALF = 29_768
 QUICK_ROWS = 2_000
@@ -155,56 +155,6 @@ def make_venv(where: Path, source: Path) -> str:
     return python
 
 
-def build_wheel(source: Path, where: Path) -> tuple[Path, float]:
-    """``(wheel, seconds)``: the wheel of ``source`` with its compiled kernels, built from a
-    copy (``source``'s build/ folder is left alone) with this interpreter's packages."""
-    copy = where / "source"
-    copy.mkdir(parents=True)
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(source / name, copy / name)
-    skip = shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "_kernel_cache")
-    shutil.copytree(source / "elmscale", copy / "elmscale", ignore=skip)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "ELMSCALE_"))}
-    env["ELMSCALE_WHEEL_KERNELS"] = "require"
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."],
-        cwd=copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"building the wheel failed:\n{(out.stdout + out.stderr)[-3000:]}")
-    (wheel,) = (copy / "dist").glob("*.whl")
-    return wheel, time.perf_counter() - start
-
-
-def wheel_venv(where: Path, wheel: Path) -> str:
-    """A fresh venv with ``wheel`` installed and this interpreter's packages as its
-    dependencies (a .pth file; their own .pth files, an editable elmscale's among them, are
-    not read): the numba the kernels were compiled by."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    python = str(where / "bin" / "python")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps"]
-        + ["--no-index", str(wheel)],
-        check=True,
-        timeout=300,
-    )
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout.strip()
-    deps = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-    Path(site, "elmscale-deps.pth").write_text("\n".join(deps) + "\n")
-    return python
-
-
 def package_dir(python, workdir, env) -> Path:
     out = subprocess.run(
         [python, "-c", "import elmscale, os; print(os.path.dirname(elmscale.__file__))"],
@@ -251,8 +201,18 @@ def main(argv=None):
             python = os.path.abspath(args.python or sys.executable)  # children run elsewhere
             how = f"interpreter {python}"
         elif args.wheel:
-            wheel, seconds = build_wheel(Path(args.source), tmp / "build")
-            python = wheel_venv(tmp / "venv", wheel)
+            # the wheel's build and install, as its test's (it imports elmscale: here only)
+            sys.path.insert(0, str(ROOT / "tests"))
+            from _wheel import build_wheel, wheel_venv
+
+            start = time.perf_counter()
+            built, dist = build_wheel(Path(args.source), tmp / "build", BUILD_TIMEOUT)
+            if built.returncode != 0:
+                output = (built.stdout + built.stderr)[-3000:]
+                raise SystemExit(f"building the wheel failed:\n{output}")
+            (wheel,) = dist.glob("*.whl")
+            seconds = time.perf_counter() - start
+            python = str(wheel_venv(tmp / "venv", wheel))
             how = (
                 f"wheel {wheel.name} ({wheel.stat().st_size / 1e6:.1f} MB, built in "
                 f"{seconds:.0f} s from {args.source}), a fresh venv for each estimator"
@@ -276,7 +236,7 @@ def main(argv=None):
         )
         for which in args.estimators:
             if wheel is not None and which != args.estimators[0]:  # a fresh install each
-                python = wheel_venv(tmp / f"venv-{which}", wheel)
+                python = str(wheel_venv(tmp / f"venv-{which}", wheel))
                 pkg = package_dir(python, workdir, base_env)
             if args.read_only:
                 set_writable(pkg, False)

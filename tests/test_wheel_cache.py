@@ -11,8 +11,6 @@ tested in this process too, on made-up manifests.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _wheel import build_wheel, clean_env, site_packages, wheel_venv
 from sklearn.datasets import make_classification
 
 from elmscale import ELMClassifier, SparseELMClassifier
@@ -69,14 +68,6 @@ print("RESULT " + json.dumps({
 """
 
 
-def _clean_env(**extra):
-    """No cache folder or CPU chosen, nothing on PYTHONPATH: as after a plain install."""
-    drop = ("PYTHONPATH", "NUMBA_CACHE_DIR", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
-    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("ELMSCALE")}
-    env.update(extra)
-    return env
-
-
 def _host_baseline():
     features = carried_kernels.host_features()
     for baseline in carried_kernels.BASELINES.values():
@@ -89,54 +80,10 @@ def _host_baseline():
 def wheel(tmp_path_factory) -> Path:
     if _host_baseline() is None:
         pytest.skip("this CPU meets none of the carried baselines (x86-64-v3 at least)")
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "source"  # a copy: this tree's build/ folder is left alone
-    source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "elmscale",
-        source / "elmscale",
-        ignore=shutil.ignore_patterns("__pycache__", "*.nb[ic]", carried_kernels.FOLDER_NAME),
-    )
-    built = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."],
-        cwd=source,
-        env=_clean_env(ELMSCALE_WHEEL_KERNELS="require"),
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-    )
+    built, dist = build_wheel(ROOT, tmp_path_factory.mktemp("wheel"), BUILD_TIMEOUT)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = (source / "dist").glob("*.whl")
+    (wheel,) = dist.glob("*.whl")
     return wheel
-
-
-def _venv(where: Path, wheel: Path) -> Path:
-    """A fresh venv with the wheel installed (no dependencies: this interpreter's, through
-    a .pth file, whose own .pth files, this checkout's editable install among them, are
-    not read)."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, timeout=120
-    )
-    python = where / "bin" / "python"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
-        + ["--no-deps", "--no-index", str(wheel)],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    Path(site, "elmscale-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    return python
 
 
 def _fit_in(python: Path, tmp: Path, *models: str, first="elmscale") -> tuple[dict, dict]:
@@ -146,7 +93,7 @@ def _fit_in(python: Path, tmp: Path, *models: str, first="elmscale") -> tuple[di
     result = subprocess.run(
         [str(python), "-c", CHILD, f"{first}-first", *models],
         cwd=work,
-        env=_clean_env(XDG_CACHE_HOME=str(xdg)),
+        env=clean_env(XDG_CACHE_HOME=str(xdg)),
         capture_output=True,
         text=True,
         timeout=400,
@@ -188,7 +135,7 @@ def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
     assert wheel.name.endswith(f"-{python_tag}-{python_tag}-{platform_tag}.whl"), wheel.name
     assert [b["name"] for b in manifest["baselines"]] == list(carried_kernels.BASELINES)
     assert manifest["sources"] == compile_cache.source_hashes(compile_cache.kernel_sources())
-    python = _venv(tmp_path / "venv", wheel)
+    python = wheel_venv(tmp_path / "venv", wheel)
     out, predictions = _fit_in(python, tmp_path, "sparse", "sparse_large", "elm")
     assert Path(out["package"]).is_relative_to(tmp_path / "venv"), out["package"]
     expected = _host_baseline()
@@ -204,14 +151,8 @@ def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
 
 @pytest.mark.timeout(900)
 def test_a_manifest_of_another_numba_falls_back_to_compiling(wheel, tmp_path):
-    python = _venv(tmp_path / "venv", wheel)
-    site = Path(
-        subprocess.check_output(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            text=True,
-            timeout=60,
-        ).strip()
-    )
+    python = wheel_venv(tmp_path / "venv", wheel)
+    site = site_packages(python)
     manifest_path = site / "elmscale" / carried_kernels.FOLDER_NAME / carried_kernels.MANIFEST
     manifest = json.loads(manifest_path.read_text())
     manifest["numba"] = "0.1.0"
@@ -232,7 +173,7 @@ _HERE = {"python": "cpython-311", "platform": "linux-x86_64", "numba": "1", "llv
 
 def _manifest(**changes):
     baselines = [
-        {**b.__dict__, "requires": list(b.requires)} for b in carried_kernels.BASELINES.values()
+        {**b._asdict(), "requires": list(b.requires)} for b in carried_kernels.BASELINES.values()
     ]
     return {
         "format": carried_kernels.FORMAT,
