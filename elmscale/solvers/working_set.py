@@ -629,10 +629,8 @@ def solve_working_set(
             p
             for p in pending
             if merged[p].v.size == 0
-            or merged[p].v[0] <= (tol if unshrunk[p] else 10.0 * tol)
-            and not certifying[p]
-            or certifying[p]
-            and drift[p] >= 0.5 * tol
+            or (not certifying[p] and merged[p].v[0] <= (tol if unshrunk[p] else 10.0 * tol))
+            or (certifying[p] and drift[p] >= 0.5 * tol)
         ]
         if done_here:
             support = seen.support(pairs)
