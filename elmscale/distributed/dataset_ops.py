@@ -40,6 +40,7 @@ from elmscale.distributed.units import (
     unit_kernel_rows,
     unit_method,
     unit_metric_sums,
+    unit_residual_sums,
     unit_rows,
     unit_rows_at,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "gather_rows",
     "gram",
     "kernel_matrix",
+    "residual_sums",
     "kernel_matvec",
     "predict",
 ]
@@ -232,6 +234,34 @@ def candidate_gram(
         client=client,
         threads_per_task=None if client is not None else n_threads,
         points=broadcast(points, client),
+        kernel=kernel.to_dict(),
+        encoder=encoder,
+    )
+
+
+def residual_sums(
+    dataset: ParquetDataset,
+    points: np.ndarray,
+    coef: np.ndarray,
+    intercept: np.ndarray,
+    kernel: Kernel,
+    encoder: TargetEncoder,
+    *,
+    client=None,
+    n_threads: int | None = None,
+) -> np.ndarray:
+    """The squared training residual of the kernel model ``K(x, points) coef + intercept``
+    against the labels coded by ``encoder``, per target column, over every row: one pass,
+    J numbers back from each unit."""
+    return reduce_units(
+        unit_residual_sums,
+        _units(dataset, client),
+        add_arrays,
+        client=client,
+        threads_per_task=None if client is not None else n_threads,
+        points=broadcast(np.ascontiguousarray(points, dtype=np.float32), client),
+        coef=broadcast(np.ascontiguousarray(coef, dtype=np.float64), client),
+        intercept=np.asarray(intercept, dtype=np.float64),
         kernel=kernel.to_dict(),
         encoder=encoder,
     )

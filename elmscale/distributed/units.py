@@ -37,7 +37,7 @@ from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, it
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.targets import TargetEncoder, merge_classes
-from elmscale.solvers.forward_selection import CandidateGram, candidate_gram
+from elmscale.solvers.forward_selection import CandidateGram, candidate_gram, residual_sums
 
 __all__ = [
     "ColumnStats",
@@ -52,6 +52,7 @@ __all__ = [
     "unit_kernel_rows",
     "unit_method",
     "unit_metric_sums",
+    "unit_residual_sums",
     "unit_rows",
 ]
 
@@ -198,6 +199,24 @@ def unit_candidate_gram(
         T = encoder.transform(_labels_of(y, unit))
         T = np.asarray(T, dtype=np.float64).reshape(len(X), -1)
         return candidate_gram(Kernel.from_dict(kernel), X, points, T)
+
+
+def unit_residual_sums(
+    unit: WorkUnit,
+    points: np.ndarray,
+    coef: np.ndarray,
+    intercept: np.ndarray,
+    kernel: dict,
+    encoder: TargetEncoder,
+    *,
+    n_threads: int = 1,
+) -> np.ndarray:
+    """:func:`~elmscale.solvers.forward_selection.residual_sums` of the unit's rows, its
+    labels coded by ``encoder``: a kernel model's squared training residual, per column."""
+    with thread_budget(n_threads):
+        X, y = unit.read()
+        T = encoder.transform(_labels_of(y, unit))
+        return residual_sums(Kernel.from_dict(kernel), X, T, points, coef, intercept)
 
 
 def unit_kernel_rows(

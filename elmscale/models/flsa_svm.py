@@ -47,6 +47,7 @@ from elmscale.solvers.forward_selection import (
     forward_select,
     forward_select_gram,
     gram_bytes,
+    residual_sums,
 )
 
 __all__ = ["FLSASVMClassifier", "FLSASVMRegressor"]
@@ -132,7 +133,9 @@ class _BaseFLSASVM(BaseEstimator):
 
     def _run(self, X, y, n_select: int, client=None):
         """Validate, select up to ``n_select`` columns (the candidates on the workers of a
-        Dask ``client`` when given): ``(candidate rows, pool, path)``."""
+        Dask ``client`` when given): ``(candidate rows, pool, paths, residual_of)``, where
+        ``residual_of(points, alpha, b)`` is a model's squared training residual per
+        target column, computed from the rows."""
         from elmscale.data.parquet import ParquetDataset
 
         if isinstance(X, ParquetDataset):
@@ -154,6 +157,11 @@ class _BaseFLSASVM(BaseEstimator):
         groups = self._target_groups(T.shape[1])
         counts = _shares(n_select, len(groups))
         kernel = self._kernel_obj()
+
+        def residual_of(points, alpha, b) -> np.ndarray:
+            with thread_budget(self.n_threads):
+                return residual_sums(kernel, X, T, points, alpha, b)
+
         with thread_budget(self.n_threads):
             if gram_bytes(pool.size, max(counts)) <= self.cache_mb * 2**20:
                 if client is None:
@@ -162,7 +170,7 @@ class _BaseFLSASVM(BaseEstimator):
                     from elmscale.distributed.forward_selection import dask_candidate_gram
 
                     gram = dask_candidate_gram(client, kernel, X, X[pool], T)
-                return X[pool], pool, self._select_in_gram(gram, groups, counts)
+                return X[pool], pool, self._select_in_gram(gram, groups, counts), residual_of
             paths = []
             for group, n in zip(groups, counts):
                 candidates: CandidateSource
@@ -185,7 +193,7 @@ class _BaseFLSASVM(BaseEstimator):
                         intercept=bool(self.fit_intercept),
                     )
                 )
-        return X[pool], pool, paths
+        return X[pool], pool, paths, residual_of
 
     def _target_groups(self, n_columns: int) -> list[slice]:
         """The target columns each selection serves: all of them (one shared support set),
@@ -235,11 +243,19 @@ class _BaseFLSASVM(BaseEstimator):
             gram = dataset_ops.candidate_gram(
                 dataset, X_cand, kernel, encoder, client=client, n_threads=self.n_threads
             )
-        return X_cand, pool, self._select_in_gram(gram, groups, counts)
 
-    def _set_model(self, X_cand, pool, paths, m: int) -> None:
+        def residual_of(points, alpha, b) -> np.ndarray:  # one more pass over the units
+            return dataset_ops.residual_sums(
+                dataset, points, alpha, b, kernel, encoder, client=client, n_threads=self.n_threads
+            )
+
+        return X_cand, pool, self._select_in_gram(gram, groups, counts), residual_of
+
+    def _set_model(self, X_cand, pool, paths, m: int, residual_of) -> None:
         """The model of the first ``m`` selections (shared among the paths as in ``_run``):
-        the union of the paths' support vectors, each column's weights on its own."""
+        the union of the paths' support vectors, each column's weights on its own; the
+        last residual is this model's own, from the rows (``residual_of``): the tracked
+        ones can drift (``forward_select_gram``), and a user reads it to choose ``m``."""
         parts = [coefficients(path, n) for path, n in zip(paths, _shares(m, len(paths)))]
         chosen_each = [path.selected[: a.shape[0]] for path, (a, _) in zip(paths, parts)]
         chosen = np.array(
@@ -262,9 +278,11 @@ class _BaseFLSASVM(BaseEstimator):
         self.intercept_ = float(shaped[0]) if shaped.ndim == 1 else shaped[0]
         self.n_support_ = int(rows.size)
         self.n_iter_ = int(sum(c.size for c in chosen_each))
-        self.residuals_ = _joint_residuals(
+        residuals = _joint_residuals(
             [path.residuals[: c.size + 1] for path, c in zip(paths, chosen_each)]
         )
+        residuals[-1] = float(np.sqrt(np.sum(residual_of(X_cand[chosen], alpha, b))))
+        self.residuals_ = residuals
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, client=None):
@@ -278,8 +296,8 @@ class _BaseFLSASVM(BaseEstimator):
         when it fits ``cache_mb``; otherwise the candidates' state and kernel columns live
         on its workers (one actor each, the rows sent once), one round trip per step.  The
         selection equals the local one."""
-        X, pool, paths = self._run(X, y, int(self.n_support), client)
-        self._set_model(X, pool, paths, int(self.n_support))
+        X, pool, paths, residual_of = self._run(X, y, int(self.n_support), client)
+        self._set_model(X, pool, paths, int(self.n_support), residual_of)
         return self
 
     def fit_path(self, X, y, ms, client=None) -> list:
@@ -289,16 +307,16 @@ class _BaseFLSASVM(BaseEstimator):
         if not ms or min(ms) < 1:
             raise ValueError(f"ms must be a non-empty list of integers >= 1; got {ms}")
         self._validate_params()
-        X, pool, paths = self._run(X, y, max(ms), client)
+        X, pool, paths, residual_of = self._run(X, y, max(ms), client)
         for name in CALIBRATION_ATTRS:  # the copies are not calibrated
             self.__dict__.pop(name, None)
         models = []
         for m in ms:
             # a copy carries what _run set (n_features_in_, classes_ or n_outputs_, ...)
             model = copy.copy(self).set_params(n_support=m)
-            model._set_model(X, pool, paths, m)
+            model._set_model(X, pool, paths, m, residual_of)
             models.append(model)
-        self._set_model(X, pool, paths, min(int(self.n_support), max(ms)))
+        self._set_model(X, pool, paths, min(int(self.n_support), max(ms)), residual_of)
         return models
 
     # -- scoring ---------------------------------------------------------------------------
@@ -377,7 +395,12 @@ _ATTRS_DOC = """
     intercept_ : float or ndarray of shape (n_columns,)
     residuals_ : ndarray of shape (n_support_ + 1,)
         Frobenius norm of the training residual before the first kernel column (after the
-        constant one) and after each step.
+        constant one) and after each step.  The last is the fitted model's own residual,
+        computed from the training rows (on a ParquetDataset, one more pass); the others
+        are the selection's running values, which in the candidates' space (the Gram in
+        ``cache_mb``) are computed from squared norms and so are rounding below about
+        ``sqrt(u k) kappa |Y|`` (u = 2^-53, k steps, kappa the chosen columns' condition
+        number): see ``forward_select_gram``.
     n_support_ : int
         Support vectors selected (below ``n_support`` when the rank runs out).
     n_iter_ : int
