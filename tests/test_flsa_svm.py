@@ -405,6 +405,12 @@ def test_a_parquet_data_set_gives_the_selection_of_its_rows_in_memory(
         np.testing.assert_array_equal(model.support_vectors_, here.support_vectors_)
         np.testing.assert_allclose(model.dual_coef_, here.dual_coef_, rtol=1e-7, atol=1e-9)
         np.testing.assert_array_equal(model.predict(X), here.predict(X))
+        # the last residual is the model's own, summed over the units where they live
+        coded = model.decision_function(X)
+        coded = coded[:, None] if coded.ndim == 1 else coded
+        targets = np.where(y[:, None] == model.classes_[None, :], 1.0, -1.0)
+        targets = targets[:, 1:] if n_classes == 2 else targets
+        assert model.residuals_[-1] == pytest.approx(np.linalg.norm(targets - coded), rel=1e-9)
     with pytest.raises(ValueError, match="y must be None"):
         FLSASVMClassifier(**params).fit(data, y)
     regressor = FLSASVMRegressor(**params).fit(data)
