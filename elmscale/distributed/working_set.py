@@ -12,8 +12,11 @@ The blocks are ``RowBlock`` states kept for the whole fit:
 Both run the same ``RowBlock`` methods, so the iterates are the same (each row's sums in the
 same order).  A worker lost mid-fit: its blocks are made again on the other workers, from
 their units, the coordinator's alpha (``SeenRows``: every row with ``a > 0`` has been in a
-working set) and an exact gradient, and the call is made again; the fit goes on to the
-same optimum within ``tol``.  The client is the caller's; nothing here starts a cluster.
+working set; a step's alpha is written there after the step) and an exact gradient, as
+they were before the call they were lost in, and that call is made again on them: a step
+is applied once, an exact check computed again from the same support.  The fit goes on
+to the same optimum within ``tol``.  The client is the caller's; nothing here starts a
+cluster.
 """
 
 from __future__ import annotations
@@ -144,6 +147,10 @@ class DaskBlocks:
     the workers), each with the worker's threads; blocks lost with their worker are made
     again on the others (see the module's docstring)."""
 
+    #: The class each block runs as on its worker (an attribute, so that a test's subclass
+    #: can make a worker die inside a call).
+    actor_class: type[BlockActor] = BlockActor
+
     def __init__(self, client, groups, classes, pairs, kernel: dict, C, cache_mb):
         self.client = client
         self.spec = (classes, pairs, kernel, C)
@@ -165,7 +172,7 @@ class DaskBlocks:
     def _submit(self, i, worker, alphas=None, support=None):
         classes, pairs, kernel, C = self.spec
         return self.client.submit(
-            BlockActor,
+            self.actor_class,
             self.groups[i],
             classes,
             pairs,
@@ -190,6 +197,8 @@ class DaskBlocks:
         return set(self.client.scheduler_info(n_workers=-1)["workers"])
 
     def _call(self, method, *args):
+        """Every block's ``method(*args)``; a block lost with its worker, before or during the
+        call, is rebuilt to its state before the call (``_rebuild``) and called again."""
         pending = [getattr(a, method)(*args) for a in self.actors]
         results: list = [None] * len(pending)
         lost = []
@@ -217,7 +226,8 @@ class DaskBlocks:
 
     def _rebuild(self, i):
         """Block ``i`` made again on a living worker, from its units and the coordinator's
-        alpha, its gradient exact."""
+        alpha, its gradient exact: the block before the call it was lost in (the coordinator
+        writes a step's alpha once the step has returned)."""
         alive = sorted(self._alive())
         if not alive:
             raise RuntimeError("every Dask worker was lost during the working-set fit")

@@ -32,7 +32,10 @@ The iterates depend on q, not on the number of blocks: each row's gradient is su
 the same order whichever block holds it, and each block reports enough candidates for
 the global choice.  Every row with ``a > 0`` has been in a working set, so the
 coordinator holds the support rows (``SeenRows``), from which a lost block is rebuilt:
-its rows read again, alpha from the coordinator, the gradient exact.
+its rows read again, alpha from the coordinator, the gradient exact.  The coordinator
+writes a step's alpha there once every block has applied the step, so a block lost in a
+call is rebuilt as it was before the call, which is then made on it once; and a pair ends
+after a rebuild only on an exact check of every row.
 """
 
 from __future__ import annotations
@@ -596,10 +599,23 @@ def solve_working_set(
     drift = np.zeros(n_pairs)
     eps_column = column_error_bound(kernel)
     seconds: list = []
+    rebuilt = int(blocks.rebuilt)
+
+    def call(method, *args):
+        """``blocks.method(*args)``, timed.  A block rebuilt meanwhile ends every certificate:
+        the drift bounds a gradient that is the exact check's plus the steps since, and a
+        rebuilt block's is not that; the pair then ends on an exact check of every row."""
+        nonlocal rebuilt
+        answers = _timed(seconds, getattr(blocks, method), *args)
+        if blocks.rebuilt != rebuilt:
+            rebuilt = int(blocks.rebuilt)
+            certifying[:] = False
+        return answers
+
     pending = list(range(n_pairs))
     unshrunk = np.zeros(n_pairs, bool)
     # every pair's reports, block by block
-    reports = _timed(seconds, blocks.step, [None] * n_pairs, None, q)
+    reports = call("step", [None] * n_pairs, None, q)
     thresholds = [None] * n_pairs
     since_shrink = 0
     while pending:
@@ -635,7 +651,7 @@ def solve_working_set(
         if done_here:
             support = seen.support(pairs)
             precise = bool(all(unshrunk[p] for p in done_here))
-            answers = _timed(seconds, blocks.exact, support, done_here, q, precise)
+            answers = call("exact", support, done_here, q, precise)
             exact_checks += 1
             for j, p in enumerate(done_here):
                 parts = [a[j] for a in answers]
@@ -657,6 +673,7 @@ def solve_working_set(
         if all(n_iter[p] >= cap for p in pending):
             break
         updates: list = [False] * n_pairs
+        stepped = []  # (pair, slots in seen, new alpha) of the variables the step changes
         for p in pending:
             c = working[p]
             if p in done_here or merged[p].v.size == 0 or n_iter[p] >= cap:
@@ -668,7 +685,7 @@ def solve_working_set(
             objective[p] += gain  # (exact at each exact check; NaN before the first)
             slots = seen.add(c)
             changed = np.flatnonzero(new != c.alpha)
-            seen.alpha[slots[changed], p] = new[changed]
+            stepped.append((p, slots[changed], new[changed]))
             if certifying[p]:
                 drift[p] += eps_column * float(np.abs(new - c.alpha).sum())
             order = changed[np.argsort(c.ids[changed], kind="stable")]
@@ -698,12 +715,16 @@ def solve_working_set(
                 )
                 for p in range(n_pairs)
             ]
-        reports = _timed(seconds, blocks.step, updates, shrink, q)
+        reports = call("step", updates, shrink, q)
+        # seen's alpha is the blocks' between calls, written once every block has applied the
+        # step: a block lost in it is rebuilt from the alpha before it, then steps once
+        for p, slots, values in stepped:
+            seen.alpha[slots, p] = values
         if on_iteration is not None:
             on_iteration(int(n_iter.max()), seconds[-1])
     unfinished = [p for p in range(n_pairs) if not converged[p]]
     if unfinished:  # stopped by max_iter: its KKT violation and objective measured exactly
-        answers = _timed(seconds, blocks.exact, seen.support(pairs), unfinished, q, True)
+        answers = call("exact", seen.support(pairs), unfinished, q, True)
         exact_checks += 1
         for j, p in enumerate(unfinished):
             parts = [a[j] for a in answers]
