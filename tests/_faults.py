@@ -30,13 +30,13 @@ def run_killing_a_worker(
 
     runner = threading.Thread(target=target, daemon=True)  # a hung fit must not hold up exit
     runner.start()
-    deadline = time.monotonic() + 30
     if started is None:
 
         def started():
             return any(client.processing().values())
 
-    while not started() and time.monotonic() < deadline:
+    # on the work's state, not a clock: busy cores can hold its start back for long
+    while runner.is_alive() and not started():
         time.sleep(0.005)
     time.sleep(settle)
     victim = next(iter(pids.values()))
@@ -52,19 +52,49 @@ def run_killing_a_worker(
 
 
 def wait_for_a_new_worker(client, pids: dict) -> None:
-    """Wait until the nanny has brought back the worker killed since ``pids`` (the
-    workers' ``client.run(os.getpid)`` before), so that the next test sees the same
-    cluster."""
-    # wait_for_workers may count the dead worker before the scheduler drops it
-    deadline = time.monotonic() + 120
+    """Wait until the worker killed since ``pids`` (the workers' ``client.run(os.getpid)``
+    before) has been replaced, so that the next test sees the same cluster.
+
+    It waits on the cluster's state, not on a clock: while a nanny is bringing its worker
+    back (a new process starting, slow on busy cores: issue 49 saw 120 s pass), it waits;
+    a nanny that has given up (its restart failed or timed out, which Dask does not retry)
+    is replaced through the cluster's spec (:func:`restore_workers`).  The test's own
+    pytest-timeout bounds the wait."""
+    restore_workers(client, len(pids), replaced=set(pids.values()))
+
+
+def _worker_pids(client) -> dict:
+    try:
+        return client.run(os.getpid)
+    except Exception:  # a worker leaving or arriving while asked; ask again
+        return {}
+
+
+def restore_workers(client, n_workers: int, *, replaced: set | None = None) -> None:
+    """Wait until ``client``'s cluster has ``n_workers`` live workers (their processes no
+    longer exactly ``replaced``: one of those was killed), replacing any worker whose
+    nanny has stopped trying.
+
+    A :class:`distributed.LocalCluster` restarts a killed worker through its nanny; when
+    the restart itself fails (under load, the new process can outlast the nanny's start),
+    the nanny closes and the cluster stays one short for good: the spec entry of such a
+    nanny is dropped and the cluster scaled back to ``n_workers``, which starts a new one.
+    """
+    cluster = getattr(client, "cluster", None)
     while True:
-        try:
-            now = client.run(os.getpid)
-        except Exception:  # a worker leaving while asked; ask again
-            now = {}
-        if len(now) == len(pids) and set(now.values()) != set(pids.values()):
-            break
-        assert time.monotonic() < deadline, f"the cluster did not recover: {now}"
+        now = _worker_pids(client)  # a test's timeout shows it in the traceback
+        if len(now) == n_workers and (replaced is None or set(now.values()) != replaced):
+            return
+        if cluster is not None and hasattr(cluster, "worker_spec"):
+            stopped = [
+                name
+                for name, nanny in list(cluster.workers.items())
+                if str(getattr(nanny, "status", "")).endswith(("closed", "failed"))
+            ]
+            if stopped:
+                for name in stopped:
+                    cluster.worker_spec.pop(name, None)
+                cluster.scale(n_workers)
         time.sleep(0.2)
 
 

@@ -25,8 +25,7 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def dask_client():
-    """A real two-worker Dask LocalCluster (processes, one thread each), once per session."""
+def _session_dask_client():
     from distributed import Client, LocalCluster
 
     with (
@@ -36,6 +35,18 @@ def dask_client():
         Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.fixture
+def dask_client(_session_dask_client):
+    """A real two-worker Dask LocalCluster (processes, one thread each), once per session;
+    each test gets it with both workers up (a test that killed one waits for its return,
+    but if the cluster is still short a later test waits here, on the cluster's state,
+    instead of failing for the earlier one's fault: issue 49)."""
+    from _faults import restore_workers
+
+    restore_workers(_session_dask_client, 2)
+    return _session_dask_client
 
 
 @pytest.fixture(scope="session")

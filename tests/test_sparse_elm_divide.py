@@ -203,8 +203,11 @@ def test_auto_gathers_and_solves_and_divides_for_early_prediction(
 
 
 @pytest.fixture(scope="module")
-def early_binary(binary_set, dask_client):
-    return _model().fit(binary_set, client=dask_client, n_parts=3, early_prediction=True)
+def early_binary(binary_set, _session_dask_client):
+    from _faults import restore_workers
+
+    restore_workers(_session_dask_client, 2)
+    return _model().fit(binary_set, client=_session_dask_client, n_parts=3, early_prediction=True)
 
 
 def _route(model, X):
