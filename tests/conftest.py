@@ -50,6 +50,17 @@ def dask_client(_session_dask_client):
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 endpoint on 127.0.0.1 (moto's server mode, ``_s3.local_s3``): started once
+    per session, checked to answer before use, stopped at the end; dummy credentials in the
+    environment only while it runs.  ``s3_server.new_bucket()`` gives a test its bucket."""
+    from _s3 import local_s3
+
+    with local_s3() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     """A real local Ray with 2 CPUs, once per session, started as elmscale starts one (on
     127.0.0.1 only)."""

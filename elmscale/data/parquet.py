@@ -1,7 +1,9 @@
-"""Parquet data sets on disk, cut into work units for Dask or Ray workers.
+"""Parquet data sets on disk or in an object store, cut into work units for Dask or Ray
+workers.
 
 :func:`open_parquet` reads only the footers of a Parquet file, a directory of them
-(searched recursively) or a glob pattern: exact row counts per row group, and the
+(searched recursively) or a glob pattern, local or at an fsspec URL (``s3://bucket/data/``,
+:mod:`elmscale.data.storage`), once, here: exact row counts per row group, and the
 schema, checked up front for every file (a missing column, a non-numeric feature, an
 empty or corrupt file is a :class:`~elmscale._errors.DataError` naming the file and
 column).  No data are read.
@@ -9,15 +11,18 @@ column).  No data are read.
 :meth:`ParquetDataset.units` cuts the rows into :class:`WorkUnit` s: by default one per
 row group; with ``n_units`` into that many contiguous, near-equal row ranges (pieces of
 row groups).  A unit is a small, self-contained description (files, row-group numbers,
-row ranges, column names, an optional affine scaling): pickled it is a few hundred bytes,
+row ranges, column names, an optional affine scaling, and for an object store the
+:class:`~elmscale.data.storage.Store` and its options): pickled it is a few hundred bytes,
 the same unit runs on a Dask worker, a Ray task or in the calling process, and
-:meth:`WorkUnit.read` gives its rows as a float32 matrix and its labels.
+:meth:`WorkUnit.read` gives its rows as a float32 matrix and its labels, read by the
+process that runs it straight from the file or the store.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,47 +33,95 @@ import pyarrow.parquet as pq
 
 from elmscale.core.errors import DataError
 from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type, parquet_columns
+from elmscale.data.storage import Location, Store, locate, scrub, storage_errors
 
 __all__ = ["ParquetDataset", "WorkUnit", "open_parquet"]
 
 
-def _find_files(path: str | os.PathLike) -> list[Path]:
-    src = os.fspath(path)
+def _is_data_file(relative: str) -> bool:
+    """A Parquet file of a directory: a Parquet suffix, and no part of its name below the
+    directory starting with ``.`` or ``_`` (Spark's and Dask's metadata, temporaries)."""
+    parts = relative.replace(os.sep, "/").split("/")
+    return os.path.splitext(parts[-1])[1] in PARQUET_SUFFIXES and not any(
+        part.startswith((".", "_")) for part in parts
+    )
+
+
+def _find_files(where: Location) -> list[str]:
+    """The Parquet files at ``where``: absolute local paths, or URLs of its store."""
+    if not where.is_local:
+        return _find_objects(where)
+    src = where.path
     if glob.has_magic(src):
         files = sorted(Path(p) for p in glob.glob(src, recursive=True) if Path(p).is_file())
         if not files:
-            raise DataError(f"{src}: the pattern matches no file; expected Parquet files")
-        return files
-    p = Path(src)
-    if not p.exists():
-        raise DataError(
-            f"{src}: no such file or directory; expected a Parquet file or a directory of them"
+            raise DataError(f"{where}: the pattern matches no file; expected Parquet files")
+    else:
+        p = Path(src)
+        if not p.exists():
+            raise DataError(
+                f"{where}: no such file or directory; expected a Parquet file or a "
+                "directory of them"
+            )
+        files = (
+            [p]
+            if p.is_file()
+            else sorted(
+                f for f in p.rglob("*") if f.is_file() and _is_data_file(str(f.relative_to(p)))
+            )
         )
-    if p.is_file():
-        return [p]
-    files = sorted(
-        f
-        for f in p.rglob("*")
-        if f.is_file()
-        and f.suffix in PARQUET_SUFFIXES
-        and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
-    )
     if not files:
         raise DataError(
-            f"{src}: directory holds no *.parquet or *.pq files; expected Parquet files"
+            f"{where}: directory holds no *.parquet or *.pq files; expected Parquet files"
         )
-    return files
+    # absolute names: a Dask or Ray worker may run in another working directory
+    return [os.path.abspath(f) for f in files]
 
 
-def _footer(file: Path) -> pq.FileMetaData:
-    if file.stat().st_size == 0:
-        raise DataError(f"{os.fspath(file)}: empty file (0 bytes); expected a Parquet file")
-    try:
-        return pq.ParquetFile(file).metadata
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(
-            f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a Parquet file"
-        ) from exc
+def _find_objects(where: Location) -> list[str]:
+    """:func:`_find_files` in an object store: a pattern, an object or a prefix (folder)."""
+    fs = where.fs
+    expected = "a Parquet file, a folder of them or a pattern"
+    with storage_errors(where, expected):
+        if glob.has_magic(where.path):
+            found = fs.glob(where.path, detail=True)
+            files = sorted(name for name, info in found.items() if info.get("type") == "file")
+            if not files:
+                raise DataError(f"{where}: the pattern matches no object; expected Parquet files")
+            return [where.url_of(f) for f in files]
+        if fs.isfile(where.path):
+            return [where.url_of(where.path)]
+        root = where.path.rstrip("/")
+        listed = fs.find(root)
+    files = sorted(f for f in listed if _is_data_file(f[len(root) :].lstrip("/")))
+    if not listed:
+        raise DataError(f"{where}: no such object or folder; expected {expected}")
+    if not files:
+        raise DataError(f"{where}: folder holds no *.parquet or *.pq objects; expected {expected}")
+    return [where.url_of(f) for f in files]
+
+
+def _footer(file: str, store: Store | None) -> pq.FileMetaData:
+    if store is None:
+        if Path(file).stat().st_size == 0:
+            raise DataError(f"{file}: empty file (0 bytes); expected a Parquet file")
+        try:
+            return pq.ParquetFile(file).metadata
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(
+                f"{file}: not a readable Parquet file ({exc}); expected a Parquet file"
+            ) from exc
+    with storage_errors(file, "a readable Parquet object", store.options):
+        with store.open_input(file) as handle:
+            if handle.size == 0:
+                raise DataError(f"{file}: empty object (0 bytes); expected a Parquet file")
+            try:
+                return pq.ParquetFile(handle).metadata
+            except pa.ArrowException as exc:
+                raise DataError(
+                    f"{file}: not a readable Parquet file ({scrub(str(exc), store.options)}); "
+                    "expected a Parquet file"
+                ) from None
 
 
 @dataclass(frozen=True)
@@ -77,7 +130,9 @@ class WorkUnit:
 
     ``pieces`` are ``(file, row_group, offset, length)``: rows ``offset .. offset + length``
     of that row group.  ``scale`` / ``shift``, when set, map each feature to
-    ``x * scale + shift`` (a fitted :class:`~elmscale.data.Scaler`).
+    ``x * scale + shift`` (a fitted :class:`~elmscale.data.Scaler`).  ``store``: None for
+    local files; else the object store the files' URLs name, with the options the worker
+    opens it with (its repr shows no secret).
     """
 
     index: int
@@ -88,6 +143,7 @@ class WorkUnit:
     label: str | None
     scale: tuple[float, ...] | None = None
     shift: tuple[float, ...] | None = None
+    store: Store | None = None
 
     def read(self, *, with_labels: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """``(X, y)``: features as a C-contiguous float32 ``(n_rows, n_features)`` array, and
@@ -99,33 +155,14 @@ class WorkUnit:
         want_labels = with_labels and self.label is not None
         columns = list(self.features) + ([self.label] if want_labels else [])
         row = 0
-        files: dict[str, pq.ParquetFile] = {}
-        for file, group, offset, length in self.pieces:
-            try:
-                handle = files.get(file) or files.setdefault(file, pq.ParquetFile(file))
-                table = handle.read_row_group(group, columns=columns).slice(offset, length)
-            except (pa.ArrowException, OSError) as exc:
-                raise DataError(
-                    f"{file}: row group {group} cannot be read ({exc}); expected a "
-                    "readable Parquet file"
-                ) from exc
-            for j, name in enumerate(self.features):
-                column = table.column(name)
-                if column.null_count:
-                    raise DataError(
-                        f"{file}: column '{name}' has {column.null_count} null "
-                        f"value(s) in row group {group}; expected numbers"
-                    )
-                values = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
-                if not np.isfinite(values).all():
-                    raise DataError(
-                        f"{file}: column '{name}' has NaN or infinite values in "
-                        f"row group {group}; expected finite numbers"
-                    )
-                X[row : row + length, j] = values
-            if want_labels:
-                labels.append(self._labels(table.column(self.label), file, group))
-            row += length
+        with ExitStack() as opened:
+            files: dict[str, pq.ParquetFile] = {}
+            for file, group, offset, length in self.pieces:
+                table = self._row_group(file, group, columns, files, opened).slice(offset, length)
+                self._put_features(table, X, row, file, group)
+                if want_labels:
+                    labels.append(self._labels(table.column(self.label), file, group))
+                row += length
         if self.scale is not None:
             X *= np.asarray(self.scale, dtype=np.float32)
             X += np.asarray(self.shift, dtype=np.float32)
@@ -133,6 +170,44 @@ class WorkUnit:
         if want_labels:
             y = np.concatenate(labels) if labels else np.empty(0)
         return X, y
+
+    def _row_group(self, file, group, columns, files: dict, opened: ExitStack) -> pa.Table:
+        """Row group ``group`` of ``file`` (each file opened once per read: a local file
+        by pyarrow, an object through the store, its column chunks fetched together)."""
+        try:
+            if file not in files:
+                if self.store is None:
+                    files[file] = pq.ParquetFile(file)
+                else:
+                    handle = opened.enter_context(self.store.open_input(file))
+                    files[file] = pq.ParquetFile(handle, pre_buffer=True)
+            return files[file].read_row_group(group, columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            options = None if self.store is None else self.store.options
+            error = DataError(
+                f"{file}: row group {group} cannot be read ({scrub(str(exc), options)}); "
+                "expected a readable Parquet file"
+            )
+            # a store's own exception is not chained: its text could quote an option
+            raise error from (exc if self.store is None else None)
+
+    def _put_features(self, table: pa.Table, X: np.ndarray, row: int, file, group) -> None:
+        """The table's feature columns, checked, into rows ``row ..`` of ``X``."""
+        length = table.num_rows
+        for j, name in enumerate(self.features):
+            column = table.column(name)
+            if column.null_count:
+                raise DataError(
+                    f"{file}: column '{name}' has {column.null_count} null "
+                    f"value(s) in row group {group}; expected numbers"
+                )
+            values = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
+            if not np.isfinite(values).all():
+                raise DataError(
+                    f"{file}: column '{name}' has NaN or infinite values in "
+                    f"row group {group}; expected finite numbers"
+                )
+            X[row : row + length, j] = values
 
     def head(self, n_rows: int) -> WorkUnit:
         """The unit of this unit's first ``n_rows`` rows (all of them if it has fewer)."""
@@ -173,6 +248,8 @@ class ParquetDataset:
         :meth:`scaled`), or None.
     n_units : how many units :meth:`units` makes by default (see :meth:`with_units`);
         None: one per row group.
+    store : None for local files; else the object store of the files' URLs and its
+        options (:class:`~elmscale.data.storage.Store`), handed to every unit.
     """
 
     source: str
@@ -183,6 +260,7 @@ class ParquetDataset:
     scale: tuple[float, ...] | None = None
     shift: tuple[float, ...] | None = None
     n_units: int | None = None
+    store: Store | None = None
 
     @property
     def n_rows(self) -> int:
@@ -266,6 +344,7 @@ class ParquetDataset:
                     label=self.label,
                     scale=self.scale,
                     shift=self.shift,
+                    store=self.store,
                 )
             )
         return units
@@ -279,25 +358,33 @@ class ParquetDataset:
         return X, y
 
 
-def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> ParquetDataset:
+def open_parquet(
+    path: str | os.PathLike, *, features=None, label=None, storage_options=None
+) -> ParquetDataset:
     """Describe a Parquet data set from its footers, checking every file's schema.
 
     Parameters
     ----------
     path : a file, a directory (its ``*.parquet`` / ``*.pq`` files, recursively, skipping
-        names that start with ``.`` or ``_``) or a glob pattern (``data/part-*.parquet``).
+        names that start with ``.`` or ``_``) or a glob pattern (``data/part-*.parquet``);
+        local, or an fsspec URL of the same (``s3://bucket/data/``, ``gs://...``,
+        ``abfs://...``): the footers are read here, once, and each work unit reads its
+        row groups on the worker that runs it, straight from the store.
     features : None (every numeric column but the label), a list of names, or a pattern
         matched against the column names (``"f*"``).
     label : the label column: a name, a position, "first" or "last"; None: "label" if
         present, else the last column; False: no label column (for scoring).
+    storage_options : the store's options for a URL (fsspec's, as Dask and pandas take
+        them: ``{"client_kwargs": {"endpoint_url": ...}}``, ``{"profile": ...}``); None:
+        the environment's and the credential files'.  The work units carry them to the
+        workers (never shown in a repr or an error).
     """
-    # absolute names: a Dask or Ray worker may run in another working directory
-    files = [Path(os.path.abspath(file)) for file in _find_files(path)]
-    footers = [_footer(f) for f in files]
+    where = locate(path, storage_options)
+    store = None if where.is_local else where.store
+    files = _find_files(where)
+    footers = [_footer(f, store) for f in files]
     schema = footers[0].schema.to_arrow_schema()
-    chosen, label_name, _ = parquet_columns(
-        schema, label, features, os.fspath(files[0]), os.fspath(files[0])
-    )
+    chosen, label_name, _ = parquet_columns(schema, label, features, files[0], files[0])
     wanted = chosen + ([label_name] if label_name is not None else [])
     row_groups = []
     for file, footer in zip(files, footers):
@@ -318,9 +405,10 @@ def open_parquet(path: str | os.PathLike, *, features=None, label=None) -> Parqu
             raise DataError(f"{file}: holds no rows; expected at least one row per file")
         row_groups.append(tuple(footer.row_group(g).num_rows for g in range(footer.num_row_groups)))
     return ParquetDataset(
-        source=os.fspath(path),
-        files=tuple(os.fspath(f) for f in files),
+        source=str(where),
+        files=tuple(files),
         row_groups=tuple(row_groups),
         features=tuple(chosen),
         label=label_name,
+        store=store,
     )

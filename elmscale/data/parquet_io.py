@@ -4,7 +4,9 @@
 A data set is one file or a directory of ``*.parquet`` / ``*.pq`` files read in name order.
 Files written here hold one float32 column per feature (no dictionary encoding, zstd), then
 the label column in its own type; row groups of 128k-1M rows (work units for distributed
-readers); written to a temporary name and renamed, so a failed write leaves nothing.
+readers); written to a temporary name and renamed, so a failed write leaves nothing.  Paths
+may be fsspec URLs with ``storage_options`` (:mod:`elmscale.data.storage`; an object is put
+whole when complete).
 
 Reading a Parquet data set piece by piece on workers is :mod:`elmscale.data.parquet`'s job.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,6 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from elmscale.core.errors import DataError
-from elmscale.core.files import atomic_write
 from elmscale.data.columns import (
     PARQUET_SUFFIXES,
     LabelSpec,
@@ -34,6 +36,7 @@ from elmscale.data.columns import (
     parquet_columns,
 )
 from elmscale.data.dataset import Dataset, MissingPolicy, _assemble, _check_missing_policy
+from elmscale.data.storage import Location, locate, storage_errors, write_whole
 
 #: Row-group size bounds (rows) for :func:`write_parquet`.
 MIN_ROW_GROUP = 131_072
@@ -42,31 +45,36 @@ MIN_ROW_GROUP = 131_072
 MAX_ROW_GROUP = 1_048_576
 
 
-def _parquet_files(path: PathLike) -> list[Path]:
-    p = Path(path)
-    src = os.fspath(path)
-    if not p.exists():
+def _parquet_files(where: Location) -> list[str]:
+    """The file, or the ``*.parquet`` / ``*.pq`` files of the folder (not below it), by
+    name; names in ``where``'s store."""
+    if not where.exists():
         raise DataError(
-            f"{src}: no such file or directory; expected a Parquet file or a directory of them"
+            f"{where}: no such file or directory; expected a Parquet file or a directory of them"
         )
-    if p.is_file():
-        return [p]
+    if not where.is_dir():
+        return [where.path]
+    if where.is_local:
+        names = [os.fspath(f) for f in Path(where.path).iterdir() if f.is_file()]
+    else:
+        with storage_errors(where, "a folder of Parquet files"):
+            listed = where.fs.ls(where.path, detail=True)
+        names = [info["name"] for info in listed if info["type"] == "file"]
     files = sorted(
         f
-        for f in p.iterdir()
-        if f.is_file() and f.suffix in PARQUET_SUFFIXES and not f.name.startswith((".", "_"))
+        for f in names
+        if posixpath.splitext(f)[1] in PARQUET_SUFFIXES
+        and not os.path.basename(f).startswith((".", "_"))
     )
     if not files:
         raise DataError(
-            f"{src}: directory holds no *.parquet or *.pq files; expected Parquet files"
+            f"{where}: directory holds no *.parquet or *.pq files; expected Parquet files"
         )
     return files
 
 
-def _parquet_error(file: Path, exc: Exception) -> DataError:
-    return DataError(
-        f"{os.fspath(file)}: not a readable Parquet file ({exc}); expected a Parquet file"
-    )
+def _parquet_error(file: str, exc: Exception) -> DataError:
+    return DataError(f"{file}: not a readable Parquet file ({exc}); expected a Parquet file")
 
 
 def load_parquet(
@@ -74,41 +82,45 @@ def load_parquet(
     label: LabelSpec | None = None,
     features: Sequence[str] | str | None = None,
     missing: MissingPolicy = "error",
+    storage_options: dict | None = None,
 ) -> Dataset:
     """Read a Parquet file, or every ``*.parquet`` / ``*.pq`` file of a directory in name order.
 
     Parameters
     ----------
-    path : a file or a directory.
+    path : a file or a directory, local or an fsspec URL (with ``storage_options``).
     label : the label column: a name, a position, "first" or "last"; None (default) takes the
         column "label" if there is one, else the last column; False: no label column.
     features : None: every other numeric column; a list of names; or a glob pattern such as
         "f*" matched against the column names (in file order).
     missing : nulls / NaN: "error" or "drop", as in :func:`load_csv`.
     """
-    files = _parquet_files(path)
-    src = os.fspath(path)
+    where = locate(path, storage_options)
+    files = _parquet_files(where)
+    src = str(where)
+    fs = None if where.is_local else where.fs
     _check_missing_policy(missing, src)
+    first = where.url_of(files[0])
     try:
-        schema = pq.read_schema(files[0])
+        schema = pq.read_schema(files[0], filesystem=fs)
     except (pa.ArrowException, OSError) as exc:
-        raise _parquet_error(files[0], exc) from exc
+        raise _parquet_error(first, exc) from exc
     names = list(schema.names)
-    fnames, yname, ypos = parquet_columns(schema, label, features, src, os.fspath(files[0]))
+    fnames, yname, ypos = parquet_columns(schema, label, features, src, first)
     wanted = [*fnames] if yname is None else [*fnames, yname]
     tables = []
     for f in files:
         try:
-            file_names = pq.read_schema(f).names if f != files[0] else names
+            file_names = pq.read_schema(f, filesystem=fs).names if f != files[0] else names
             lacking = [c for c in wanted if c not in file_names]
             if lacking:
                 raise DataError(
-                    f"{os.fspath(f)}: lacks the column(s) {lacking}; "
+                    f"{where.url_of(f)}: lacks the column(s) {lacking}; "
                     "expected every file of the directory to have the same columns"
                 )
-            tables.append(pq.read_table(f, columns=wanted))
+            tables.append(pq.read_table(f, columns=wanted, filesystem=fs))
         except (pa.ArrowException, OSError) as exc:
-            raise _parquet_error(f, exc) from exc
+            raise _parquet_error(where.url_of(f), exc) from exc
     try:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     except pa.ArrowInvalid as exc:
@@ -195,13 +207,15 @@ def write_parquet(
     label_name: str = "label",
     row_group_size: int = 262_144,
     compression: str = "zstd",
-) -> Path:
+    storage_options: dict | None = None,
+) -> Path | Location:
     """Write features (float32 columns) and labels to one Parquet file, atomically.
 
     Parameters
     ----------
     dataset_or_X : a :class:`Dataset`, or a 2-D array / sparse matrix of features.
-    path : the file to write (its directory is created if needed).
+    path : the file to write (its directory is created if needed), or an fsspec URL
+        (with ``storage_options``: the object is put whole when written).
     y : labels, one per row (overrides the Dataset's); None writes no label column when
         ``dataset_or_X`` is an array.  Written in their own type: numbers or strings.
     feature_names : column names; default the Dataset's, else "f1".."fd".
@@ -212,9 +226,11 @@ def write_parquet(
 
     Features are float32 without dictionary encoding.  The file is written under a temporary
     name in the same directory and renamed at the end: on any error nothing is left behind
-    (and an existing file at ``path`` is untouched).  Returns the path written.
+    (and an existing file at ``path`` is untouched).  Returns the path written (a URL's
+    :class:`~elmscale.data.storage.Location`).
     """
-    src = os.fspath(path)
+    where = locate(path, storage_options)
+    src = str(where)
     X, y, feature_names = _unpack(dataset_or_X, y, feature_names)
     X = _feature_matrix(X, src)
     names = _column_names(feature_names, X.shape[1], src)
@@ -224,9 +240,8 @@ def write_parquet(
             f"{src}: parameter row_group_size={row_group_size}; expected a positive integer"
         )
     schema = _schema(names, label_name, y_arr)
-    return atomic_write(
-        Path(path),
-        lambda tmp: _write_row_groups(tmp, X, y_arr, schema, row_group_size, compression),
+    return write_whole(
+        where, lambda tmp: _write_row_groups(tmp, X, y_arr, schema, row_group_size, compression)
     )
 
 

@@ -2,7 +2,9 @@
 
 Each returns a :class:`~elmscale.data.dataset.Dataset`; bad input raises
 :class:`elmscale.core.errors.DataError` naming the file, the line or column, and what was
-expected.
+expected.  A path may be an fsspec URL (``s3://bucket/train.csv``, with
+``storage_options``): the file is fetched whole into a temporary local copy and read there
+(:func:`elmscale.data.storage.local_copy`; these readers read it whole into memory anyway).
 
 LIBSVM / SVMlight (:func:`load_libsvm`)
     One sample per line: ``<label> <index>:<value> <index>:<value> ...`` with increasing
@@ -24,7 +26,6 @@ ARFF (:func:`load_arff`)
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -50,20 +51,12 @@ from elmscale.data.dataset import (
     _check_missing_policy,
     check_finite,
 )
+from elmscale.data.storage import local_copy, locate
 
 #: Markers read as a missing value by :func:`load_csv`.
 DEFAULT_NA_VALUES: tuple[str, ...] = ("?", "", "NA", "NaN", "nan")
 
 _SNIFF_LINES = 20
-
-
-def _require_file(path: PathLike) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{os.fspath(path)}: no such file; expected an existing data file")
-    if p.is_dir():
-        raise DataError(f"{os.fspath(path)}: is a directory; expected a data file")
-    return p
 
 
 def _head_lines(path: Path, n: int = _SNIFF_LINES) -> list[str]:
@@ -127,23 +120,33 @@ def load_libsvm(
     n_features: int | None = None,
     zero_based: bool | Literal["auto"] = False,
     dense: bool = True,
+    storage_options: dict | None = None,
 ) -> Dataset:
     """Read a LIBSVM / SVMlight file.
 
     Parameters
     ----------
-    path : path of the file.
+    path : path or URL of the file.
     n_features : width of the feature space; needed when a test file does not use its last
         features (``a9a.t`` needs ``n_features=123``).  Default: the largest index present.
     zero_based : whether indices start at 0; LIBSVM files start at 1 (the default, False);
         "auto" lets scikit-learn guess.
     dense : return ``X`` as a dense float64 array (default) or as a CSR matrix.
 
+    storage_options : the store's options for a URL (:mod:`elmscale.data.storage`).
+
     Labels may be any numbers (-1/+1, 0/1, 1..k); they come back as float64.  Feature names
     are "f1".."fd".
     """
-    p = _require_file(path)
-    src = os.fspath(path)
+    where = locate(path, storage_options)
+    with local_copy(where) as p:
+        return _read_libsvm(p, str(where), n_features, zero_based, dense)
+
+
+def _read_libsvm(
+    p: Path, src: str, n_features: int | None, zero_based: bool | Literal["auto"], dense: bool
+) -> Dataset:
+    """:func:`load_libsvm` of the local file ``p``, named ``src`` in errors and the result."""
     if not _head_lines(p, 1):
         raise DataError(
             f"{src}: file is empty; expected LIBSVM lines '<label> <index>:<value> ...'"
@@ -241,12 +244,13 @@ def load_csv(
     missing: MissingPolicy = "error",
     na_values: Sequence[str] = DEFAULT_NA_VALUES,
     drop_columns: Iterable[int | str] = (),
+    storage_options: dict | None = None,
 ) -> Dataset:
     """Read a delimited text table: numeric feature columns and one label column.
 
     Parameters
     ----------
-    path : path of the file.
+    path : path or URL of the file.
     label : the label column: "last", "first" (among the columns left after
         ``drop_columns``), a column name, or a 0-based position in the file.  It may hold
         strings, kept as str.  False: no label column (every column is a feature; y is None).
@@ -260,11 +264,26 @@ def load_csv(
         and counts them in ``Dataset.n_dropped``.
     na_values : the text read as a missing value.
     drop_columns : columns to ignore, by name or 0-based position (an id, a car name, a date).
+    storage_options : the store's options for a URL (:mod:`elmscale.data.storage`).
 
     Every other column must be numeric; infinite values are rejected.
     """
-    p = _require_file(path)
-    src = os.fspath(path)
+    where = locate(path, storage_options)
+    with local_copy(where) as p:
+        return _read_csv(p, str(where), label, header, sep, missing, na_values, drop_columns)
+
+
+def _read_csv(
+    p: Path,
+    src: str,
+    label: LabelSpec,
+    header: Literal["auto"] | bool | None,
+    sep: str | None,
+    missing: MissingPolicy,
+    na_values: Sequence[str],
+    drop_columns: Iterable[int | str],
+) -> Dataset:
+    """:func:`load_csv` of the local file ``p``, named ``src`` in errors and the result."""
     _check_missing_policy(missing, src)
     lines = _head_lines(p)
     if not lines:
@@ -378,16 +397,25 @@ def _numeric_column(df: pd.DataFrame, j: int, names: Sequence[str], src: str) ->
 
 
 def load_arff(
-    path: PathLike, label: LabelSpec = "last", missing: MissingPolicy = "error"
+    path: PathLike,
+    label: LabelSpec = "last",
+    missing: MissingPolicy = "error",
+    storage_options: dict | None = None,
 ) -> Dataset:
     """Read a Weka ARFF file with :func:`scipy.io.arff.loadarff`.
 
     Features must be numeric attributes; the label (``"last"``, ``"first"``, a name or a
     position) may be numeric or nominal (nominal values come back as str).  Missing values
-    (``?``) follow ``missing`` as in :func:`load_csv`.
+    (``?``) follow ``missing`` as in :func:`load_csv`.  ``path`` may be a URL, with
+    ``storage_options`` (:mod:`elmscale.data.storage`).
     """
-    p = _require_file(path)
-    src = os.fspath(path)
+    where = locate(path, storage_options)
+    with local_copy(where) as p:
+        return _read_arff(p, str(where), label, missing)
+
+
+def _read_arff(p: Path, src: str, label: LabelSpec, missing: MissingPolicy) -> Dataset:
+    """:func:`load_arff` of the local file ``p``, named ``src`` in errors and the result."""
     _check_missing_policy(missing, src)
     if not _head_lines(p, 1):
         raise DataError(

@@ -1,0 +1,153 @@
+"""A real S3 endpoint on 127.0.0.1 for the tests, the docs' snippets and
+``benchmarks/object_storage.py``: moto's server mode (the way s3fs's own tests run), reached
+through s3fs and pyarrow with ``endpoint_url`` as a user's code reaches S3.
+
+:func:`local_s3` starts it on a free port, checks that it answers an HTTP request, sets
+dummy credentials in the environment for the ``with`` block only, and stops it after.  It
+counts the bytes of every object it sends (``server.bytes_sent``): the bytes read from the
+store, for the benchmark's "bytes per pass".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import urllib.request
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+#: Dummy credentials (moto accepts any unless its IAM checks are switched on).
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@dataclass
+class LocalS3:
+    """The running server: its ``endpoint``, the ``storage_options`` that reach it (the
+    dummy key and secret included, for worker processes started before the environment
+    had them), and the bytes of object data it has sent."""
+
+    endpoint: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    bytes_sent: int = 0
+    requests: int = 0
+
+    @property
+    def storage_options(self) -> dict:
+        return {
+            "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            "client_kwargs": {"endpoint_url": self.endpoint},
+        }
+
+    def filesystem(self):
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.storage_options)
+
+    def new_bucket(self, prefix: str = "elmscale") -> str:
+        """A new, empty bucket (names are unique: tests share one server)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        self.filesystem().call_s3("create_bucket", Bucket=name)
+        return name
+
+    def set_auth(self, on: bool) -> None:
+        """Switch moto's credential checks on (every request after this needs a key its
+        IAM knows: any other is refused, as AWS refuses a wrong one) or off."""
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/reset-auth",
+            data=b"0" if on else b"inf",
+            method="POST",
+            # not a form: moto reads the count from the raw body
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
+
+    def _counted(self, app):
+        """The WSGI app, counting the bytes of the responses to GET requests (the object
+        data read from the store)."""
+
+        def count(body):
+            sent = 0
+            try:
+                for chunk in body:
+                    sent += len(chunk)
+                    yield chunk
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+                with self.lock:
+                    self.bytes_sent += sent
+                    self.requests += 1
+
+        def counted(environ, start_response):
+            body = app(environ, start_response)
+            return count(body) if environ.get("REQUEST_METHOD") == "GET" else body
+
+        return counted
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(endpoint: str, timeout: float) -> None:
+    """Wait until an HTTP request to the server is answered (ListBuckets)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(endpoint, timeout=2) as answer:
+                answer.read()
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the local S3 server at {endpoint} does not answer") from None
+            time.sleep(0.05)
+
+
+@contextmanager
+def local_s3(timeout: float = 30):
+    """Start moto's S3 server on 127.0.0.1, yield its :class:`LocalS3`, stop it after; the
+    dummy credentials are in the environment only meanwhile."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    # each request's log line would drown the test's output
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    saved = {name: os.environ.get(name) for name in CREDENTIALS}
+    os.environ.update(CREDENTIALS)
+    port = _free_port()
+    server = LocalS3(f"http://127.0.0.1:{port}")
+    # moto's ThreadedMotoServer, its app wrapped to count the bytes it sends
+    app = server._counted(DomainDispatcherApplication(create_backend_app))
+    http = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=http.serve_forever, name="local-s3", daemon=True)
+    thread.start()
+    try:
+        _answers(server.endpoint, timeout)
+        yield server
+    finally:
+        http.shutdown()
+        thread.join(timeout=10)
+        http.server_close()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
