@@ -5,7 +5,8 @@ Each ```python block of README.md and of docs/**/*.md runs in a fresh interprete
 (working directory a temporary folder, this checkout's elmscale first on the path) after
 the replacements its
 entry in STAND_INS lists: the cluster addresses become the test session's Dask
-LocalCluster and local Ray, ``../shared`` the tests' shared folder.  Every replacement
+LocalCluster and local Ray, an object store's endpoint and bucket the session's local S3
+server and a new bucket of it, ``../shared`` the tests' shared folder.  Every replacement
 must find its text exactly as often as listed, and every block must have an entry (and
 every entry a block): a page that changes fails here until this file follows it, so
 that a snippet that stops working cannot pass unnoticed.  A block that only includes a
@@ -101,6 +102,15 @@ STAND_INS = {
         creates=("cv_results.csv", "cv_accuracy.png"),
         fixtures=("ray_session",),
     ),
+    "object-stores": StandIn(
+        needle='open_parquet("s3://my-bucket/train/"',
+        replace={
+            '"https://minio.example.com:9000"': ('"{s3}"', 1),
+            "s3://my-bucket/": ("s3://{bucket}/", 4),
+        },
+        expects=('label="label"', "test.csv"),
+        fixtures=("s3_server",),
+    ),
     "registry": StandIn(needle="from elmscale.registry import"),
     "felm": StandIn(needle="from elmscale import FKELMClassifier"),
     "onnx": StandIn(needle="import onnxruntime as ort", creates=("model.onnx",)),
@@ -148,6 +158,23 @@ def _write_big_parquet(directory: Path):
         )
 
 
+def _data_in_a_bucket(server) -> tuple[str, str]:
+    """For the object-store page: a new bucket of the local S3 server holding ``train/``
+    (Parquet, features f1..f8 and a label) and ``test.csv``; its endpoint and name."""
+    from elmscale.data import generate_classification, write_parquet
+
+    bucket = server.new_bucket()
+    data = generate_classification(2_000, n_features=8, random_state=6)
+    options = server.storage_options
+    train = f"s3://{bucket}/train/part-0.parquet"
+    write_parquet(data.X[:1_500], train, y=data.y[:1_500], storage_options=options)
+    rows = np.column_stack([data.X[1_500:], data.y[1_500:]])
+    header = ",".join([*data.feature_names, "label"])
+    text = header + "\n" + "\n".join(",".join(f"{v:g}" for v in row) for row in rows) + "\n"
+    server.filesystem().pipe_file(f"{bucket}/test.csv", text.encode())
+    return server.endpoint, bucket
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("block", _params())
 def test_readme_python_block_runs(block, tmp_path, request):
@@ -161,6 +188,8 @@ def test_readme_python_block_runs(block, tmp_path, request):
         values["dask"] = request.getfixturevalue("dask_client").scheduler.address
         values["big"] = (tmp_path / "big").as_posix()
         _write_big_parquet(tmp_path / "big")
+    if "s3_server" in spec.fixtures:
+        values["s3"], values["bucket"] = _data_in_a_bucket(request.getfixturevalue("s3_server"))
     if "ray_session" in spec.fixtures:
         ray = request.getfixturevalue("ray_session")
         values["ray"] = ray.get_runtime_context().gcs_address

@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 from elmscale import registry
-from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 from elmscale.data.columns import PARQUET_SUFFIXES
 
@@ -96,11 +95,14 @@ def _label_spec(text: str | None):
         return text
 
 
-def _require_input(path: str, what: str) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{what} {path}: no such file or directory")
-    return p
+def _require_input(path: str, what: str) -> None:
+    """A missing input is a usage error; ``path`` may be a URL of a store (its credentials
+    and endpoint from the environment: ``AWS_PROFILE``, ``AWS_ENDPOINT_URL``, ...)."""
+    from elmscale.data.storage import locate
+
+    where = locate(path)
+    if not where.exists():
+        raise UsageError(f"{what} {where}: no such file or directory")
 
 
 def _load(path: str, label, what: str, **kw):
@@ -127,16 +129,20 @@ def _make_estimator(name: str, params: dict, scale: bool):
     return make_pipeline(Scaler(), est) if scale else est
 
 
-def _write_table_atomically(columns: dict, path: Path) -> None:
-    """Write ``columns`` to ``path`` (.csv or .parquet) via a temporary name."""
+def _write_table_atomically(columns: dict, path: str) -> None:
+    """Write ``columns`` to ``path`` (.csv or .parquet; a file, or an object put whole) via
+    a temporary name."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from elmscale.data.storage import locate, write_whole
+
     table = pa.table(columns)
-    suffix = path.suffix.lower()
+    where = locate(path)
+    suffix = where.suffix.lower()
     if suffix not in (".csv", *PARQUET_SUFFIXES):
-        raise UsageError(f"output {path}: expected a .csv or .parquet file name")
+        raise UsageError(f"output {where}: expected a .csv or .parquet file name")
 
     def write(tmp: Path) -> None:
         if suffix == ".csv":
@@ -144,7 +150,7 @@ def _write_table_atomically(columns: dict, path: Path) -> None:
         else:
             pq.write_table(table, tmp, compression="zstd", use_dictionary=False)
 
-    atomic_write(path, write, make_dirs=False)
+    write_whole(where, write, make_dirs=False)
 
 
 def _evaluate(model, X, y) -> dict:
@@ -172,7 +178,7 @@ def cmd_convert(args) -> int:
     if args.missing is not None:
         kw["missing"] = args.missing
     ds = _load(args.input, _label_spec(args.label), "input", format=args.format, **kw)
-    out = Path(args.output)
+    out = args.output
     write_parquet(ds, out, row_group_size=args.row_group_size)
     dropped = f", {ds.n_dropped} rows with missing values dropped" if ds.n_dropped else ""
     print(f"wrote {out}: {ds.n_samples} rows x {ds.n_features} features{dropped}")
@@ -231,14 +237,20 @@ def _scoring_label(path: str, label: str | None):
     if fmt == "parquet":
         import pyarrow.dataset as pads
 
-        return "label" if "label" in pads.dataset(path, format="parquet").schema.names else False
+        from elmscale.data.storage import locate
+
+        where = locate(path)
+        fs = None if where.is_local else where.fs
+        names = pads.dataset(where.path, format="parquet", filesystem=fs).schema.names
+        return "label" if "label" in names else False
     return False
 
 
 def _is_libsvm(path: str) -> bool:
     from elmscale.data.formats import detect_format
+    from elmscale.data.storage import locate
 
-    return Path(path).exists() and detect_format(path) == "libsvm"
+    return locate(path).exists() and detect_format(path) == "libsvm"
 
 
 def cmd_predict(args) -> int:
@@ -268,7 +280,7 @@ def cmd_predict(args) -> int:
                     columns[f"decision_{cls}"] = scores[:, j]
     except ValueError as exc:
         raise RuntimeError(f"{args.data}: {exc}") from exc
-    _write_table_atomically(columns, Path(args.output))
+    _write_table_atomically(columns, args.output)
     print(f"wrote {args.output}: {len(pred)} predictions")
     return EXIT_OK
 

@@ -1,14 +1,16 @@
 """Pipeline files: one TOML file describing a run, checked before anything runs.
 
 A pipeline file has the sections ``[run]``, ``[data]``, ``[model]``, ``[search]``,
-``[compute]`` and ``[output]``.  :data:`SPEC` declares every key once: its type as a user
-reads it, its default, the values it takes and what it means; the checks of a value's type,
-range and choices are made from it, and so is the reference page
+``[compute]``, ``[storage]`` and ``[output]``.  :data:`SPEC` declares every key once: its
+type as a user reads it, its default, the values it takes and what it means; the checks of
+a value's type, range and choices are made from it, and so is the reference page
 ``docs/reference/pipeline-keys.md`` (``python docs/gen_reference.py``).  The checks that
 involve several keys (``data.test_size`` against ``data.test``, the files a task needs,
 the files that must exist, the estimator's parameters) are written below as code.
 
-Relative paths are taken from the current directory.  ``load_pipeline`` reads a file,
+Relative paths are taken from the current directory.  Every data and output path may be an
+fsspec URL (``s3://bucket/data/``); ``[storage]`` names the store's endpoint, profile or
+region, never a secret (:func:`storage_options`).  ``load_pipeline`` reads a file,
 applies ``--set section.key=value`` overrides, and returns a ``Pipeline`` whose
 ``problems`` list every mistake found (an unknown key with the closest valid name, a
 missing file, a value out of range, a parameter the estimator rejects); a run starts
@@ -291,8 +293,31 @@ SPEC: dict[str, dict[str, Key]] = {
         ),
         "threads_per_worker": Key("integer", 1, "threads of each local Dask worker", minimum=1),
     },
+    "storage": {
+        "endpoint": Key(
+            "string",
+            None,
+            "the endpoint of an S3-compatible store or of GCS for the paths that are URLs "
+            "(`https://minio.example.com:9000`)",
+            default_text="unset: the store's own, or `AWS_ENDPOINT_URL`",
+        ),
+        "profile": Key(
+            "string",
+            None,
+            "a profile of the credential files (`~/.aws/credentials`) for `s3://` URLs; "
+            "credentials come from the environment or those files, never a pipeline file",
+            default_text="unset: the environment's credentials",
+        ),
+        "region": Key("string", None, "the region of an `s3://` store"),
+        "anonymous": Key("boolean", False, "read public buckets without credentials"),
+    },
     "output": {
-        "dir": Key("path", "runs", "where the run directories are written"),
+        "dir": Key(
+            "path",
+            "runs",
+            "where the run directories are written (a URL: the run's files are put there "
+            "when it ends, its scores as they are written)",
+        ),
         "decision": Key(
             "boolean", False, "write the decision values beside the predictions in the scores"
         ),
@@ -348,8 +373,20 @@ def _closest(word: str, options) -> str:
     return f" (did you mean '{match[0]}'?)" if match else f" (valid: {', '.join(options)})"
 
 
-def _exists(path: str) -> bool:
-    return bool(glob.glob(path)) if glob.has_magic(path) else Path(path).exists()
+def storage_options(p: Pipeline, url: str) -> dict:
+    """The fsspec ``storage_options`` of ``url`` from the pipeline's ``[storage]``."""
+    from elmscale.data.storage import named_options
+
+    return named_options(url, **p["storage"])
+
+
+def _exists(p: Pipeline, path: str) -> bool:
+    from elmscale.data.storage import is_url, locate
+
+    if not is_url(path):
+        return bool(glob.glob(path)) if glob.has_magic(path) else Path(path).exists()
+    where = locate(path, storage_options(p, path))
+    return bool(where.fs.glob(where.path)) if glob.has_magic(path) else where.exists()
 
 
 def load_pipeline(path, overrides=()) -> Pipeline:
@@ -377,7 +414,13 @@ def load_pipeline(path, overrides=()) -> Pipeline:
             problems.append(f"[{section}] must be a table")
             continue
         for key in raw_values:
-            if key not in SPEC[section]:
+            if section == "storage" and key not in SPEC[section] and _names_a_secret(key):
+                problems.append(
+                    f"storage.{key}: a pipeline file holds no secret; give the credentials "
+                    "in the environment (AWS_ACCESS_KEY_ID, ...) or in a profile of the "
+                    "credential files (storage.profile)"
+                )
+            elif key not in SPEC[section]:
                 problems.append(f"unknown key {section}.{key}{_closest(key, SPEC[section])}")
     for section, defaults in SCHEMA.items():
         given = raw.get(section, {}) if isinstance(raw.get(section, {}), dict) else {}
@@ -389,6 +432,12 @@ def load_pipeline(path, overrides=()) -> Pipeline:
     refused = _check_declared(pipeline)
     _check_values(pipeline, refused)
     return pipeline
+
+
+def _names_a_secret(key: str) -> bool:
+    from elmscale.data.storage import SECRET_WORDS
+
+    return any(word in key.lower() for word in SECRET_WORDS)
 
 
 def _check_declared(p: Pipeline) -> set[str]:
@@ -429,13 +478,12 @@ def _check_values(p: Pipeline, refused: set[str]) -> None:
     for key in ("train", "test", "score"):
         value = data[key]
         generated = generate and value in (data["train"], data["test"])
-        if value and f"data.{key}" not in refused and not _exists(value) and not generated:
-            problems.append(f"data.{key}: {value}: no such file or directory")
+        if value and f"data.{key}" not in refused and not generated:
+            _check_exists(p, f"data.{key}", value, "no such file or directory")
     if task == "score" and not p["output"]["model"]:
         problems.append("output.model (the model file to score with) is required for task 'score'")
     elif task == "score" and "output.model" not in refused:
-        if not Path(p["output"]["model"]).is_file():
-            problems.append(f"output.model: {p['output']['model']}: no such file")
+        _check_exists(p, "output.model", p["output"]["model"], "no such file")
     estimators = registry.names()
     known_estimator = "model.estimator" not in refused and model["estimator"] in estimators
     if "model.estimator" not in refused and not known_estimator:
@@ -457,6 +505,18 @@ def _check_values(p: Pipeline, refused: set[str]) -> None:
     if scheduler_file and "compute.scheduler_file" not in refused:
         if not Path(scheduler_file).is_file():
             problems.append(f"compute.scheduler_file: {scheduler_file}: no such file")
+
+
+def _check_exists(p: Pipeline, key: str, path: str, missing: str) -> None:
+    """A problem when ``path`` does not exist, or its store cannot say (an error of the
+    store names the URL, never a secret)."""
+    from elmscale.core.errors import DataError
+
+    try:
+        if not _exists(p, path):
+            p.problems.append(f"{key}: {path}: {missing}")
+    except DataError as exc:
+        p.problems.append(f"{key}: {exc}")
 
 
 def make_estimator(name: str, params: dict):

@@ -16,6 +16,11 @@ configuration), ``metrics.json``, ``model.elm``, ``cv_results.csv`` / ``.json`` 
 ``cv_results.png`` (task cv: the mean CV score over the grid, a curve against C, a line per
 value of a second parameter or a heatmap), ``scores/`` (when ``data.score`` is set) and
 ``run.log``.
+
+Data and output paths may be fsspec URLs (``s3://bucket/runs``), with the options of the
+file's ``[storage]`` (``elmscale.app.pipeline.storage_options``).  A run whose
+``output.dir`` is a URL writes its files in a local folder and puts them into the store when
+it ends (failed or not); its scores go to the store as they are written.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from pathlib import Path
 import numpy as np
 
 from elmscale import registry
-from elmscale.app.pipeline import GENERATE, SCHEMA, Pipeline, make_estimator
+from elmscale.app.pipeline import GENERATE, SCHEMA, Pipeline, make_estimator, storage_options
 from elmscale.core.files import atomic_write
 from elmscale.core.pipelines import final_estimator
 from elmscale.data.columns import PARQUET_SUFFIXES
+from elmscale.data.storage import Location, locate
 
 __all__ = ["Compute", "resolve_compute", "run_pipeline"]
 
@@ -201,16 +207,18 @@ def _end_leftovers(processes, grace: float = RAY_LEFTOVER_GRACE_S) -> None:
 # -- data ------------------------------------------------------------------------------
 
 
-def _is_parquet(path: str) -> bool:
-    p = Path(path)
-    if glob.has_magic(path):
-        return all(Path(f).suffix in PARQUET_SUFFIXES for f in glob.glob(path))
-    return p.is_dir() or p.suffix in PARQUET_SUFFIXES
+def _is_parquet(path: str, options: dict) -> bool:
+    where = locate(path, options)
+    if glob.has_magic(where.path):
+        found = glob.glob(where.path) if where.is_local else where.fs.glob(where.path)
+        return all(os.path.splitext(f)[1] in PARQUET_SUFFIXES for f in found)
+    return where.suffix in PARQUET_SUFFIXES or where.is_dir()
 
 
-def _generate(data: dict, seed: int) -> None:
+def _generate(pipeline: Pipeline) -> None:
     from elmscale.data.synthetic import write_generated_parquet
 
+    data, seed = pipeline["data"], pipeline["run"]["seed"]
     if not data["generate"]:
         return
     # the sub-keys' defaults are the pipeline schema's (test_rows unset: no test file)
@@ -221,26 +229,32 @@ def _generate(data: dict, seed: int) -> None:
         ("test", spec["test_rows"] or 0, 1),
     ):
         if data[key] and rows:
-            write_generated_parquet(data[key], rows, random_state=seed + offset, **shape)
+            options = storage_options(pipeline, data[key])
+            write_generated_parquet(
+                data[key], rows, random_state=seed + offset, storage_options=options, **shape
+            )
 
 
-def _load_arrays(path: str, data: dict, n_features=None):
+def _load_arrays(path: str, data: dict, options: dict, n_features=None):
     """``(X, y, feature names)`` of a whole file in memory (any format ``load`` reads)."""
     from elmscale.data.formats import detect_format, load
     from elmscale.data.parquet import open_parquet
 
-    if _is_parquet(path):
-        dataset = open_parquet(path, features=data["features"], label=data["label"])
+    if _is_parquet(path, options):
+        dataset = open_parquet(
+            path, features=data["features"], label=data["label"], storage_options=options
+        )
         X, y = dataset.read()
         return X, y, list(dataset.features)
     kw = {}
-    fmt = detect_format(path)
+    where = locate(path, options)
+    fmt = detect_format(where)
     if fmt == "libsvm":
         if n_features is not None:
             kw["n_features"] = n_features
     elif data["label"] is not None:
         kw["label"] = data["label"]
-    loaded = load(path, **kw)
+    loaded = load(where, **kw)
     X = loaded.X.toarray() if hasattr(loaded.X, "toarray") else loaded.X
     if fmt == "libsvm":
         return X, loaded.y, None
@@ -282,10 +296,10 @@ def _capabilities(estimator):
     return found.capabilities
 
 
-def _uses_data_plane(path: str, estimator) -> bool:
+def _uses_data_plane(path: str, estimator, options: dict) -> bool:
     """Whether ``estimator`` fits the Parquet data set ``path`` on Dask (random nodes), or
     the rows come into this process."""
-    return _is_parquet(path) and _capabilities(estimator).fits_parquet(
+    return _is_parquet(path, options) and _capabilities(estimator).fits_parquet(
         estimator.get_params(deep=False)
     )
 
@@ -329,16 +343,19 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
     if "random_state" in estimator.get_params() and estimator.random_state is None:
         estimator.set_params(random_state=run["seed"])
     task, train = run["task"], str(data["train"])
+    options = storage_options(pipeline, train)
     start = time.perf_counter()
     # a cv task stays on the data plane only with a one-pass cross-validation there (the
     # random-node sparse ELM fits Parquet by Newton passes, but its grid search runs in memory)
-    on_data_plane = _uses_data_plane(train, estimator) and (
+    on_data_plane = _uses_data_plane(train, estimator, options) and (
         task != "cv"
         or _capabilities(estimator).cross_validates_parquet(estimator.get_params(deep=False))
     )
     if on_data_plane:
         client = compute.dask()
-        dataset = open_parquet(train, features=data["features"], label=data["label"])
+        dataset = open_parquet(
+            train, features=data["features"], label=data["label"], storage_options=options
+        )
         scaler = None
         if data["scale"]:
             scaler = dataset_ops.fit_scaler(dataset, client=client)
@@ -380,7 +397,7 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
         features = list(dataset.features)
         model = make_pipeline(scaler, model) if scaler is not None else model
     else:
-        X, y, features = _load_arrays(train, data)
+        X, y, features = _load_arrays(train, data, options)
         if data["test_size"] is not None:
             X, y, held_out = _hold_out(X, y, data["test_size"], run["seed"])
             metrics["held_out"] = held_out
@@ -457,25 +474,32 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
     if not data["test"]:
         return
     test = str(data["test"])
+    options = storage_options(pipeline, test)
     final = final_estimator(model)
-    if _is_parquet(test):
-        dataset = open_parquet(test, features=features or data["features"], label=data["label"])
-        client = compute.dask() if _uses_data_plane(test, final) else None
+    if _is_parquet(test, options):
+        dataset = open_parquet(
+            test,
+            features=features or data["features"],
+            label=data["label"],
+            storage_options=options,
+        )
+        client = compute.dask() if _uses_data_plane(test, final, options) else None
         metrics["test"] = dataset_ops.evaluate(model, dataset, client=client)
     else:
-        X, y, _ = _load_arrays(test, data, n_features=final.n_features_in_)
+        X, y, _ = _load_arrays(test, data, options, n_features=final.n_features_in_)
         metrics["test"] = _metric(model, X, y)
 
 
-def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path, metrics: dict):
+def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Location, metrics: dict):
     from elmscale.io.batch_scoring import plan_jobs, score_jobs
 
     data = pipeline["data"]
     if not data["score"]:
         return
+    score = str(data["score"])
     jobs = plan_jobs(
         model,
-        str(data["score"]),
+        locate(score, storage_options(pipeline, score)),
         out_dir,
         features=features,
         id_columns=data["id_columns"],
@@ -490,15 +514,39 @@ def _score(pipeline: Pipeline, model, features, compute: Compute, out_dir: Path,
     metrics["seconds"]["score"] = summary["seconds"]
 
 
-def _new_run_dir(pipeline: Pipeline) -> Path:
+def _new_run_dir(pipeline: Pipeline) -> tuple[Path, Location]:
+    """``(the local folder the run writes in, where its files are kept)``: the same folder,
+    or for an ``output.dir`` URL a new local folder and the run's folder in the store."""
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(str(pipeline["output"]["dir"])) / f"{pipeline['run']['name']}-{stamp}"
-    run_dir, k = base, 1
-    while run_dir.exists():
+    output = str(pipeline["output"]["dir"])
+    parent = locate(output, storage_options(pipeline, output))
+    name, k = f"{pipeline['run']['name']}-{stamp}", 1
+    while parent.child(name if k == 1 else f"{name}-{k}").exists():
         k += 1
-        run_dir = base.with_name(f"{base.name}-{k}")
-    run_dir.mkdir(parents=True)
-    return run_dir
+    kept = parent.child(name if k == 1 else f"{name}-{k}")
+    if kept.is_local:
+        kept.local_path.mkdir(parents=True)
+        return kept.local_path, kept
+    import tempfile
+
+    staging = Path(tempfile.mkdtemp(prefix="elmscale-run-")) / kept.name
+    staging.mkdir()
+    return staging, kept
+
+
+def _keep_run_files(run_dir: Path, kept: Location) -> None:
+    """A run in the store: put its local files there (the scores are there already) and
+    remove the local folder."""
+    import shutil
+
+    from elmscale.data.storage import put_folder
+
+    if kept.is_local:
+        return
+    try:
+        put_folder(run_dir, kept)
+    finally:
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
 
 
 def _write_json(path: Path, value) -> None:
@@ -515,8 +563,9 @@ def run_pipeline(
     dry_run=False,
     echo=print,
     progress: bool = True,
-) -> tuple[dict, Path | None]:
-    """Run a checked pipeline; returns ``(metrics, run directory)``.
+) -> tuple[dict, Path | Location | None]:
+    """Run a checked pipeline; returns ``(metrics, run directory)`` (a URL's
+    :class:`~elmscale.data.storage.Location` when ``output.dir`` is one).
 
     ``progress``: a progress bar on stderr for every long step (pieces of the data plane's
     passes, grid pieces, one-vs-one pairs, rows scored).
@@ -538,8 +587,8 @@ def run_pipeline(
     if dry_run:
         echo(json.dumps({"plan": plan, "config": pipeline.config}, indent=2, default=str))
         return {"plan": plan}, None
-    _generate(pipeline["data"], pipeline["run"]["seed"])
-    run_dir = _new_run_dir(pipeline)
+    _generate(pipeline)
+    run_dir, run_home = _new_run_dir(pipeline)
     handler = logging.FileHandler(run_dir / "run.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     root = logging.getLogger("elmscale")
@@ -564,8 +613,12 @@ def run_pipeline(
                 from elmscale.io.model_files import saved_features
 
                 model_path = str(pipeline["output"]["model"])
-                model = load(model_path)
-                features = saved_features(model_path) or pipeline["data"]["features"]
+                options = storage_options(pipeline, model_path)
+                model = load(model_path, storage_options=options)
+                features = (
+                    saved_features(model_path, storage_options=options)
+                    or pipeline["data"]["features"]
+                )
             else:
                 model, features = _fit(pipeline, compute, run_dir, metrics)
                 kept = kept_features(model, features)
@@ -576,7 +629,10 @@ def run_pipeline(
                 save(
                     model, run_dir / "model.elm", features=features, label=pipeline["data"]["label"]
                 )
-            _score(pipeline, model, features, compute, run_dir / "scores", metrics)
+            scores = (
+                run_home.child("scores") if not run_home.is_local else locate(run_dir / "scores")
+            )
+            _score(pipeline, model, features, compute, scores, metrics)
             metrics["seconds"]["total"] = round(time.perf_counter() - start, 3)
             _write_json(run_dir / "metrics.json", metrics)
             log.info("metrics: %s", metrics)
@@ -587,4 +643,5 @@ def run_pipeline(
         compute.close()
         root.removeHandler(handler)
         handler.close()
-    return metrics, run_dir
+        _keep_run_files(run_dir, run_home)
+    return metrics, (run_dir if run_home.is_local else run_home)

@@ -44,8 +44,11 @@ from elmscale.core.files import atomic_write, folder_lock
 __all__ = [
     "Location",
     "Store",
+    "is_url",
     "locate",
     "marked_done",
+    "named_options",
+    "put_folder",
     "output_lock",
     "redact_options",
     "scrub",
@@ -155,9 +158,6 @@ class Store:
         return fs.open(path, "rb")
 
 
-LOCAL = Store()
-
-
 @dataclass(frozen=True)
 class Location:
     """A path or URL, resolved: ``url`` as named (for messages), its :class:`Store` and
@@ -262,6 +262,14 @@ class Location:
         with storage_errors(self, "an existing file"):
             return self.fs.cat_file(self.path)
 
+    def glob(self, pattern: str) -> list[Location]:
+        """The files in this folder whose names match ``pattern``, by name."""
+        if self.is_local:
+            return [self.child(p.name) for p in sorted(Path(self.path).glob(pattern))]
+        with storage_errors(self, "a folder it may list"):
+            found = self.fs.glob(f"{self.path.rstrip('/')}/{pattern}")
+        return [self.child(posixpath.basename(f)) for f in sorted(found)]
+
     def remove(self) -> None:
         if self.is_local:
             Path(self.path).unlink(missing_ok=True)
@@ -324,6 +332,39 @@ def _split_protocol(url: str) -> tuple[str | None, str]:
     return head.lower(), rest
 
 
+def named_options(
+    url: str,
+    *,
+    endpoint: str | None = None,
+    profile: str | None = None,
+    region: str | None = None,
+    anonymous: bool = False,
+) -> dict:
+    """fsspec ``storage_options`` for ``url`` from names that are not secrets (a pipeline
+    file's ``[storage]``): an endpoint, a profile of the credential files, a region, or
+    anonymous access.  The credentials themselves come from the environment or the
+    credential files.  Local paths take none; a store that has no such option ignores it."""
+    protocol, _ = _split_protocol(url)
+    options: dict = {}
+    if protocol in ("s3", "s3a"):
+        client = {"endpoint_url": endpoint, "region_name": region}
+        if any(v is not None for v in client.values()):
+            options["client_kwargs"] = {k: v for k, v in client.items() if v is not None}
+        if profile is not None:
+            options["profile"] = profile
+        if anonymous:
+            options["anon"] = True
+    elif protocol in ("gs", "gcs"):
+        if endpoint is not None:
+            options["endpoint_url"] = endpoint
+        if anonymous:
+            options["token"] = "anon"
+    elif protocol in ("abfs", "abfss", "az"):
+        if anonymous:
+            options["anon"] = True
+    return options
+
+
 def is_url(path) -> bool:
     """Whether ``path`` names a file system other than the local one."""
     if isinstance(path, Location):
@@ -355,7 +396,9 @@ def storage_errors(where: Location | str, expected: str, options: Mapping | None
             "(storage_options, the environment or the credential files) and their "
             f"permissions; expected {expected}"
         ) from None
-    except (OSError, ValueError, TimeoutError) as exc:
+    # the stores' own errors (botocore's ProfileNotFound, NoCredentialsError, ...) derive
+    # from nothing common: whatever the store's package raised is the store's failure
+    except Exception as exc:  # noqa: BLE001
         raise DataError(
             f"{shown}: the store failed ({type(exc).__name__}: {scrub(str(exc), options)}); "
             f"expected {expected}"
@@ -398,6 +441,15 @@ def write_whole(location: Location, write: Callable[[Path], object], *, make_dir
         with storage_errors(location, "a location it may write"):
             location.fs.put_file(os.fspath(tmp), location.path)
     return location
+
+
+def put_folder(local: Path, target: Location) -> None:
+    """Put every file below the local folder ``local`` into the store's folder ``target``
+    (same names), each whole (a run's files, written locally, then kept in the store)."""
+    for file in sorted(p for p in local.rglob("*") if p.is_file()):
+        dest = target.child(file.relative_to(local).as_posix())
+        with storage_errors(dest, "a location it may write"):
+            dest.fs.put_file(os.fspath(file), dest.path)
 
 
 def output_lock(folder: Location, what: str):

@@ -178,13 +178,18 @@ def write_generated_parquet(
     random_state: int = 0,
     rows_per_file: int = 1_000_000,
     row_group_size: int = 262_144,
+    storage_options: dict | None = None,
 ) -> Path:
     """Write :func:`generate_classification` rows as a folder of Parquet files, block by
     block (memory holds one file's rows).  A finished folder is marked; called again with
-    the same arguments it is kept as it is.  Returns ``out``."""
+    the same arguments it is kept as it is.  Returns ``out`` (a URL's folder as given: the
+    files are objects of its store, with ``storage_options``)."""
     import json
 
-    out = Path(out)
+    from elmscale.data.storage import locate, write_whole
+
+    folder = locate(out, storage_options)
+    out = Path(out) if folder.is_local else out
     spec = {
         "rows": n_samples,
         "features": n_features,
@@ -193,19 +198,20 @@ def write_generated_parquet(
         "rows_per_file": rows_per_file,
         "row_group_size": row_group_size,
     }
-    marker = out / GENERATED_MARKER
-    if marker.exists() and json.loads(marker.read_text()) == spec:
+    marker = folder.child(GENERATED_MARKER)
+    if marker.exists() and json.loads(marker.read_bytes()) == spec:
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    marker.unlink(missing_ok=True)
-    for old in out.glob("part-*.parquet"):
-        old.unlink()
+    marker.remove()
+    for old in folder.glob("part-*.parquet"):
+        old.remove()
     blocks = iter_classification_blocks(
         n_samples, rows_per_file, n_features, n_classes, random_state
     )
     for i, (X, y) in enumerate(blocks):
-        write_parquet(X, out / f"part-{i:05d}.parquet", y=y, row_group_size=row_group_size)
-    marker.write_text(json.dumps(spec))
+        part = folder.child(f"part-{i:05d}.parquet")
+        write_parquet(X, part, y=y, row_group_size=row_group_size)
+    # the marker last (written whole): a folder is kept only when every part was written
+    write_whole(marker, lambda tmp: tmp.write_text(json.dumps(spec)))
     return out
 
 

@@ -7,6 +7,13 @@ batches, so memory holds one batch.  Each output is written to a temporary name 
 folder and renamed when complete: an interrupted run leaves no partial file (stale
 temporary files are removed by the next run) and a rerun skips the outputs already there.
 
+Inputs and outputs may be fsspec URLs (``s3://bucket/in/`` to ``s3://bucket/scores/``, with
+``storage_options``; :mod:`elmscale.data.storage`).  Each job's process reads its input
+straight from the store and puts its output whole, in one request, when complete, then a
+marker object (``.elmscale-done/<name>.json``, its size); a rerun skips only the outputs a
+marker names with that size.  Local output folders are locked while written; an object
+store has no lock: one writer per output folder, by design.
+
 Before anything is written every input is checked: its feature columns (the model file's
 ``input.features`` when it has them, else ``features``, else every numeric column but the
 id columns and ``label``) must exist, be numeric and match the model's feature count.
@@ -22,8 +29,8 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -32,10 +39,20 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from elmscale.core.errors import DataError
-from elmscale.core.files import atomic_write, folder_lock
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.threads import thread_budget
 from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type
+from elmscale.data.storage import (
+    Location,
+    locate,
+    marked_done,
+    output_lock,
+    remove_marker,
+    scrub,
+    storage_errors,
+    write_marker,
+    write_whole,
+)
 
 __all__ = ["ScoreJob", "plan_jobs", "score_file", "score_jobs"]
 
@@ -45,51 +62,87 @@ DEFAULT_BATCH_ROWS = 262_144
 
 @dataclass(frozen=True)
 class ScoreJob:
-    """Score ``input`` into ``output`` (one file each)."""
+    """Score ``source`` into ``target`` (one file or object each; their stores' options
+    travel with the job, never shown)."""
 
-    input: str
-    output: str
+    source: Location
+    target: Location
     features: tuple[str, ...]
     id_columns: tuple[str, ...]
     decision: bool
     batch_rows: int
     n_rows: int | None
 
+    @property
+    def input(self) -> str:
+        return str(self.source)
 
-def _inputs(path: Path) -> list[Path]:
-    if not path.exists():
+    @property
+    def output(self) -> str:
+        return str(self.target)
+
+
+def _is_input(name: str) -> bool:
+    return os.path.splitext(name)[1] in INPUT_SUFFIXES and not name.startswith((".", "_"))
+
+
+def _inputs(where: Location) -> list[Location]:
+    if not where.exists():
         raise DataError(
-            f"{path}: no such file or directory; expected a Parquet or CSV file or "
+            f"{where}: no such file or directory; expected a Parquet or CSV file or "
             "a directory of them"
         )
-    if path.is_file():
-        return [path]
-    files = sorted(
-        f
-        for f in path.iterdir()
-        if f.is_file() and f.suffix in INPUT_SUFFIXES and not f.name.startswith((".", "_"))
-    )
+    if not where.is_dir():
+        return [where]
+    if where.is_local:
+        names = [f.name for f in where.local_path.iterdir() if f.is_file()]
+    else:
+        with storage_errors(where, "a folder of Parquet or CSV files"):
+            listed = where.fs.ls(where.path, detail=True)
+        names = [os.path.basename(i["name"]) for i in listed if i["type"] == "file"]
+    files = sorted(name for name in names if _is_input(name))
     if not files:
-        raise DataError(f"{path}: directory holds no .parquet or .csv file")
-    return files
+        raise DataError(f"{where}: directory holds no .parquet or .csv file")
+    return [where.child(name) for name in files]
 
 
-def _schema(file: Path) -> tuple[pa.Schema, int | None]:
+@contextmanager
+def _opened(file: Location):
+    """What pyarrow reads ``file`` from: a local path, or a file object of the store's
+    (an error opening it names the URL)."""
+    if file.is_local:
+        yield file.path
+        return
+    with storage_errors(file, "a Parquet or CSV file"):
+        handle = file.store.open_input(file.url)
+    with handle:
+        yield handle
+
+
+def _schema(file: Location) -> tuple[pa.Schema, int | None]:
     try:
-        if file.suffix == ".csv":
-            with pacsv.open_csv(file) as reader:
-                schema, n_rows = reader.schema, None
-        else:
-            metadata = pq.ParquetFile(file).metadata
-            schema, n_rows = metadata.schema.to_arrow_schema(), metadata.num_rows
+        with _opened(file) as source:
+            if file.suffix == ".csv":
+                with pacsv.open_csv(source) as reader:
+                    schema, n_rows = reader.schema, None
+            else:
+                metadata = pq.ParquetFile(source).metadata
+                schema, n_rows = metadata.schema.to_arrow_schema(), metadata.num_rows
         schema.names  # noqa: B018 - column names that are not UTF-8 fail here, named
         return schema, n_rows
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{file}: cannot be read ({exc}); expected a Parquet or CSV file") from exc
+        raise _unreadable(file, exc) from exc
+
+
+def _unreadable(file: Location, exc: Exception) -> DataError:
+    return DataError(
+        f"{file}: cannot be read ({scrub(str(exc), file.store.options)}); "
+        "expected a Parquet or CSV file"
+    )
 
 
 def _feature_columns(
-    file: Path, schema: pa.Schema, features, id_columns, n_expected: int
+    file: Location, schema: pa.Schema, features, id_columns, n_expected: int
 ) -> tuple[str, ...]:
     names = list(schema.names)
     for column in id_columns:
@@ -133,9 +186,12 @@ def plan_jobs(
     id_columns: Sequence[str] = (),
     decision: bool = False,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    storage_options=None,
 ) -> list[ScoreJob]:
-    """One job per input file, every input checked; outputs that exist are left out."""
-    input_path, output_path = Path(input_path), Path(output_path)
+    """One job per input file, every input checked.  Paths may be fsspec URLs, with
+    ``storage_options`` for their stores."""
+    input_path = locate(input_path, storage_options)
+    output_path = locate(output_path, storage_options)
     files = _inputs(input_path)
     to_dir = input_path.is_dir() or output_path.suffix.lower() not in INPUT_SUFFIXES
     if to_dir and output_path.suffix.lower() in INPUT_SUFFIXES:
@@ -147,11 +203,11 @@ def plan_jobs(
     for file in files:
         schema, n_rows = _schema(file)
         chosen = _feature_columns(file, schema, features, tuple(id_columns), n_expected)
-        out = output_path / f"{file.stem}.parquet" if to_dir else output_path
+        out = output_path.child(f"{file.stem}.parquet") if to_dir else output_path
         jobs.append(
             ScoreJob(
-                os.fspath(file),
-                os.fspath(out),
+                file,
+                out,
                 chosen,
                 tuple(id_columns),
                 bool(decision),
@@ -165,25 +221,26 @@ def plan_jobs(
 def _batches(job: ScoreJob):
     try:
         yield from _read_batches(job)
-    except (pa.ArrowException, UnicodeDecodeError) as exc:  # damage met past the footer
-        raise DataError(
-            f"{job.input}: cannot be read ({exc}); expected a Parquet or CSV file"
-        ) from exc
+    # damage met past the footer; an object that vanished or a store that failed mid-read
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise _unreadable(job.source, exc) from exc
 
 
 def _read_batches(job: ScoreJob):
     columns = list(dict.fromkeys(job.id_columns + job.features))
-    file = Path(job.input)
-    if file.suffix == ".csv":
-        options = pacsv.ReadOptions(block_size=1 << 24)
-        with pacsv.open_csv(
-            file,
-            read_options=options,
-            convert_options=pacsv.ConvertOptions(include_columns=columns),
-        ) as r:
-            yield from r
-        return
-    yield from pq.ParquetFile(file).iter_batches(batch_size=job.batch_rows, columns=columns)
+    with _opened(job.source) as source:
+        if job.source.suffix == ".csv":
+            options = pacsv.ReadOptions(block_size=1 << 24)
+            with pacsv.open_csv(
+                source,
+                read_options=options,
+                convert_options=pacsv.ConvertOptions(include_columns=columns),
+            ) as r:
+                yield from r
+            return
+        # pre_buffer: an object's row group is fetched in one request, not a column at a time
+        parquet = pq.ParquetFile(source, pre_buffer=not job.source.is_local)
+        yield from parquet.iter_batches(batch_size=job.batch_rows, columns=columns)
 
 
 _DONE = object()
@@ -266,8 +323,9 @@ def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
 
 
 def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=None) -> int:
-    """Score one file, streamed; returns the rows written.  ``on_rows(k)`` after each batch."""
-    out = Path(job.output)
+    """Score one file, streamed; returns the rows written.  ``on_rows(k)`` after each batch.
+    An output in an object store is put whole when complete, then its marker."""
+    out = job.target
     rows = 0
 
     def write(tmp):
@@ -300,14 +358,27 @@ def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=No
             if writer is not None:
                 writer.close()
 
-    atomic_write(out, write)
+    if out.is_local:
+        write_whole(out, write)
+        return rows
+    # the marker last: a rerun trusts an object only when its marker names it, whole
+    remove_marker(out)
+    write_whole(out, write)
+    write_marker(out, {"input": job.input, "rows": rows})
     return rows
 
 
+def _done(job: ScoreJob) -> bool:
+    """Whether a rerun skips the job: its output file is there (written whole, renamed), or
+    for an object store, a marker names its output object as it is."""
+    return job.target.local_path.exists() if job.target.is_local else marked_done(job.target)
+
+
 def remove_stale_temporaries(jobs: Sequence[ScoreJob]) -> int:
-    """Delete temporary files an interrupted run left next to the outputs."""
+    """Delete temporary files an interrupted run left next to the local outputs (an object
+    store's outputs are written locally first: it holds none)."""
     removed = 0
-    for folder in {Path(job.output).parent for job in jobs}:
+    for folder in {job.target.local_path.parent for job in jobs if job.target.is_local}:
         for stale in folder.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
             removed += 1
@@ -322,15 +393,17 @@ def score_jobs(
     model, jobs: Sequence[ScoreJob], *, client=None, ray_address=None, progress: bool = False
 ) -> dict:
     """Run the jobs whose outputs do not exist yet, one per file: here (``client`` and
-    ``ray_address`` None), as Dask tasks or as Ray tasks; returns a summary.  The output
+    ``ray_address`` None), as Dask tasks or as Ray tasks; returns a summary.  Local output
     folders are locked while it runs: a second run into one of them is a ``DataError``
     naming it (rather than two runs writing the same files and removing each other's
-    temporary files)."""
+    temporary files).  An object store has no lock: one run per output folder, by design
+    (each object is put whole, so two runs would only score the same files twice)."""
     from contextlib import ExitStack
 
     with ExitStack() as locks:
-        for folder in sorted({Path(job.output).parent for job in jobs}):
-            locks.enter_context(folder_lock(folder, "another elmscale score"))
+        folders = {str(job.target.parent): job.target.parent for job in jobs}
+        for name in sorted(folders):
+            locks.enter_context(output_lock(folders[name], "another elmscale score"))
         return _score_jobs(model, jobs, client=client, ray_address=ray_address, progress=progress)
 
 
@@ -339,7 +412,7 @@ def _score_jobs(model, jobs, *, client, ray_address, progress):
 
     from elmscale.distributed.executors import make_executor, progress_bars, report_progress
 
-    todo = [job for job in jobs if not Path(job.output).exists()]
+    todo = [job for job in jobs if not _done(job)]
     remove_stale_temporaries(jobs)
     executor = make_executor(client=client, ray_address=ray_address, side_by_side=False)
     start = time.perf_counter()

@@ -41,7 +41,9 @@ Only the estimators of ``elmscale.registry`` and the two containers
 (``Scaler``, scikit-learn's ``Pipeline``) can be rebuilt, from JSON
 parameters and plain arrays: nothing in the file is imported or executed.  A
 truncated or modified file, an unknown estimator or a newer format version
-raises ``ModelFileError``.  Files are written to a temporary name and renamed.
+raises ``ModelFileError``.  Files are written to a temporary name and renamed.  A path may
+be an fsspec URL (``s3://bucket/models/model.elm``) with ``storage_options``
+(:mod:`elmscale.data.storage`): the file is put whole in one request, and read whole.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ import numpy as np
 
 from elmscale import registry
 from elmscale.core.errors import ModelFileError
-from elmscale.core.files import atomic_write
+from elmscale.data.storage import Location, locate, write_whole
 from elmscale.features.layers import ConcatenatedLayers, HiddenLayer
 
 FORMAT_NAME = "elmscale-model"
@@ -210,9 +212,10 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def save(model, path, *, features=None, label=None) -> Path:
+def save(model, path, *, features=None, label=None, storage_options=None) -> Path | Location:
     """Write ``model`` (a fitted elmscale estimator, ``Scaler`` or a ``Pipeline`` of them) to
-    ``path``; ``features`` / ``label``: the training data's column names, kept for scoring."""
+    ``path``; ``features`` / ``label``: the training data's column names, kept for scoring.
+    ``path`` may be an fsspec URL with ``storage_options`` (never written into the file)."""
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(model)
@@ -241,7 +244,7 @@ def save(model, path, *, features=None, label=None) -> Path:
                 zf.writestr(member, data)
             zf.writestr("SHA256SUMS", sums)
 
-    return atomic_write(path, write, make_dirs=False)
+    return write_whole(locate(path, storage_options), write, make_dirs=False)
 
 
 # -- reading -------------------------------------------------------------------
@@ -258,9 +261,17 @@ def _inside_archive(name: str) -> bool:
     )
 
 
-def _read_members(path: Path) -> dict[str, bytes]:
+def _named(where: Location) -> Path | Location:
+    """What errors name: a local file's path as pathlib writes it, else the URL."""
+    return where.local_path if where.is_local else where
+
+
+def _read_members(where: Location) -> dict[str, bytes]:
+    path = _named(where)
+    # an object is read whole in one request (a model file is small), then unzipped here
+    source = where.local_path if where.is_local else io.BytesIO(where.read_bytes())
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(source) as zf:
             infos = zf.infolist()
             for info in infos:
                 # members are read into memory, never extracted; a name that points out of
@@ -430,10 +441,12 @@ def _decode_layer(spec, where: str, path: Path, members: dict[str, bytes]) -> Hi
     return layer
 
 
-def load(path):
-    """Load a model written by ``save``; raises ``ModelFileError`` for a bad file."""
-    path = Path(path)
-    members = _read_members(path)
+def load(path, *, storage_options=None):
+    """Load a model written by ``save``; raises ``ModelFileError`` for a bad file.  ``path``
+    may be an fsspec URL with ``storage_options``."""
+    where = locate(path, storage_options)
+    members = _read_members(where)
+    path = _named(where)
     metadata = _verify(path, members)
     try:
         model = _decode(metadata["model"], path, members)
@@ -482,13 +495,13 @@ def _check_usable(model, path: Path) -> None:
             raise ModelFileError(f"{path}: the model's calibration gives {proba!r} for one row")
 
 
-def read_metadata(path) -> dict:
+def read_metadata(path, *, storage_options=None) -> dict:
     """The verified ``metadata.json`` of a model file (for ``elmscale info``)."""
-    path = Path(path)
-    return _verify(path, _read_members(path))
+    where = locate(path, storage_options)
+    return _verify(_named(where), _read_members(where))
 
 
-def saved_features(path) -> list[str] | None:
+def saved_features(path, *, storage_options=None) -> list[str] | None:
     """The feature columns a model file says it was trained on (``input.features``), or
     None when it does not say."""
-    return (read_metadata(path).get("input") or {}).get("features")
+    return (read_metadata(path, storage_options=storage_options).get("input") or {}).get("features")

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from elmscale import registry
-from elmscale.core.files import atomic_write
+from elmscale.data.storage import Location, locate, write_whole
 from elmscale.features.kernels import Kernel, KernelFeatures
 from elmscale.features.layers import ConcatenatedLayers, HiddenLayer
 from elmscale.linalg.calibration import MIN_PROB
@@ -510,11 +510,12 @@ def to_onnx(model, *, opset: int = OPSET):
     return proto
 
 
-def save_onnx(model, path) -> Path:
-    """Write ``to_onnx(model)`` to ``path`` (a temporary name, then renamed)."""
+def save_onnx(model, path, *, storage_options=None) -> Path | Location:
+    """Write ``to_onnx(model)`` to ``path`` (a temporary name, then renamed), or to an fsspec
+    URL with ``storage_options`` (put whole)."""
     proto = to_onnx(model)
     data = proto.SerializeToString()
-    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+    return write_whole(locate(path, storage_options), lambda tmp: Path(tmp).write_bytes(data))
 
 
 # -- skl2onnx ---------------------------------------------------------------------------------
