@@ -1,6 +1,7 @@
 """setuptools' build (the project is described in pyproject.toml) plus one step: a wheel
 carries elmscale's numba kernels compiled for the x86-64-v4 and x86-64-v3 CPU baselines
-(``elmscale/core/carried_kernels.py``), so that its first fit compiles nothing.
+(``elmscale/core/carried_kernels.py``; those the build machine meets: the step runs the
+code it compiles), so that its first fit compiles nothing.
 
 The step runs ``elmscale warmup`` on the built tree, so it needs elmscale's dependencies
 (numba, scikit-learn, ...) where the wheel is built, and the cache serves only the numba

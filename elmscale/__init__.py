@@ -18,17 +18,16 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
-from elmscale.core import carried_kernels as _carried_kernels
 from elmscale.core import compile_cache as _compile_cache
 from elmscale.core.errors import DataError as DataError
 from elmscale.core.errors import ModelFileError as ModelFileError
 
-# numba's cache of the compiled kernels: ELMSCALE_CACHE_DIR, a user's NUMBA_CACHE_DIR, the
-# package's __pycache__, or a user cache folder where the package is read-only
-# (elmscale/core/compile_cache.py); then, from a wheel that carries compiled kernels for
-# this CPU, those kernels copied there and numba told to compile for that CPU baseline
-# (elmscale/core/carried_kernels.py).  Before any elmscale module imports numba.
-_carried_kernels.use(_compile_cache.configure())
+# numba's cache of the compiled kernels: ELMSCALE_CACHE_DIR, a NUMBA_CACHE_DIR, the
+# package's __pycache__, or a user cache folder where the package is read-only, each
+# checked to be this user's alone (elmscale/core/compile_cache.py).  Before any elmscale
+# module imports numba; core/jit.py, which does, then puts there the kernels a wheel
+# carries compiled for this CPU (elmscale/core/carried_kernels.py).
+_compile_cache.configure()
 
 # The estimators (and scikit-learn, which they import: 1.6 s here) load on first use,
 # so that a Ray or Dask worker running elmscale's numerics starts without them.

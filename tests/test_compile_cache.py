@@ -7,11 +7,14 @@ chosen when elmscale is imported.  The kernels compiled are the small ones of th
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import shutil
 import stat
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -130,7 +133,8 @@ def test_the_rules_in_order(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv(compile_cache.ENV, str(blocker))
-    assert compile_cache.choose() == (tmp_path / "n", "NUMBA_CACHE_DIR")
+    with pytest.warns(RuntimeWarning, match="not cached in ELMSCALE_CACHE_DIR=.*not a folder"):
+        assert compile_cache.choose() == (tmp_path / "n", "NUMBA_CACHE_DIR")
 
 
 @pytest.mark.timeout(400)
@@ -188,7 +192,7 @@ def test_a_change_to_any_kernel_source_drops_every_cached_kernel(tmp_path):
     os.utime(sources[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # passes.py edited
     assert compile_cache.drop_stale_kernels([cache], stamp, sources)
     assert sorted(p.name for p in cache.iterdir()) == ["other.txt"]
-    assert not list(tmp_path.glob("stamp.*.tmp"))
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
 @pytest.mark.timeout(300)
@@ -350,3 +354,181 @@ def test_a_module_imported_after_the_sources_changed_gets_a_stamp_of_its_own(mon
     uncached = compile_cache.sources_stamp.__wrapped__  # past the per-module memo
     stamp = uncached(str(PACKAGE / "solvers" / "late_module.py"))
     assert stamp != first and stamp.startswith("edited since, changed while process")
+
+
+# -- every folder numba reads is this user's alone, whoever chose it (issue 50) -------------
+
+
+class _RunsWhenUnpickled:
+    """What another user would plant as an index file: unpickling it makes ``path``."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+def _index_name(kernel) -> str:
+    """The name of numba's index file of ``kernel`` in a ``NUMBA_CACHE_DIR``."""
+    line = kernel.py_func.__code__.co_firstlineno
+    version = f"{sys.version_info.major}{sys.version_info.minor}{sys.abiflags}"
+    return (
+        f"{kernel.py_func.__module__.rsplit('.', 1)[-1]}.{kernel.__name__}-{line}.py{version}.nbi"
+    )
+
+
+@pytest.mark.timeout(300)
+def test_an_inherited_numba_cache_dir_another_user_owns_is_never_read(tmp_path):
+    """A NUMBA_CACHE_DIR handed down by a process that has since exited names a folder that
+    another user can then make, with an index file and the stamp (their names are
+    predictable) planted in it: numba would unpickle the index before any check."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    from elmscale.core import jit
+
+    theirs = tmp_path / "theirs"
+    index = compile_cache.kernel_folders(theirs)[0] / _index_name(jit.dot)
+    index.parent.mkdir(parents=True)
+    ran = tmp_path / "their-code-ran"
+    index.write_bytes(pickle.dumps(_RunsWhenUnpickled(ran)))
+    stamp = compile_cache.stamp_path(theirs)  # the current fingerprint: nothing dropped
+    stamp.write_text(compile_cache.fingerprint(compile_cache.kernel_sources()))
+    for path in [theirs, *theirs.rglob("*")]:
+        os.chown(path, 65534, 65534)  # nobody
+    result = _python(COMPILE_ONE, _env(NUMBA_CACHE_DIR=str(theirs)), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not ran.exists(), "numba unpickled the index file another user planted"
+    assert Path(result.stdout.strip()) != theirs
+    assert f"not cached in NUMBA_CACHE_DIR={theirs}: {theirs} is owned by uid 65534" in (
+        result.stderr
+    )
+
+
+@pytest.mark.parametrize("how", ["world-writable", "a world-writable parent", "a link"])
+def test_a_numba_cache_dir_others_can_write_or_replace_is_refused(tmp_path, monkeypatch, how):
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    monkeypatch.setattr(compile_cache, "_package_writable", lambda: True)
+    parent = tmp_path / "parent"
+    folder = parent / "numba"
+    folder.mkdir(parents=True, mode=0o700)
+    if how == "world-writable":
+        folder.chmod(0o777)
+    elif how == "a world-writable parent":  # not sticky: anyone can rename the folder away
+        parent.chmod(0o777)
+    else:
+        (tmp_path / "link").symlink_to(folder)
+        folder = tmp_path / "link"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(folder))
+    with pytest.warns(RuntimeWarning, match=f"not cached in NUMBA_CACHE_DIR={folder}"):
+        assert compile_cache.choose() == (None, "package folder")
+    parent.chmod(0o777 | stat.S_ISVTX)  # sticky, as /tmp: only the owner renames
+    if how == "a world-writable parent":
+        assert compile_cache.choose() == (folder, "NUMBA_CACHE_DIR")
+
+
+# the last rule left: the package folder read-only, the user cache folder not one, the
+# temporary one writable by all; then what this process and its child see
+_OWN_FOLDER = """
+import json, os, subprocess, sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+import elmscale
+import numba
+from elmscale.core import compile_cache, jit
+jit.dot(np.arange(4.0), np.arange(4.0))
+folder, why = compile_cache.choose()
+child = subprocess.run(
+    [sys.executable, "-c", "import os; print(os.environ.get('NUMBA_CACHE_DIR'))"],
+    capture_output=True, text=True, timeout=60,
+)
+print(json.dumps({
+    "why": why, "folder": str(folder), "environ": os.environ.get("NUMBA_CACHE_DIR"),
+    "inherited": child.stdout.strip(), "numba": numba.config.CACHE_DIR,
+    "cached": sorted(p.name for p in folder.rglob("jit.dot-*.nbi")),
+}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_folder_of_this_process_own_is_never_handed_to_its_children(tmp_path):
+    """It is removed at exit, and another user can then make a folder of that name: a
+    child that inherited its name in NUMBA_CACHE_DIR would read what they put there."""
+    site = _read_only_copy(tmp_path)
+    try:
+        blocker = tmp_path / "not-a-folder"
+        blocker.write_text("")
+        temp = tmp_path / "tmp"
+        (temp / f"elmscale-{os.getuid()}").mkdir(parents=True)
+        (temp / f"elmscale-{os.getuid()}").chmod(0o777)
+        env = _env(PYTHONPATH=str(site), XDG_CACHE_HOME=str(blocker), TMPDIR=str(temp))
+        result = _python_read_only(site, _OWN_FOLDER, env, tmp_path)
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout.splitlines()[-1])
+        assert out["why"] == "a folder of this process's own", out
+        assert out["environ"] is None and out["inherited"] == "None", out
+        assert out["numba"] == out["folder"]  # numba caches there all the same
+        assert out["cached"], "nothing cached in this process's own folder"
+        assert not Path(out["folder"]).exists()  # removed at exit
+    finally:
+        for path in [site, *site.rglob("*")]:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+
+
+def test_the_stamp_is_written_through_no_planted_link(tmp_path):
+    """A temporary name that another user can guess, opened as usual, writes through the
+    link they put there."""
+    source = tmp_path / "passes.py"
+    source.write_text("x = 1\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stamp = cache / "elmscale-kernels.stamp"
+    victim = tmp_path / "victim"
+    victim.write_text("theirs")
+    (cache / f"{stamp.name}.{os.getpid()}.tmp").symlink_to(victim)
+    assert compile_cache.drop_stale_kernels([cache], stamp, [source])
+    assert victim.read_text() == "theirs"
+    assert not stamp.is_symlink() and stamp.read_text() == compile_cache.fingerprint([source])
+
+
+_DROP = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from elmscale.core import compile_cache\n"
+    "cache, stamp, source = map(Path, sys.argv[1:])\n"
+    "print(compile_cache.drop_stale_kernels([cache], stamp, [source]))\n"
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_process_starting_meanwhile_leaves_what_another_just_wrote(tmp_path):
+    """Two processes start after an edit: the first drops the stale kernels, writes the new
+    fingerprint and copies a wheel's kernels in; the second, which read the old stamp
+    meanwhile, must not drop them too."""
+    fcntl = pytest.importorskip("fcntl")
+    source = tmp_path / "passes.py"
+    source.write_text("x = 1\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stamp = cache / "elmscale-kernels.stamp"
+    stamp.write_text("the fingerprint of the sources before the edit")
+    copied = cache / "jit.dot-10.py311.nbi"
+    held = os.open(cache, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as drop_stale_kernels in the first process
+        copied.write_bytes(b"just copied")
+        second = subprocess.Popen(
+            [sys.executable, "-c", _DROP, str(cache), str(stamp), str(source)],
+            env=_env(),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)  # the second process starts and comes to the stamp
+        stamp.write_text(compile_cache.fingerprint([source]))
+    finally:
+        os.close(held)
+    out, _ = second.communicate(timeout=100)
+    assert second.returncode == 0
+    assert out.split() == ["False"]  # it found the new fingerprint: nothing dropped
+    assert copied.read_bytes() == b"just copied"

@@ -11,11 +11,13 @@ tested in this process too, on made-up manifests.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from elmscale import ELMClassifier, SparseELMClassifier
 from elmscale.core import carried_kernels, compile_cache
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "elmscale"
 BUILD_TIMEOUT = 480  # seconds: 56 s on two cores shared with other work
 
 # Fits in a fresh process from the installed wheel: which elmscale, what the carried cache
@@ -34,6 +37,7 @@ CHILD = r"""
 import json, sys
 if sys.argv[1] == "numba-first":  # as a program that uses numba itself may
     import numba
+    numba.njit(lambda a: a.sum())(__import__("numpy").arange(3.0))
 import numpy as np
 import elmscale
 from elmscale.app.warmup import _CompileRecorder
@@ -133,19 +137,23 @@ def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
     python_tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     platform_tag = sysconfig.get_platform().replace("-", "_").replace(".", "_")
     assert wheel.name.endswith(f"-{python_tag}-{python_tag}-{platform_tag}.whl"), wheel.name
-    assert [b["name"] for b in manifest["baselines"]] == list(carried_kernels.BASELINES)
+    # those the build machine meets: the warmup runs the code it compiles
+    features = carried_kernels.host_features()
+    met = [b.name for b in carried_kernels.BASELINES.values() if set(b.requires) <= features]
+    assert [b["name"] for b in manifest["baselines"]] == met
     assert manifest["sources"] == compile_cache.source_hashes(compile_cache.kernel_sources())
     python = wheel_venv(tmp_path / "venv", wheel)
     out, predictions = _fit_in(python, tmp_path, "sparse", "sparse_large", "elm")
     assert Path(out["package"]).is_relative_to(tmp_path / "venv"), out["package"]
     expected = _host_baseline()
     assert out["status"]["baseline"] == expected.name, out["status"]
-    assert out["cpu"] == [expected.cpu_name, expected.cpu_features]
+    assert out["cpu"] == [None, None]  # numba still compiles for this host
     assert out["compiled"] == [], out["compiled"]
     _same_as_this_checkout(predictions, ["sparse", "sparse_large", "elm"])
-    # numba imported first, not compiling yet: its CPU is still set to the baseline
+    # numba imported and compiling first: the carried kernels serve all the same
     out, _ = _fit_in(python, tmp_path, "sparse", first="numba")
-    assert out["cpu"] == [expected.cpu_name, expected.cpu_features]
+    assert out["status"]["baseline"] == expected.name, out["status"]
+    assert out["cpu"] == [None, None]
     assert out["compiled"] == [], out["compiled"]
 
 
@@ -196,50 +204,57 @@ def test_a_manifest_fits_only_the_same_versions_and_sources():
     assert "format" in carried_kernels.mismatch(_manifest(format=0), sources, _HERE)
 
 
-class _Config:
-    def __init__(self, name, features):
-        self.CPU_NAME, self.CPU_FEATURES = name, features
+def _generator(cpu_name, features):
+    """A code generator's magic tuple."""
+    return ("x86_64-unknown-linux-gnu", cpu_name, features)
 
 
 def test_the_best_baseline_the_host_meets_unless_the_cpu_is_set():
     v4, v3 = carried_kernels.BASELINES.values()
     manifest = _manifest()
-    assert carried_kernels.pick(manifest, set(v4.requires), {})[0]["name"] == v4.name
-    assert carried_kernels.pick(manifest, set(v3.requires), {})[0]["name"] == v3.name
-    baseline, why = carried_kernels.pick(manifest, {"sse3", "avx"}, {})
+    on = ",".join(f"+{f}" for f in v4.requires)
+    host = _generator("znver5", f"+64bit,{on}")
+    assert carried_kernels.pick(manifest, host, True)[0]["name"] == v4.name
+    avx2 = _generator("znver3", ",".join(f"+{f}" for f in v3.requires) + ",-avx512f")
+    assert carried_kernels.pick(manifest, avx2, True)[0]["name"] == v3.name
+    baseline, why = carried_kernels.pick(manifest, _generator("sandybridge", "+sse3,+avx"), True)
     assert baseline is None and "meets none" in why
-    # set by the user (or inherited from a parent that used the cache): only if carried
-    env = {"NUMBA_CPU_NAME": v3.cpu_name, "NUMBA_CPU_FEATURES": v3.cpu_features}
-    assert carried_kernels.pick(manifest, set(v4.requires), env)[0]["name"] == v3.name
-    baseline, why = carried_kernels.pick(manifest, set(v4.requires), {"NUMBA_CPU_NAME": "znver5"})
+    # numba told to compile for a CPU (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES): only a baseline
+    told = _generator(v3.cpu_name, v3.cpu_features)
+    assert carried_kernels.pick(manifest, told, False)[0]["name"] == v3.name
+    baseline, why = carried_kernels.pick(manifest, _generator("znver5", on), False)
     assert baseline is None and "znver5" in why
-    # numba imported before elmscale: free until it has compiled or its CPU is set
-    native = _Config(None, None)
-    assert carried_kernels.pick(manifest, set(v4.requires), {}, native)[0]["name"] == v4.name
-    assert carried_kernels.pick(manifest, set(v4.requires), {}, native, compiled=True)[0] is None
-    same = _Config(v4.cpu_name, v4.cpu_features)
-    picked = carried_kernels.pick(manifest, set(v4.requires), {}, same, compiled=True)[0]
-    assert picked["name"] == v4.name
-    assert carried_kernels.pick(manifest, set(v4.requires), {}, _Config("znver5", None))[0] is None
+    # NUMBA_ENABLE_AVX=0: numba's features for this host without AVX
+    no_avx = _generator("znver5", on.replace("+avx", "-avx"))
+    assert carried_kernels.pick(manifest, no_avx, True)[0] is None
 
 
-def test_the_carried_files_are_copied_once(tmp_path):
-    source = tmp_path / "carried"
-    (source / "core").mkdir(parents=True)
-    (source / "core" / "jit.dot-10.py311.nbi").write_bytes(b"index")
-    (source / "core" / "jit.dot-10.py311.1.nbc").write_bytes(b"data")
+def test_the_carried_files_are_copied_once(carried_core, tmp_path):
+    """In place: none copied again, until one of them is gone or the copy differs."""
+    carried, baseline = carried_core.folder, carried_core.baseline
+    target, _ = carried_kernels.code_generator()
+    built_for = (target[0], baseline.cpu_name, baseline.cpu_features)
     folders = [tmp_path / "numba" / p for p in compile_cache.KERNEL_PACKAGES]
     marker = tmp_path / "numba" / "elmscale-kernels.carried"
-    assert carried_kernels.install(source, folders, marker, "key") == 2
-    assert sorted(p.name for p in folders[0].iterdir()) == [
-        "jit.dot-10.py311.1.nbc",
-        "jit.dot-10.py311.nbi",
-    ]
-    (folders[0] / "jit.dot-10.py311.nbi").write_bytes(b"numba's own since")
-    assert carried_kernels.install(source, folders, marker, "key") == 0  # in place already
-    assert (folders[0] / "jit.dot-10.py311.nbi").read_bytes() == b"numba's own since"
-    assert carried_kernels.install(source, folders, marker, "another build") == 2
-    assert not list(tmp_path.rglob("*.tmp"))
+
+    def install(key):
+        return carried_kernels.install(
+            carried / baseline.name, folders, marker, key, built_for, target
+        )
+
+    written = install("key")
+    assert written == len(list((carried / baseline.name).rglob("*.nb[ci]"))), written
+    assert install("key") == 0  # in place already
+    data = next(folders[0].glob("*.nbc"))
+    data.unlink()
+    assert install("key") == written  # a file gone: copied again
+    assert install("another build") == written
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    # filed for this code generator: numba's own reader finds them by its keys
+    for index in folders[0].glob("*.nbi"):
+        _, _, entries = carried_kernels.read_index(index)
+        assert {tuple(key[1]) for key in entries} == {target}, index.name
+        assert all((folders[0] / name).is_file() for name in entries.values())
 
 
 def test_an_unusable_manifest_never_fails_the_import(tmp_path):
@@ -248,3 +263,215 @@ def test_an_unusable_manifest_never_fails_the_import(tmp_path):
     carried_kernels.use(None)  # this checkout's own status again
     assert status["baseline"] is None and status["reason"].startswith("not used: JSONDecodeError")
     assert carried_kernels.use(None, carried=tmp_path / "none")["reason"].startswith("none carried")
+
+
+# -- kernels carried for the warmup's core step: the copy, and what it leaves alone -------
+
+
+class Carried(NamedTuple):
+    """A copy of this package and kernels carried for it (``carried_core``)."""
+
+    site: Path  # the folder to put on PYTHONPATH
+    folder: Path  # to put in the package as its _kernel_cache
+    baseline: carried_kernels.Baseline
+
+
+# the manifest of kernels carried for a baseline, as build() writes it, for the sources of
+# the elmscale imported
+_MANIFEST = r"""
+import json, sys
+import llvmlite.binding as ll
+from elmscale.core import carried_kernels, compile_cache
+baseline = carried_kernels.BASELINES[sys.argv[1]]
+print(json.dumps({
+    "format": carried_kernels.FORMAT,
+    **carried_kernels.versions(),
+    "triple": ll.get_process_triple(),
+    "sources": compile_cache.source_hashes(compile_cache.kernel_sources()),
+    "baselines": [{**baseline._asdict(), "requires": list(baseline.requires)}],
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def carried_core(tmp_path_factory) -> Carried:
+    """Kernels carried for this host's best baseline as ``build`` carries them (``elmscale
+    warmup`` told to compile for it, its cache files and a manifest), of the warmup's
+    ``core`` step only (seconds, not minutes), with the copy of the package they were
+    compiled from (a copy: the sources here may change meanwhile)."""
+    baseline = _host_baseline()
+    if baseline is None:
+        pytest.skip("this CPU meets none of the carried baselines (x86-64-v3 at least)")
+    tmp = tmp_path_factory.mktemp("carried")
+    site = tmp / "site"
+    ignore = shutil.ignore_patterns("__pycache__", "*.nb[ci]", carried_kernels.FOLDER_NAME)
+    shutil.copytree(PACKAGE, site / "elmscale", ignore=ignore)
+    cache = tmp / "cache"
+    env = clean_env(
+        PYTHONPATH=str(site),
+        ELMSCALE_CACHE_DIR=str(cache),
+        NUMBA_CPU_NAME=baseline.cpu_name,
+        NUMBA_CPU_FEATURES=baseline.cpu_features,
+    )
+    warmup = [sys.executable, "-m", "elmscale", "warmup", "--only", "core"]
+    done = subprocess.run(warmup, env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = tmp / "carried"
+    for folder in (cache / "numba").iterdir():  # numba's <package>_<hash of its path>
+        if folder.is_dir():
+            shutil.copytree(folder, out / baseline.name / folder.name.split("_")[0])
+    manifest = subprocess.run(
+        [sys.executable, "-c", _MANIFEST, baseline.name],
+        env=clean_env(PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (out / carried_kernels.MANIFEST).write_text(manifest.stdout)
+    return Carried(site, out, baseline)
+
+
+def _installed(where: Path, carried: Carried, with_kernels: bool = True) -> Path:
+    """A copy of ``carried``'s package in ``where/site`` (made once), carrying its kernels
+    unless not ``with_kernels``; the folder to put on ``PYTHONPATH``."""
+    site = where / "site"
+    if not site.exists():
+        shutil.copytree(carried.site, site)
+    if with_kernels:
+        shutil.copytree(carried.folder, site / "elmscale" / carried_kernels.FOLDER_NAME)
+    return site
+
+
+# numba imported (and compiling code of the program's own) first, or elmscale first; then
+# one of elmscale's kernels, a function of the program's own, and a child process
+CARRIED_CHILD = r"""
+import json, os, subprocess, sys
+import numpy as np
+if sys.argv[1] == "numba":
+    import numba
+    numba.njit(lambda a: a.sum())(np.arange(3.0))
+import elmscale
+import llvmlite.binding as ll
+import numba
+from numba.core import registry
+from elmscale.core import carried_kernels, jit
+jit.dot(np.arange(4.0), np.arange(4.0))
+numba.njit(lambda a: a.max())(np.arange(3.0))
+listed = "import os; print([k for k in os.environ if k.startswith('NUMBA_CPU')])"
+child = subprocess.run([sys.executable, "-c", listed], capture_output=True, text=True, timeout=60)
+print("RESULT " + json.dumps({
+    "status": carried_kernels.STATUS,
+    "environ": [k for k in os.environ if k.startswith("NUMBA_CPU")],
+    "inherited": child.stdout.strip(),
+    "config": [numba.config.CPU_NAME, numba.config.CPU_FEATURES],
+    "generator": registry.cpu_target.target_context.codegen().magic_tuple()[1],
+    "host": ll.get_host_cpu_name(),
+    "dot": [sum(jit.dot.stats.cache_hits.values()), sum(jit.dot.stats.cache_misses.values())],
+}))
+"""
+
+
+def _carried_run(site: Path, cache: Path, first: str = "elmscale") -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", CARRIED_CHILD, first],
+        cwd=cache.parent,
+        env=clean_env(PYTHONPATH=str(site), ELMSCALE_CACHE_DIR=str(cache)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("first", ["elmscale", "numba"])
+def test_carried_kernels_leave_numba_compiling_for_this_host(carried_core, tmp_path, first):
+    """They serve elmscale's kernels alone: numba's CPU setting and the environment stay as
+    they were, so the program's own numba code and the processes it starts (Dask and Ray
+    workers, sbatch) compile for their host, which may lack the baseline's features."""
+    out = _carried_run(_installed(tmp_path, carried_core), tmp_path / "cache", first)
+    assert out["status"]["baseline"] == carried_core.baseline.name, out["status"]
+    assert out["dot"] == [1, 0], "the carried kernel was not loaded"
+    assert out["environ"] == [] and out["inherited"] == "[]", out
+    assert out["config"] == [None, None]
+    assert out["generator"] == out["host"]
+
+
+@pytest.mark.timeout(400)
+def test_carried_kernels_deleted_from_the_cache_are_put_back(carried_core, tmp_path):
+    """A user who deletes the cache (core/jit.py's docstring says where it is) gets them
+    copied again, and ``elmscale info`` says "used" only when they are there."""
+    site = _installed(tmp_path, carried_core)
+    cache = tmp_path / "cache"
+    baseline = carried_core.baseline
+
+    def delete():
+        files = list(cache.rglob("*.nb[ci]"))
+        assert files
+        for path in files:
+            path.unlink()
+
+    assert _carried_run(site, cache)["dot"] == [1, 0]
+    delete()
+    again = _carried_run(site, cache)
+    assert again["status"]["baseline"] == baseline.name, again["status"]
+    assert again["dot"] == [1, 0], "not copied again: the kernel was compiled"
+    delete()
+    info = subprocess.run(
+        [sys.executable, "-m", "elmscale", "info"],
+        cwd=tmp_path,
+        env=clean_env(PYTHONPATH=str(site), ELMSCALE_CACHE_DIR=str(cache)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert info.returncode == 0, info.stderr[-3000:]
+    assert f"carried by the wheel: used: {baseline.name}" in info.stdout, info.stdout
+    assert list(cache.rglob("jit.dot-*.nbi")), "said used, but the files are not there"
+
+
+@pytest.mark.timeout(400)
+def test_the_copy_leaves_the_data_files_an_index_names_as_they_were(carried_core, tmp_path):
+    """The cache holds numba's own compile of a kernel (made before the wheel was installed,
+    or on a host of another CPU): a process that read its index before the copy loads the
+    data files that index names, so the copy writes none of them, and keeps its entries."""
+    site = _installed(tmp_path, carried_core, with_kernels=False)
+    cache = tmp_path / "cache"
+    assert _carried_run(site, cache)["dot"] == [0, 1]  # compiled: none carried
+    own = {p: p.read_bytes() for p in cache.rglob("jit.dot-*.nbc")}
+    assert own
+    _installed(tmp_path, carried_core)  # the wheel installed over it
+    out = _carried_run(site, cache)
+    assert out["status"]["baseline"] == carried_core.baseline.name, out["status"]
+    assert out["dot"] == [1, 0], out
+    assert {p: p.read_bytes() for p in own} == own
+
+
+def test_the_v4_baseline_compiles_512_bit_vectors(tmp_path):
+    """As the docs say: its features ``-prefer-256-bit`` turn LLVM's preference for 256-bit
+    vectors off (compiled only, not run: this host may lack AVX-512)."""
+    if not sysconfig.get_platform().endswith("x86_64"):
+        pytest.skip("an x86-64 baseline")
+    v4 = carried_kernels.BASELINES["x86-64-v4"]
+    code = (
+        "import numba\n"
+        "def scale(a, b):\n"
+        "    for i in range(a.shape[0]):\n"
+        "        a[i] = a[i] * 2.5 + b[i]\n"
+        "f = numba.njit('void(float64[::1], float64[::1])')(scale)\n"
+        "asm = f.inspect_asm(f.signatures[0])\n"
+        "print('zmm' in asm, 'ymm' in asm)\n"
+    )
+    vectors = {}
+    for features in (v4.cpu_features, ""):
+        env = clean_env(NUMBA_CPU_NAME=v4.cpu_name, NUMBA_CPU_FEATURES=features)
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        vectors[features] = done.stdout.split()
+    assert vectors[v4.cpu_features] == ["True", "True"]  # 512-bit registers in its loop
+    assert vectors[""] == ["False", "True"]  # LLVM's default for x86-64-v4: 256-bit

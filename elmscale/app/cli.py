@@ -326,7 +326,8 @@ def cmd_info(args) -> int:
     lines.append(
         f"numba threading layer: {numba.config.THREADING_LAYER}, threads {numba.get_num_threads()}"
     )
-    from elmscale.core import carried_kernels, compile_cache
+    # (jit: importing elmscale's kernels puts a wheel's carried ones in place, or says why not)
+    from elmscale.core import carried_kernels, compile_cache, jit  # noqa: F401
 
     lines.append(
         f"numba cache: {compile_cache.cache_folder()} ({compile_cache.choose()[1]}; "

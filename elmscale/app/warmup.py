@@ -195,6 +195,8 @@ def main(only=None, quiet=False) -> int:
     where = compile_cache.cache_folder()
     print(f"elmscale warmup: numba cache {where} ({why})")
     if carried_kernels.FOLDER.is_dir():  # a wheel's compiled kernels: used, or why not
+        from elmscale.core import jit  # noqa: F401 - importing the kernels puts them in place
+
         print(f"kernels carried by the wheel: {carried_kernels.STATUS['reason']}")
     results = warmup(only, report=None if quiet else print)
     total = sum(r.seconds for r in results)

@@ -20,11 +20,14 @@ with it: the float64 exp 0.68 ns against 1.3 ns a value, a 2,400-row gaussian K
 17 ms against 20, the exact float64 product of 5,204 support vectors with 29,768 rows
 0.31 s against 0.40 s, a float32 solver column 30 us against 48 us (one thread).
 
-Numba caches a function's machine code by its own file only (its path and content): after
-an edit here, delete elmscale's ``*.nbi, *.nbc`` cache files so that sparse_dual.py's cached
-functions, which call these, are compiled again.  They are in the ``__pycache__`` folders
-beside the code, or in the folder ``elmscale warmup`` names first (``ELMSCALE_CACHE_DIR``,
-a user cache folder for a read-only install: ``core/compile_cache.py``).
+Numba caches a function's machine code by its own file only (its path and content), but
+sparse_dual.py's cached functions hold the code of these: so elmscale keys each cached
+kernel by all kernel sources and drops the cache when any of them changed
+(``core/compile_cache.py``), and nothing needs deleting after an edit here.  The cache files
+(``*.nbi, *.nbc``) are in the ``__pycache__`` folders beside the code, or in the folder
+``elmscale warmup`` names first (``ELMSCALE_CACHE_DIR``, a user cache folder for a
+read-only install); deleting them costs a compile, and a wheel's carried kernels are put
+back by the next process (``core/carried_kernels.py``).
 
 First-fit compile time (``benchmarks/first_fit.py``): helpers that would be compiled on
 their own and then again inside every caller (numba links a callee's code into the
@@ -46,10 +49,12 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from elmscale.core import compile_cache
+from elmscale.core import carried_kernels, compile_cache
 
-# before the first kernel: numba keys each cached kernel by all kernel sources
-compile_cache.key_kernels_by_sources()
+# before the first kernel: numba caches in the folder compile_cache chose, keying each
+# kernel by all kernel sources, and the kernels a wheel carries are in place there
+compile_cache.prepare_numba()
+carried_kernels.use(compile_cache.configured())
 
 _LOG2E = 1.4426950408889634
 # ln 2 split in a high part with few mantissa bits (k * hi is exact) and a low part.
