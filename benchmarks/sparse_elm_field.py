@@ -1,13 +1,16 @@
-"""Sparse ELM against LIBSVM (scikit-learn's SVC) in the situations a user meets.
+"""Sparse ELM against the CPU SVCs (LIBSVM, oneDAL) in the situations a user meets.
 
     python benchmarks/sparse_elm_field.py                        # every mode, the COD-RNA half
     python benchmarks/sparse_elm_field.py --quick                # CI size: 5,000 rows, C = 1
     python benchmarks/sparse_elm_field.py --only first-fit       # one mode (or several)
     python benchmarks/sparse_elm_field.py --only warm --repeat 5 # best of 5 instead of 3
     python benchmarks/sparse_elm_field.py --only first-fit --top 25   # longer compile table
+    python benchmarks/sparse_elm_field.py --only warm --results benchmarks/results/x.txt
 
 Modes (``--only``; all by default), each against ``SVC(kernel="rbf", gamma=1 / (2 sigma^2),
-C=C, tol=1e-3, cache_size=200)`` timed in the same run:
+C=C, tol=1e-3, cache_size=200)`` timed in the same run: LIBSVM's (scikit-learn) and, when
+scikit-learn-intelex is installed (``pip install "elmscale[bench]"``), oneDAL's
+(``sklearnex.svm.SVC``, the same parameters); a line says when it is absent.
 
 - ``warm``: both warm, alone; the COD-RNA half (benchmarks/sparse_elm_vs_svc.py's seeded
   split, scaled on the training part), sigma 0.5, C in 0.1 1 10 100 1000 (quick: 1); fit
@@ -25,13 +28,19 @@ C=C, tol=1e-3, cache_size=200)`` timed in the same run:
   a seeded stratified half, accuracy on the other half; (sigma 1, C 1) and (sigma 4, C 10);
   the best of 7 fits after a warm-up fit.
 
-Ends with a summary of every row, its target and whether it was met.  The exit status is 0
-whatever the figures (1 only when a measurement broke).  Needs ../shared/data.
+Ends with a summary of every row: each peer's time, the fastest peer and our ratio against
+it, the target and whether it was met.  ``--results FILE`` also writes what is printed to
+FILE under a line naming the command, the time and the commit: the warm mode's file is what
+the README's and the docs' speed figures are generated from (docs/speed_figures.py).  The
+exit status is 0 whatever the figures (1 only when a measurement broke).  Needs
+../shared/data.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -49,7 +58,6 @@ from pathlib import Path
 import numpy as np
 from numba.core import event
 from sklearn.model_selection import train_test_split
-from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
 
 import elmscale
@@ -111,15 +119,16 @@ class ChildError(RuntimeError):
 
 
 def make(model, sigma, C):
+    """``"ours"`` or a peer's name (``vs.LIBSVM``, ``vs.ONEDAL``)."""
     if model == "ours":
         return SparseELMClassifier(sigma=sigma, C=C, cache_size=200)
-    return SVC(kernel="rbf", gamma=1 / (2 * sigma**2), C=C, tol=1e-3, cache_size=200)
+    return vs.peer_svc(model, sigma, C)
 
 
 def fmt_t(seconds):
     if seconds is None or not np.isfinite(seconds):
         return "-"
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+    return vs.fmt_s(seconds)
 
 
 # -- summary -----------------------------------------------------------------------------
@@ -129,7 +138,7 @@ def fmt_t(seconds):
 class Row:
     situation: str
     ours: float | None
-    svc: float | None
+    peers: dict  # peer name -> seconds (None: not timed in this row)
     target: str = "-"
     met: bool | None = None
 
@@ -143,15 +152,25 @@ def add_row(*args, **kw):
 
 
 def print_summary():
-    print("\n== summary: every row above (SVC timed in the same run; ratio = SVC / ours)")
+    names = vs.peer_names()
+    print(
+        "\n== summary: every row above (the peers timed in the same run; ratio = the fastest "
+        "peer's time / ours)"
+    )
     width = max([len(r.situation) for r in SUMMARY] + [9])
-    print(f"  {'situation':{width}}  {'ours':>10}  {'SVC':>10}  {'ratio':>7}  met  target")
+    print(
+        f"  {'situation':{width}}  {'ours':>10}  "
+        + "".join(f"{name:>10}  " for name in names)
+        + f"{'fastest':>7}  {'ratio':>7}  met  target"
+    )
     for r in SUMMARY:
-        ratio = f"{r.svc / r.ours:6.2f}x" if r.ours and r.svc else "-"
+        peer, best = vs.fastest(r.peers)
+        ratio = f"{best / r.ours:6.2f}x" if r.ours and best else "-"
         met = "-" if r.met is None else ("yes" if r.met else "no")
+        times = "".join(f"{fmt_t(r.peers.get(name)):>10}  " for name in names)
         print(
-            f"  {r.situation:{width}}  {fmt_t(r.ours):>10}  {fmt_t(r.svc):>10}  {ratio:>7}  "
-            f"{met:3}  {r.target}"
+            f"  {r.situation:{width}}  {fmt_t(r.ours):>10}  {times}{peer or '-':>7}  "
+            f"{ratio:>7}  {met:3}  {r.target}"
         )
     judged = [r for r in SUMMARY if r.met is not None]
     print(f"  targets met: {sum(r.met for r in judged)} of {len(judged)}")
@@ -230,6 +249,8 @@ def child():
     recorder, lock = CompileRecorder(), CompilerLock()
     event.register("numba:compile", recorder)
     event.register("numba:compiler_lock", lock)
+    if spec["model"] == vs.ONEDAL:  # imported before the clock starts, as scikit-learn is
+        vs.onedal_svc_class()
     if spec.get("small"):  # a small set's fitting half (first-fit mode's small case)
         X, y, _, _ = small_set(spec["small"])
     else:
@@ -387,27 +408,29 @@ class Context:
 def mode_warm(ctx):
     X_tr, y_tr, X_te, y_te = ctx.prewarm()
     print(
-        f"\n== warm: both warm, alone; COD-RNA {len(y_tr):,} train / {len(y_te):,} test rows, "
-        f"gaussian sigma={SIGMA}; times the best of {ctx.repeat} runs in a row, both sides in "
-        "the same run.  Targets: fit >= 10x at C=1, >= 3x at other C; predict >= 30x"
+        f"\n== warm: all warm, alone; COD-RNA {len(y_tr):,} train / {len(y_te):,} test rows, "
+        f"gaussian sigma={SIGMA}; times the best of {ctx.repeat} runs in a row, every side in "
+        "the same run.  Targets: fit >= 10x LIBSVM at C=1, >= 3x at other C, >= 1.5x oneDAL; "
+        "predict >= 30x LIBSVM, >= 3x oneDAL (issue 52)"
     )
     for C in ctx.Cs:
-        ours, svc = make("ours", SIGMA, C), make("svc", SIGMA, C)
-        fit_o, _ = vs.best_of(ctx.repeat, lambda: ours.fit(X_tr, y_tr))
-        pred_o, p_o = vs.best_of(ctx.repeat, lambda: ours.predict(X_te))
-        fit_s, _ = vs.best_of(ctx.repeat, lambda: svc.fit(X_tr, y_tr))
-        pred_s, p_s = vs.best_of(ctx.repeat, lambda: svc.predict(X_te))
-        fit_goal = 10.0 if C == 1 else 3.0
-        print(
-            f"  C={C:<6g} fit: ours {fmt_t(fit_o):>9}, SVC {fmt_t(fit_s):>9}, ratio "
-            f"{fit_s / fit_o:6.2f}x (target >= {fit_goal:g}x) | predict: ours {fmt_t(pred_o):>9}"
-            f", SVC {fmt_t(pred_s):>9}, ratio {pred_s / pred_o:6.2f}x (target >= 30x) | acc: "
-            f"ours {np.mean(p_o == y_te):.4f}, SVC {np.mean(p_s == y_te):.4f} | SVs: ours "
-            f"{ours.support_.size}, SVC {svc.support_.size} | steps {int(ours.n_iter_[0])}"
-        )
-        add_row(f"warm fit, C={C:g}", fit_o, fit_s, f">= {fit_goal:g}x", fit_s / fit_o >= fit_goal)
-        add_row(f"warm predict, C={C:g}", pred_o, pred_s, ">= 30x", pred_s / pred_o >= 30)
+        ours = make("ours", SIGMA, C)
+        peers = {name: make(name, SIGMA, C) for name in vs.peer_names()}
+        line, found = vs.compare(ours, peers, X_tr, y_tr, X_te, y_te, ctx.repeat)
+        print(f"  C={C:<6g} {line} | steps {int(ours.n_iter_[0])}")
+        goals = {vs.LIBSVM: 10.0 if C == 1 else 3.0, vs.ONEDAL: 1.5}
+        warm_row(f"warm fit, C={C:g}", found, "fit", goals)
+        warm_row(f"warm predict, C={C:g}", found, "predict", {vs.LIBSVM: 30.0, vs.ONEDAL: 3.0})
         check_single_precision(ours, X_te, C)
+
+
+def warm_row(situation, found, what, goals):
+    """A summary row of ``what`` ("fit" or "predict") from ``vs.compare``'s figures, met
+    when our ratio reaches the goal against every peer measured."""
+    ours = getattr(found["ours"], what)
+    peers = {name: getattr(m, what) for name, m in found.items() if name != "ours"}
+    target = ", ".join(f">= {goals[name]:g}x {name}" for name in peers)
+    add_row(situation, ours, peers, target, all(t / ours >= goals[n] for n, t in peers.items()))
 
 
 def check_single_precision(model, X_te, C):
@@ -429,7 +452,7 @@ def check_single_precision(model, X_te, C):
         f"every row: {within}; labels that differ: {flipped}; |decision| max "
         f"{np.abs(double).max():.3g}"
     )
-    add_row(f"predict within bound, C={C:g}", None, None, "every row", within)
+    add_row(f"predict within bound, C={C:g}", None, {}, "every row", within)
 
 
 def mode_first_fit(ctx):
@@ -439,7 +462,7 @@ def mode_first_fit(ctx):
         f"under a {ctx.timeout} s timeout.  Target: cold minus warm in-process <= 5 s"
     )
     sources = source_stamp()
-    cold, warm, svc = first_fits(ctx, dict(rows=ctx.rows, model="ours", sigma=SIGMA, C=1.0))
+    cold, warm, peers = first_fits(ctx, dict(rows=ctx.rows, model="ours", sigma=SIGMA, C=1.0))
     gap = cold["fit"] - warm["again"]
     if source_stamp() != sources:  # numba keys its cache by the source file's stamp
         print(
@@ -457,7 +480,8 @@ def mode_first_fit(ctx):
         f"lock held {warm['compile_cpu']:.2f} CPU s (cache loads)"
     )
     print(f"  same process, second fit                {fmt_t(warm['again']):>9}")
-    print(f"  SVC first fit in a fresh process        {fmt_t(svc['fit']):>9}")
+    for name, result in peers.items():
+        print(f"  {name + ' first fit in a fresh process':39} {fmt_t(result['fit']):>9}")
     print(
         f"  cold minus warm in-process              {fmt_t(gap):>9}   target <= 5 s: "
         f"{'yes' if gap <= 5 else 'no'}"
@@ -466,31 +490,38 @@ def mode_first_fit(ctx):
     if warm["compiles"]:  # a function numba did not take from the filled cache
         print_compiles(warm["compiles"], ctx.top, "warm-cache child: compiled again")
     target = f"cold - warm in-process <= 5 s ({fmt_t(gap)})"
-    add_row("first fit, fresh process, empty cache", cold["fit"], svc["fit"], target, gap <= 5)
-    add_row("first fit, fresh process, filled cache", warm["fit"], svc["fit"])
+    fits = {name: result["fit"] for name, result in peers.items()}
+    add_row("first fit, fresh process, empty cache", cold["fit"], fits, target, gap <= 5)
+    add_row("first fit, fresh process, filled cache", warm["fit"], fits)
     # what most newcomers fit first: a small set (its own empty cache: the small path
     # compiles other functions than the one above)
     if small_set(FIRST_SMALL) is None:
         print(f"  {FIRST_SMALL}: not found, its first fit skipped")
         return
-    cold, warm, svc = first_fits(ctx, dict(small=FIRST_SMALL, model="ours", sigma=1.0, C=1.0))
+    cold, warm, peers = first_fits(ctx, dict(small=FIRST_SMALL, model="ours", sigma=1.0, C=1.0))
+    fits = {name: result["fit"] for name, result in peers.items()}
     print(
         f"  {FIRST_SMALL} (sigma 1, C 1): cold first fit {fmt_t(cold['fit'])} ("
         f"{cold['compile_cpu']:.1f} CPU s in numba's compiler, "
         f"{sum(r[1] for r in cold['compiles'])} compiles); warm-cache first fit "
-        f"{fmt_t(warm['fit'])}, second {fmt_t(warm['again'])}; SVC first fit {fmt_t(svc['fit'])}"
+        f"{fmt_t(warm['fit'])}, second {fmt_t(warm['again'])}; first fit "
+        + ", ".join(f"{name} {fmt_t(t)}" for name, t in fits.items())
     )
-    add_row(f"first fit on {FIRST_SMALL}, empty cache", cold["fit"], svc["fit"])
+    add_row(f"first fit on {FIRST_SMALL}, empty cache", cold["fit"], fits)
 
 
 def first_fits(ctx, spec):
-    """``(cold, warm, svc)``: the children's results of a first fit with an empty compile
-    cache of its own, of one with that cache filled (and a second fit), and of SVC's."""
+    """``(cold, warm, peers)``: the children's results of a first fit with an empty compile
+    cache of its own, of one with that cache filled (and a second fit), and ``{peer: its
+    first fit's}``."""
     cache = Path(tempfile.mkdtemp(prefix="cache-", dir=ctx.tmp))  # empty: a cold start
     cold = run_child(ctx, "first", spec, child_env(cache))
     warm = run_child(ctx, "first", dict(spec, again=True), child_env(cache))
-    svc = run_child(ctx, "first", dict(spec, model="svc"), child_env(cache))
-    return cold, warm, svc
+    peers = {
+        name: run_child(ctx, "first", dict(spec, model=name), child_env(cache))
+        for name in vs.peer_names()
+    }
+    return cold, warm, peers
 
 
 def source_stamp():
@@ -515,26 +546,28 @@ def mode_two_at_once(ctx):
         f"\n== two at once: fresh processes, each warmed up on {min(ctx.rows, WARM_ROWS):,} rows,"
         f" released together, each timing one fit of COD-RNA {ctx.rows:,} rows at C=1 (sigma "
         f"{SIGMA}); against one such process alone, in the same run.  Targets: ours each <= 2x "
-        "alone and faster than SVC's at once"
+        "alone and faster than every peer's at once"
     )
     results = {}
-    for model in ("ours", "svc"):
+    for model in ("ours", *vs.peer_names()):
         alone = released_together(ctx, model, 1)[0]["fit"]
         pair = released_together(ctx, model, 2)
         fits = [r["fit"] for r in pair]
         overlap = min(r["end"] for r in pair) - max(r["start"] for r in pair)
         results[model] = alone, fits
         print(
-            f"  {'ours' if model == 'ours' else 'SVC ':4}  alone {fmt_t(alone):>9} | at once "
+            f"  {model:6}  alone {fmt_t(alone):>9} | at once "
             f"{fmt_t(fits[0]):>9} ({fits[0] / alone:4.2f}x alone), {fmt_t(fits[1]):>9} "
             f"({fits[1] / alone:4.2f}x alone) | the two fits overlapped {fmt_t(max(overlap, 0))}"
         )
-    (alone_o, fits_o), (alone_s, fits_s) = results["ours"], results["svc"]
-    for i in range(2):  # each of ours against SVC's faster fit at once
-        met = fits_o[i] <= 2 * alone_o and fits_o[i] < min(fits_s)
-        target = f"<= 2x alone ({fmt_t(alone_o)}) and < SVC's at once"
-        add_row(f"two at once, fit {i + 1}", fits_o[i], fits_s[i], target, met)
-    add_row("two at once: alone, same protocol", alone_o, alone_s)
+    alone_o, fits_o = results.pop("ours")
+    for i in range(2):  # each of ours against every peer's faster fit at once
+        met = fits_o[i] <= 2 * alone_o and all(fits_o[i] < min(f) for _, f in results.values())
+        target = f"<= 2x alone ({fmt_t(alone_o)}) and < every peer's at once"
+        at_once = {name: fits[i] for name, (_, fits) in results.items()}
+        add_row(f"two at once, fit {i + 1}", fits_o[i], at_once, target, met)
+    alone = {name: t for name, (t, _) in results.items()}
+    add_row("two at once: alone, same protocol", alone_o, alone)
 
 
 def mode_busy(ctx):
@@ -542,10 +575,10 @@ def mode_busy(ctx):
     print(
         f"\n== busy: one fit of COD-RNA {len(y):,} rows at C=1 (sigma {SIGMA}) beside a process "
         f"running a pure-Python busy loop, against alone; the best of {ctx.repeat} runs in a "
-        "row, both sides in the same run.  Target: ours <= 1.5x alone"
+        "row, every side in the same run.  Target: ours <= 1.5x alone"
     )
     times = {}
-    for model in ("ours", "svc"):
+    for model in ("ours", *vs.peer_names()):
         est = make(model, SIGMA, 1.0)
         alone, _ = vs.best_of(ctx.repeat, lambda: est.fit(X, y))
         busy = subprocess.Popen([sys.executable, "-c", BUSY, str(ctx.timeout)])
@@ -557,12 +590,13 @@ def mode_busy(ctx):
             busy.wait(timeout=30)
         times[model] = alone, beside
         print(
-            f"  {'ours' if model == 'ours' else 'SVC ':4}  alone {fmt_t(alone):>9} | beside the "
+            f"  {model:6}  alone {fmt_t(alone):>9} | beside the "
             f"busy loop {fmt_t(beside):>9} ({beside / alone:4.2f}x alone)"
         )
-    (alone_o, busy_o), (_, busy_s) = times["ours"], times["svc"]
+    alone_o, busy_o = times.pop("ours")
     target = f"<= 1.5x alone ({fmt_t(alone_o)})"
-    add_row("beside a busy process", busy_o, busy_s, target, busy_o <= 1.5 * alone_o)
+    beside = {name: t for name, (_, t) in times.items()}
+    add_row("beside a busy process", busy_o, beside, target, busy_o <= 1.5 * alone_o)
 
 
 def small_set(name):
@@ -587,7 +621,8 @@ def mode_small(ctx):
     print(
         f"\n== small sets: fit on a seeded stratified half (random_state 0), accuracy on the "
         f"other half, scaled on the fitting half; fit times the best of {SMALL_REPEAT} runs in "
-        "a row after a warm-up fit, both sides in the same run.  Target: ratio >= 1 on each"
+        "a row after a warm-up fit, every side in the same run.  Target: ratio >= 1 against "
+        "the fastest peer on each"
     )
     for name, path, _, _ in SMALL_SETS:
         split = small_set(name)
@@ -597,24 +632,20 @@ def mode_small(ctx):
         X_tr, y_tr, X_te, y_te = split
         for sigma, C in SMALL_PARAMS:
             fits, accs = {}, {}
-            for model in ("ours", "svc"):
+            for model in ("ours", *vs.peer_names()):
                 est = make(model, sigma, C)
                 est.fit(X_tr, y_tr)  # warm-up
                 fits[model], _ = vs.best_of(SMALL_REPEAT, lambda: est.fit(X_tr, y_tr))
                 accs[model] = np.mean(est.predict(X_te) == y_te)
-            ratio = fits["svc"] / fits["ours"]
+            ours = fits.pop("ours")
             print(
                 f"  {name:15} {len(y_tr):4d} fit rows, {len(np.unique(y_tr))} classes, "
-                f"sigma={sigma:g} C={C:<3g} fit: ours {fits['ours'] * 1000:7.2f} ms, SVC "
-                f"{fits['svc'] * 1000:7.2f} ms, ratio {ratio:5.2f}x | acc: ours "
-                f"{accs['ours']:.4f}, SVC {accs['svc']:.4f}"
+                f"sigma={sigma:g} C={C:<3g} fit: {vs.versus(ours, fits)} | acc: "
+                + ", ".join(f"{k} {v:.4f}" for k, v in accs.items())
             )
+            _, best = vs.fastest(fits)
             add_row(
-                f"small: {name}, sigma={sigma:g} C={C:g}",
-                fits["ours"],
-                fits["svc"],
-                ">= 1x",
-                ratio >= 1,
+                f"small: {name}, sigma={sigma:g} C={C:g}", ours, fits, ">= 1x", best / ours >= 1
             )
 
 
@@ -635,7 +666,54 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=None, help="COD-RNA training rows")
     parser.add_argument("--C", type=float, nargs="+", default=None, help="warm mode's Cs")
     parser.add_argument("--top", type=int, default=10, help="compiled functions listed")
+    parser.add_argument(
+        "--results", type=Path, default=None, help="also write what is printed to this file"
+    )
     args = parser.parse_args(argv)
+    if args.results is None:
+        return run(args)
+    command = " ".join(
+        ["python benchmarks/sparse_elm_field.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    with (
+        open(args.results, "w", encoding="utf-8") as fh,
+        contextlib.redirect_stdout(Tee(sys.stdout, fh)),
+    ):
+        print(
+            f"# {command}   ({datetime.datetime.now(datetime.UTC):%Y-%m-%dT%H:%MZ}, "
+            f"commit {commit()})"
+        )
+        return run(args)
+
+
+class Tee:
+    """Writes to each of its streams: the terminal and the results file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+
+def commit():
+    """The checkout's commit, for the results file's first line ("unknown" outside git)."""
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    return found.stdout.strip() or "unknown"
+
+
+def run(args):
     if not vs.SHARED.is_dir():
         print(f"{vs.SHARED} not found (the benchmark sets live in ../shared/data): nothing run")
         return 0
@@ -651,7 +729,7 @@ def main(argv=None):
     )
     print(
         f"sparse ELM vs SVC in the field: {available_cores()} cores, BLAS threads limited to "
-        f"them; modes {' '.join(args.only)}{' (quick)' if args.quick else ''}"
+        f"them; modes {' '.join(args.only)}{' (quick)' if args.quick else ''}\n{vs.peers_line()}"
     )
     try:
         with threadpool_limits(limits=available_cores()):

@@ -1,4 +1,4 @@
-"""Sparse ELM against LIBSVM (scikit-learn's SVC) on the COD-RNA paper split.
+"""Sparse ELM against the CPU SVCs (LIBSVM, oneDAL) on the COD-RNA paper split.
 
     python benchmarks/sparse_elm_vs_svc.py                 # C in 0.1 1 10 100 1000
     python benchmarks/sparse_elm_vs_svc.py --C 1 10        # chosen values of C
@@ -8,8 +8,11 @@
     python benchmarks/sparse_elm_vs_svc.py --million           # random nodes, 1M generated rows
 
 Gaussian kernel, sigma = 0.5 (SVC: gamma = 1 / (2 sigma^2) = 2), tol 1e-3, 200 MB
-cache for both; features scaled to [-1, 1] on the training half.  Prints fit and
-predict wall times, test accuracies, support-vector counts and the ratios SVC / ours.
+cache for all; features scaled to [-1, 1] on the training half.  The peers, timed in the
+same run: LIBSVM (scikit-learn's SVC) and, when scikit-learn-intelex is installed
+(``pip install "elmscale[bench]"``), oneDAL's SVC (``sklearnex.svm.SVC``) with the same
+gamma, C, tol and cache; a line says when it is absent.  Prints fit and predict wall
+times, test accuracies, support-vector counts and the ratios peer / ours.
 With ``--hidden``: SparseELMClassifier(hidden="sigmoid", n_hidden=200) against
 LinearSVC(loss="hinge", fit_intercept=False, dual=True, tol=1e-3) on the same
 hidden-layer output (LIBLINEAR solving exactly this dual).  ``--multiclass``:
@@ -23,10 +26,14 @@ Needs ../shared/data (COD-RNA, satimage).
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.metadata
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sklearn
 from sklearn.svm import SVC, LinearSVC
 
 from elmscale import SparseELMClassifier
@@ -37,6 +44,60 @@ CODRNA = SHARED / "cod-rna" / "codrna.csv"
 
 
 HALF = 29_768  # the paper's COD-RNA training rows
+LIBSVM, ONEDAL = "LIBSVM", "oneDAL"  # the CPU SVCs ours is timed against
+
+
+@functools.cache
+def onedal_svc_class():
+    """oneDAL's SVC (scikit-learn-intelex), or None where it is not installed.  Imported
+    once and before any clock starts: the import alone takes seconds."""
+    try:
+        from sklearnex.svm import SVC as OneDALSVC
+    except ImportError:
+        return None
+    return OneDALSVC
+
+
+def peer_names():
+    """The peers this run times: LIBSVM always, oneDAL where it is installed."""
+    return (LIBSVM, ONEDAL) if onedal_svc_class() is not None else (LIBSVM,)
+
+
+def peer_svc(name, sigma, C):
+    """The peer ``name`` with the parameters ours gets: gaussian gamma = 1 / (2 sigma^2),
+    C, tol 1e-3, a 200 MB cache."""
+    cls = SVC if name == LIBSVM else onedal_svc_class()
+    return cls(kernel="rbf", gamma=1 / (2 * sigma**2), C=C, tol=1e-3, cache_size=200)
+
+
+def peers_line():
+    """One line naming the peers and their versions, or saying that oneDAL is absent."""
+    libsvm = f"LIBSVM (scikit-learn {sklearn.__version__}'s SVC)"
+    if onedal_svc_class() is None:
+        return (
+            f"peers: {libsvm} only; oneDAL absent (scikit-learn-intelex not installed: "
+            'pip install "elmscale[bench]"), its column left out'
+        )
+    version = importlib.metadata.version("scikit-learn-intelex")
+    try:  # oneDAL runs its own thread pool (TBB), which threadpoolctl does not limit
+        import daal4py
+
+        threads = f", {daal4py.num_threads()} threads"
+    except ImportError:
+        threads = ""
+    return f"peers: {libsvm} and oneDAL (scikit-learn-intelex {version}'s SVC{threads})"
+
+
+def fell_back(name, est):
+    """True when the fitted oneDAL peer ran scikit-learn's own code instead (sklearnex
+    falls back on parameters it does not accelerate): its times would be LIBSVM's."""
+    return name == ONEDAL and getattr(est, "_onedal_estimator", None) is None
+
+
+def fastest(times):
+    """``(name, seconds)`` of the fastest peer in ``{name: seconds}`` (None left out)."""
+    known = {k: v for k, v in times.items() if v is not None}
+    return min(known.items(), key=lambda kv: kv[1]) if known else (None, None)
 
 
 def codrna_split(data, rows=None):
@@ -87,23 +148,54 @@ def best_of(repeat, fn):
     return min(seconds for seconds, _ in runs), runs[-1][1]
 
 
-def race(ours, svc, X_tr, y_tr, X_te, y_te, repeat=1):
-    """Fit and predict both models, each time the best of ``repeat`` runs in a row, for
-    both sides alike: this machine's timings drift by 25-50 % within minutes, and a
-    process's first touch of memory that another library freed costs it 0.25 s per
-    200 MB here (a virtual machine's page faults), which the first run pays and a
-    long-lived process does not.  The comparison as one line of text."""
-    fit_ours, _ = best_of(repeat, lambda: ours.fit(X_tr, y_tr))
-    pred_ours, p_ours = best_of(repeat, lambda: ours.predict(X_te))
-    fit_svc, _ = best_of(repeat, lambda: svc.fit(X_tr, y_tr))
-    pred_svc, p_svc = best_of(repeat, lambda: svc.predict(X_te))
-    return (
-        f"fit: ours {fit_ours:7.2f} s, SVC {fit_svc:7.2f} s, ratio {fit_svc / fit_ours:5.2f}x"
-        f" | predict: ours {pred_ours:5.2f} s, SVC {pred_svc:5.2f} s, ratio "
-        f"{pred_svc / pred_ours:5.2f}x | test acc: ours {np.mean(p_ours == y_te):.4f}, SVC "
-        f"{np.mean(p_svc == y_te):.4f} | SVs: ours {ours.support_.size}, SVC "
-        f"{svc.support_.size}"
+@dataclass
+class Measured:
+    fit: float  # seconds, the best of the runs
+    predict: float
+    accuracy: float
+    n_sv: int
+
+
+def measure(est, X_tr, y_tr, X_te, y_te, repeat=1):
+    """Fit and predict ``est``, each time the best of ``repeat`` runs in a row, for every
+    side alike: this machine's timings drift by 25-50 % within minutes, and a process's
+    first touch of memory that another library freed costs it 0.25 s per 200 MB here (a
+    virtual machine's page faults), which the first run pays and a long-lived process
+    does not."""
+    fit, _ = best_of(repeat, lambda: est.fit(X_tr, y_tr))
+    predict, p = best_of(repeat, lambda: est.predict(X_te))
+    return Measured(fit, predict, float(np.mean(p == y_te)), int(est.support_.size))
+
+
+def fmt_s(seconds):
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def versus(ours, peers):
+    """``ours``'s seconds against ``{peer: seconds}``: "ours 0.34 s, LIBSVM 2.51 s, ratio
+    7.36x, oneDAL ..." (ratio = peer / ours; docs/speed_figures.py reads these lines)."""
+    parts = [f"ours {fmt_s(ours)}"]
+    parts += [f"{name} {fmt_s(t)}, ratio {t / ours:.2f}x" for name, t in peers.items()]
+    return ", ".join(parts)
+
+
+def compare(ours, peers, X_tr, y_tr, X_te, y_te, repeat=1):
+    """Ours and each peer (``{name: estimator}``) measured in turn; ``(line, {name:
+    Measured})`` with "ours" among the names, the line the comparison as text."""
+    found = {"ours": measure(ours, X_tr, y_tr, X_te, y_te, repeat)}
+    for name, est in peers.items():
+        found[name] = measure(est, X_tr, y_tr, X_te, y_te, repeat)
+    ran = [f"{name} FELL BACK to scikit-learn" for name, e in peers.items() if fell_back(name, e)]
+    mine, others = found["ours"], {k: v for k, v in found.items() if k != "ours"}
+    line = (
+        f"fit: {versus(mine.fit, {k: v.fit for k, v in others.items()})} | predict: "
+        f"{versus(mine.predict, {k: v.predict for k, v in others.items()})} | acc: "
+        + ", ".join(f"{k} {v.accuracy:.4f}" for k, v in found.items())
+        + " | SVs: "
+        + ", ".join(f"{k} {v.n_sv}" for k, v in found.items())
+        + "".join(f" | {what}" for what in ran)
     )
+    return line, found
 
 
 def main(argv=None):
@@ -142,12 +234,12 @@ def main(argv=None):
         return compare_random_nodes(X_tr, y_tr, X_te, y_te, Cs)
     print(
         f"COD-RNA, {len(y_tr):,} train / {len(y_te):,} test rows, gaussian sigma={args.sigma}"
-        f", times the best of {repeat}"
+        f", times the best of {repeat}; {peers_line()}"
     )
     for C in Cs:
         ours = SparseELMClassifier(sigma=args.sigma, C=C, cache_size=200)
-        svc = SVC(kernel="rbf", gamma=1 / (2 * args.sigma**2), C=C, tol=1e-3, cache_size=200)
-        result = race(ours, svc, X_tr, y_tr, X_te, y_te, repeat)
+        peers = {name: peer_svc(name, args.sigma, C) for name in peer_names()}
+        result, _ = compare(ours, peers, X_tr, y_tr, X_te, y_te, repeat)
         memory = peak_extra_mb(
             lambda: SparseELMClassifier(sigma=args.sigma, C=C, cache_size=200).fit(X_tr, y_tr)
         )
@@ -190,13 +282,15 @@ def compare_multiclass(quick, repeat):
     X_tr, X_te = scaler.transform(train.X), scaler.transform(test.X)
     print(
         f"satimage, {len(train.y):,} train / {len(test.y):,} test rows, "
-        f"{len(np.unique(train.y))} classes, one-vs-one, times the best of {repeat}"
+        f"{len(np.unique(train.y))} classes, one-vs-one, times the best of {repeat}; "
+        f"{peers_line()}"
     )
     SparseELMClassifier().fit(X_tr[::20], train.y[::20])  # numba compile / cache load
     for C, sigma in [(1.0, 0.2)] if quick else [(1.0, 0.2), (5.0, 2.0)]:
         ours = SparseELMClassifier(sigma=sigma, C=C)
-        svc = SVC(kernel="rbf", gamma=1 / (2 * sigma**2), C=C, tol=1e-3, cache_size=200)
-        print(f"  C={C:g} sigma={sigma:g} {race(ours, svc, X_tr, train.y, X_te, test.y, repeat)}")
+        peers = {name: peer_svc(name, sigma, C) for name in peer_names()}
+        line, _ = compare(ours, peers, X_tr, train.y, X_te, test.y, repeat)
+        print(f"  C={C:g} sigma={sigma:g} {line}")
     return 0
 
 

@@ -12,6 +12,9 @@ from elmscale.app import reference
 from elmscale.app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs"))  # docs/speed_figures.py is no package's module
+import speed_figures  # noqa: E402
+
 REFERENCE = ROOT / "docs" / "reference"
 REGENERATE = "run python docs/gen_reference.py"
 
@@ -109,6 +112,10 @@ def test_the_check_mode_names_a_stale_page_and_writes_nothing(tmp_path):
     (copy / "reference").mkdir(parents=True)
     (copy / "gen_reference.py").write_text(script.read_text())
     (tmp_path / "elmscale").symlink_to(ROOT / "elmscale")
+    # the speed figures it also writes (docs/speed_figures.py): their module, file and pages
+    for path in ["docs/speed_figures.py", speed_figures.RESULTS, *speed_figures.PAGES]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text((ROOT / path).read_text())
     for name, text in reference.pages().items():
         (copy / "reference" / name).write_text(text)
     stale = copy / "reference" / "estimators.md"
@@ -121,6 +128,7 @@ def test_the_check_mode_names_a_stale_page_and_writes_nothing(tmp_path):
     )
     assert run.returncode == 1, run.stderr
     assert "docs/reference/estimators.md" in run.stderr and "cli.md" not in run.stderr
+    assert "README.md" not in run.stderr
     assert stale.read_text().endswith("edited\n")
 
 
