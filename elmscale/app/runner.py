@@ -4,8 +4,10 @@ Where the work goes (first found wins, for Dask and for Ray separately): the com
 flag (``--scheduler`` / ``--scheduler-file``, ``--ray-address``), then the environment
 (``DASK_SCHEDULER_ADDRESS``, ``RAY_ADDRESS``), then the file's ``[compute]`` section.
 With neither a Dask nor a Ray address, a local Dask cluster and a local Ray sized to the
-machine are started when the run first needs them, and shut down at the end.  Given only
-one of the two, the other's work runs in this process.
+machine are started when the run first needs them, and shut down at the end (runs in
+threads of one process share the local Ray: the last to end shuts it down, and only the
+processes that Ray started are ended).  Given only one of the two, the other's work runs in
+this process.
 
 * Dask does the Parquet data plane: the scaler's statistics, the unified ELM's Grams and
   its one-pass C path (random nodes on Parquet data), and scoring files.
@@ -31,6 +33,8 @@ import glob
 import json
 import logging
 import os
+import queue
+import re
 import signal
 import threading
 import time
@@ -97,7 +101,7 @@ class Compute:
         self.threads_per_worker = threads_per_worker
         self._client = None
         self._cluster = None
-        self._ray_started = False
+        self._holds_local_ray = False
         self.progress = False  # progress bars for the run's steps (run_pipeline sets it)
 
     def dask(self):
@@ -131,23 +135,14 @@ class Compute:
 
     def ray(self) -> str | None:
         """A Ray address for ``ray_address=`` arguments, or None when this run has no Ray."""
-        import ray
-
         from elmscale.distributed.connect import connect_ray
 
         if self.target["ray"]:
             connect_ray(self.target["ray"])
             return "auto"
         if self.target["local"]:
-            if not ray.is_initialized():
-                connect_ray(
-                    "local",
-                    num_cpus=self.workers * self.threads_per_worker,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                )
-                self._ray_started = True
-                log.info("started a local Ray with %d CPUs", self.workers * self.threads_per_worker)
+            if not self._holds_local_ray:
+                self._holds_local_ray = _LOCAL_RAY.hold(self.workers * self.threads_per_worker)
             return "auto"
         return None
 
@@ -156,12 +151,88 @@ class Compute:
             self._client.close()
         if self._cluster is not None:
             self._cluster.close()
-        if self._ray_started:
-            import ray
+        if self._holds_local_ray:
+            self._holds_local_ray = False
+            _LOCAL_RAY.release()
 
-            started = _ray_descendants(os.path.dirname(ray.__file__))
-            ray.shutdown()
-            _end_leftovers(started)
+
+class _LocalRay:
+    """The local Ray of this process's runs.  Ray is one per process (``ray.init``): runs
+    in threads of one process share the one that the first of them started, and the last
+    of them to close shuts it down (the first to close would shut it down under the
+    others).  A Ray that the caller started is used as it is and left running."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._users = 0
+        self._session = ""  # its session folder: what names its processes (_session_processes)
+        self._keeper: threading.Event | None = None  # set: the thread that started it ends
+
+    def hold(self, num_cpus: int) -> bool:
+        """Start the local Ray, or join the one a run here started; False when Ray is the
+        caller's own (not ours to shut down)."""
+        import ray
+
+        with self._lock:
+            if self._users:
+                self._users += 1
+                return True
+            if ray.is_initialized():
+                return False
+            self._session = self._start(num_cpus)
+            self._users = 1
+        log.info("started a local Ray with %d CPUs (%s)", num_cpus, self._session)
+        return True
+
+    def _start(self, num_cpus: int) -> str:
+        """``start_local_ray`` on this thread if it is the main one, else on a thread that
+        lives until the Ray is shut down: Ray's servers are killed when the thread that
+        started them ends (Linux's parent-death signal, which Ray sets, follows the
+        starting thread, not the process), and a run's thread may end before the others'
+        runs do."""
+        from elmscale.distributed.connect import start_local_ray
+
+        def start() -> str:
+            return start_local_ray(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+        if threading.current_thread() is threading.main_thread():
+            return start()
+        started: queue.Queue = queue.Queue()
+        self._keeper = stop = threading.Event()
+
+        def keep():
+            try:
+                started.put(start())
+            except BaseException as exc:  # raised in the run's thread
+                started.put(exc)
+                return
+            stop.wait()
+
+        threading.Thread(target=keep, name="elmscale-local-ray", daemon=True).start()
+        outcome = started.get()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def release(self) -> None:
+        """One run fewer; the last one shuts the Ray down and ends its leftover processes."""
+        import ray
+
+        with self._lock:  # (held throughout: a run starting meanwhile then starts a new one)
+            self._users -= 1
+            if self._users:
+                return
+            started = _session_processes(self._session)
+            try:
+                ray.shutdown()
+                _end_leftovers(started)
+            finally:
+                if self._keeper is not None:
+                    self._keeper.set()
+                    self._keeper = None
+
+
+_LOCAL_RAY = _LocalRay()
 
 
 # seconds the Ray processes this run started get after ``ray.shutdown()`` before they are
@@ -171,20 +242,24 @@ class Compute:
 RAY_LEFTOVER_GRACE_S = 2.0
 
 
-def _ray_descendants(ray_folder: str) -> list:
-    """This process's descendants that belong to Ray (``psutil.Process`` objects): the
-    local cluster ``ray.init`` started, its programs run from ``ray_folder`` (Ray's package:
-    GCS, raylet, monitors, dashboard) or titled ``ray::`` (its agents and workers)."""
+def _session_processes(session: str) -> list:
+    """The processes of the Ray session whose folder is ``session`` (``psutil.Process``
+    objects): this process's descendants whose command line names the folder or a path in
+    it (GCS, raylet, monitors, dashboard: the servers ``ray.init`` started here), and their
+    descendants (the raylet's agents and workers, titled ``ray::``, whose command lines
+    name nothing).  Another Ray's processes, though they too may descend from this process
+    (a ``ray start`` it ran), name their own session's folder."""
     import psutil
 
-    found = []
+    names = re.compile(rf"(?:^|[\s=]){re.escape(session.rstrip(os.sep))}(?:$|[\s{os.sep}])")
+    found: dict = {}
     with contextlib.suppress(psutil.Error):
         for proc in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                command = " ".join(proc.cmdline())
-                if command.startswith("ray::") or ray_folder in command:
-                    found.append(proc)
-    return found
+                if proc.pid not in found and names.search(" ".join(proc.cmdline())):
+                    found[proc.pid] = proc
+                    found.update((child.pid, child) for child in proc.children(recursive=True))
+    return list(found.values())
 
 
 def _end_leftovers(processes, grace: float = RAY_LEFTOVER_GRACE_S) -> None:

@@ -141,9 +141,11 @@ def is_loopback(host: str | None) -> bool:
     return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
-def start_local_ray(**init_kwargs) -> None:
+def start_local_ray(**init_kwargs) -> str:
     """Start a Ray in this process whose servers all listen on 127.0.0.1 (``init_kwargs``
-    go to ``ray.init``, for example ``num_cpus``).
+    go to ``ray.init``, for example ``num_cpus``); returns its session folder, which the
+    command line of each server it starts names (the raylet's agents and workers are the
+    raylet's children), so that its processes can be told from another Ray's.
 
     Ray binds its GCS, raylet, core workers and agents to the node's address, and to every
     interface unless that address is a loopback one; but it turns a loopback
@@ -159,7 +161,7 @@ def start_local_ray(**init_kwargs) -> None:
     init_kwargs.setdefault("_node_ip_address", LOOPBACK)
     init_kwargs.setdefault("dashboard_host", LOOPBACK)
     with _ray_clusters_off(), sigterm_kept():
-        ray.init(address="local", **init_kwargs)
+        context = ray.init(address="local", **init_kwargs)
     node_ip = ray.util.get_node_ip_address()
     if not ipaddress.ip_address(node_ip).is_loopback:
         log.warning(
@@ -168,6 +170,7 @@ def start_local_ray(**init_kwargs) -> None:
             node_ip,
             LOOPBACK,
         )
+    return str(context.address_info["session_dir"])
 
 
 @contextlib.contextmanager
