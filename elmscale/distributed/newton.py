@@ -15,13 +15,14 @@ same numbers, so a lost worker changes nothing in the result.
 
 Each process keeps the hidden outputs ``h(x)`` of its units in a cache of ``cache_mb`` MB,
 filled in unit order and never evicted during a fit (a pass visits the units in the same
-order every time: LRU over a cycle larger than the cache would miss every time); units
-beyond it are computed again from their rows at each pass.  No scikit-learn here: a fresh
-worker starts fast.
+order every time: LRU over a cycle larger than the cache would miss every time), nor by
+another fit running in the same process; units beyond it are computed again from their
+rows at each pass.  No scikit-learn here: a fresh worker starts fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 import os
@@ -37,6 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from elmscale.core.files import atomic_write
 from elmscale.core.seeding import xorshift_state
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 from elmscale.features.base import feature_map_from_dict
@@ -157,15 +159,30 @@ def array_units(X: np.ndarray, y_idx: np.ndarray, n_units: int) -> list[ArrayUni
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_BYTES = [0]
+#: Each fit's last request for its units' rows in this process (time.monotonic())
+_LAST_ASKED: dict[str, float] = {}
+#: Seconds after which a fit that has not asked this process for its rows is taken as
+#: ended without its clean-up (its coordinator killed, or cut off from the cluster): its
+#: entries may then be dropped for another fit's.  A running fit asks for each of its units
+#: at every pass, so only a pass longer than this could lose its entries.
+STALE_FIT_S = 600.0
 
 
 def clear_cache(fit_id: str | None = None) -> int:
     """Drop this process's cached hidden outputs (of one fit, or all); returns bytes freed."""
-    freed = 0
     with _CACHE_LOCK:
-        for key in [k for k in _CACHE if fit_id is None or k[0] == fit_id]:
-            freed += _CACHE.pop(key).nbytes
-        _CACHE_BYTES[0] -= freed
+        return _drop_fits(lambda fit: fit_id is None or fit == fit_id)
+
+
+def _drop_fits(chosen) -> int:
+    """Drop the entries of the fits that ``chosen(fit_id)`` picks (with ``_CACHE_LOCK``
+    held); returns the bytes freed."""
+    freed = 0
+    for key in [k for k in _CACHE if chosen(k[0])]:
+        freed += _CACHE.pop(key).nbytes
+    for fit in [f for f in _LAST_ASKED if chosen(f)]:
+        del _LAST_ASKED[fit]
+    _CACHE_BYTES[0] -= freed
     return freed
 
 
@@ -201,6 +218,7 @@ def _unit_outputs(unit, problem: NewtonProblem) -> UnitRows:
     ``_cache_put``)."""
     key = (problem.fit_id, unit.index)
     with _CACHE_LOCK:
+        _LAST_ASKED[problem.fit_id] = time.monotonic()
         hit = _CACHE.get(key)
         if hit is not None:
             return hit
@@ -220,13 +238,14 @@ def _unit_outputs(unit, problem: NewtonProblem) -> UnitRows:
 
 
 def _cache_put(key, rows: UnitRows, budget: float) -> None:
-    """Keep ``rows`` if they fit in ``budget`` bytes after dropping other fits' entries;
-    this fit's are never evicted (see the module's docstring)."""
+    """Keep ``rows`` if they fit in ``budget`` bytes, after dropping the entries of ended
+    fits (``STALE_FIT_S``) if need be.  No running fit's entries are evicted, this one's or
+    another's in the same process (see the module's docstring): a fit finding the cache
+    full computes its other units at each pass."""
     with _CACHE_LOCK:
-        for old in [k for k in _CACHE if k[0] != key[0]]:
-            if _CACHE_BYTES[0] + rows.nbytes <= budget:
-                break
-            _CACHE_BYTES[0] -= _CACHE.pop(old).nbytes
+        if _CACHE_BYTES[0] + rows.nbytes > budget:
+            now = time.monotonic()
+            _drop_fits(lambda fit: now - _LAST_ASKED.get(fit, now) > STALE_FIT_S)
         if _CACHE_BYTES[0] + rows.nbytes <= budget:
             _CACHE[key] = rows
             _CACHE_BYTES[0] += rows.nbytes
@@ -342,11 +361,27 @@ def _support_path(problem: NewtonProblem, unit_index: int) -> Path:
 
 
 def _write_support(problem: NewtonProblem, unit, rows: np.ndarray) -> None:
-    path = _support_path(problem, unit.index)
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, rows.astype(np.int64), allow_pickle=False)
-    os.replace(tmp, path)
+    rows = rows.astype(np.int64)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # (a name given to np.save would get ".npy" added)
+            np.save(f, rows, allow_pickle=False)
+
+    atomic_write(_support_path(problem, unit.index), write, make_dirs=False)
+
+
+def _fit_files(problem: NewtonProblem) -> list[Path]:
+    """This fit's files in its state folder: the units' support files, and the temporary
+    ones (``atomic_write``'s ``.<name>.<hex>.tmp``) that a worker killed mid-write left.
+    The fit's id, fresh for each fit, begins every name: another fit's files in the same
+    folder are not among them."""
+    with contextlib.suppress(FileNotFoundError):
+        return [
+            path
+            for path in Path(problem.state_dir).iterdir()
+            if path.name.removeprefix(".").startswith(f"{problem.fit_id}.")
+        ]
+    return []
 
 
 # -- the coordinator ----------------------------------------------------------------------
@@ -510,7 +545,20 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads):
         )
         for i, block in enumerate(blocks)
     ]
-    return client.gather(futures)
+    try:
+        return client.gather(futures)
+    except BaseException as exc:
+        from distributed import wait
+
+        # one block failed: the others' tasks run on (a cancel does not stop a task that
+        # has started: Dask cannot interrupt its thread), and the last pass's would write
+        # support files after the fit's clean-up had removed its files; so each is waited
+        # for before the error goes up (not on an interrupt: a pass can be long)
+        with contextlib.suppress(Exception):  # a cluster going away: the fit's error stands
+            if isinstance(exc, Exception):
+                wait(futures)
+            client.cancel(futures)
+        raise
 
 
 def _in_unit_order(blocks, per_block: list) -> list:
@@ -619,7 +667,7 @@ def fit_newton(
         else:
             support = _support_rows(in_order, problem, int(n_support.sum()))
     finally:
-        _clean_up(client, problem, units, state if own_dir else None)
+        _clean_up(client, problem, state if own_dir else None)
     return NewtonResult(
         beta=np.array([s.beta for s in solves]),
         dual=np.array([s.dual for s in solves]),
@@ -636,8 +684,9 @@ def fit_newton(
     )
 
 
-def _clean_up(client, problem: NewtonProblem, units, own_dir) -> None:
-    """The fit's cache entries dropped everywhere; its support files and own folder removed."""
+def _clean_up(client, problem: NewtonProblem, own_dir) -> None:
+    """The fit's cache entries dropped everywhere; its files (support files, and temporary
+    ones) and own folder removed."""
     if client is not None:
         try:
             client.run(clear_cache, problem.fit_id)
@@ -647,8 +696,8 @@ def _clean_up(client, problem: NewtonProblem, units, own_dir) -> None:
     if own_dir is not None:
         shutil.rmtree(own_dir, ignore_errors=True)
     elif problem.state_dir:
-        for unit in units:  # left by a fit that failed before joining them
-            _support_path(problem, unit.index).unlink(missing_ok=True)
+        for path in _fit_files(problem):  # left by a fit that failed, or a killed worker
+            path.unlink(missing_ok=True)
 
 
 def _support_rows(units, problem: NewtonProblem, n_rows: int) -> np.ndarray:
