@@ -2,23 +2,30 @@
 ``benchmarks/object_storage.py``: moto's server mode (the way s3fs's own tests run), reached
 through s3fs and pyarrow with ``endpoint_url`` as a user's code reaches S3.
 
-:func:`local_s3` starts it on a free port, checks that it answers an HTTP request, sets
-dummy credentials in the environment for the ``with`` block only, and stops it after.  It
-counts the bytes of every object it sends (``server.bytes_sent``): the bytes read from the
-store, for the benchmark's "bytes per pass".
+:func:`local_s3` starts it on a free port (in a thread of this process, or with
+``own_process`` in a process of its own, as a store on another machine would be: the
+benchmark's timings then share no interpreter lock with it), checks that it answers an
+HTTP request, sets dummy credentials in the environment for the ``with`` block only, and
+stops it after.  It counts the bytes of object data it sends (``server.bytes_sent()``):
+the bytes read from the store.
+
+    python tests/_s3.py PORT     # serve until stdin closes (local_s3(own_process=True))
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 #: Dummy credentials (moto accepts any unless its IAM checks are switched on).
 CREDENTIALS = {
@@ -28,17 +35,17 @@ CREDENTIALS = {
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 
+#: The path (not an S3 one: no bucket is named so) where the server says what it sent.
+COUNTS = "/_elmscale/bytes-sent"
+
 
 @dataclass
 class LocalS3:
-    """The running server: its ``endpoint``, the ``storage_options`` that reach it (the
+    """The running server: its ``endpoint`` and the ``storage_options`` that reach it (the
     dummy key and secret included, for worker processes started before the environment
-    had them), and the bytes of object data it has sent."""
+    had them)."""
 
     endpoint: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    bytes_sent: int = 0
-    requests: int = 0
 
     @property
     def storage_options(self) -> dict:
@@ -59,6 +66,11 @@ class LocalS3:
         self.filesystem().call_s3("create_bucket", Bucket=name)
         return name
 
+    def bytes_sent(self) -> int:
+        """The bytes of the server's answers to GET requests so far (object data)."""
+        with urllib.request.urlopen(self.endpoint + COUNTS, timeout=10) as answer:
+            return int(json.loads(answer.read())["bytes"])
+
     def set_auth(self, on: bool) -> None:
         """Switch moto's credential checks on (every request after this needs a key its
         IAM knows: any other is refused, as AWS refuses a wrong one) or off."""
@@ -72,29 +84,54 @@ class LocalS3:
         with urllib.request.urlopen(request, timeout=10) as answer:
             answer.read()
 
-    def _counted(self, app):
-        """The WSGI app, counting the bytes of the responses to GET requests (the object
-        data read from the store)."""
 
-        def count(body):
-            sent = 0
-            try:
-                for chunk in body:
-                    sent += len(chunk)
-                    yield chunk
-            finally:
-                close = getattr(body, "close", None)
-                if close is not None:
-                    close()
-                with self.lock:
-                    self.bytes_sent += sent
-                    self.requests += 1
+def _counting(app):
+    """Moto's WSGI app, counting the bytes of its answers to GET requests and telling
+    them at :data:`COUNTS`."""
+    lock = threading.Lock()
+    sent = [0]
 
-        def counted(environ, start_response):
-            body = app(environ, start_response)
-            return count(body) if environ.get("REQUEST_METHOD") == "GET" else body
+    def count(body):
+        n = 0
+        try:
+            for chunk in body:
+                n += len(chunk)
+                yield chunk
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+            with lock:
+                sent[0] += n
 
-        return counted
+    def counted(environ, start_response):
+        if environ.get("PATH_INFO") == COUNTS:
+            start_response("200 OK", [("Content-Type", "application/json")])
+            with lock:
+                return [json.dumps({"bytes": sent[0]}).encode()]
+        body = app(environ, start_response)
+        return count(body) if environ.get("REQUEST_METHOD") == "GET" else body
+
+    return counted
+
+
+def _serve(port: int):
+    """Moto's server (its ThreadedMotoServer's app, counted) on 127.0.0.1:``port``, in a
+    thread; returns the HTTP server and the thread."""
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    # each request's log line would drown the output
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = _counting(DomainDispatcherApplication(create_backend_app))
+    http = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=http.serve_forever, name="local-s3", daemon=True)
+    thread.start()
+    return http, thread
 
 
 def _free_port() -> int:
@@ -118,36 +155,37 @@ def _answers(endpoint: str, timeout: float) -> None:
 
 
 @contextmanager
-def local_s3(timeout: float = 30):
+def local_s3(timeout: float = 30, own_process: bool = False):
     """Start moto's S3 server on 127.0.0.1, yield its :class:`LocalS3`, stop it after; the
     dummy credentials are in the environment only meanwhile."""
-    from moto.moto_server.werkzeug_app import (
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-    )
-    from werkzeug.serving import make_server
-
-    # each request's log line would drown the test's output
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     saved = {name: os.environ.get(name) for name in CREDENTIALS}
     os.environ.update(CREDENTIALS)
     port = _free_port()
     server = LocalS3(f"http://127.0.0.1:{port}")
-    # moto's ThreadedMotoServer, its app wrapped to count the bytes it sends
-    app = server._counted(DomainDispatcherApplication(create_backend_app))
-    http = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=http.serve_forever, name="local-s3", daemon=True)
-    thread.start()
+    child = http = thread = None
     try:
+        if own_process:
+            # it serves until its stdin closes: it ends with this process, however that ends
+            child = subprocess.Popen([sys.executable, __file__, str(port)], stdin=subprocess.PIPE)
+        else:
+            http, thread = _serve(port)
         _answers(server.endpoint, timeout)
         yield server
     finally:
-        http.shutdown()
-        thread.join(timeout=10)
-        http.server_close()
+        if child is not None:
+            child.stdin.close()
+            child.wait(timeout=30)
+        if http is not None:
+            http.shutdown()
+            thread.join(timeout=10)
+            http.server_close()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))
+    sys.stdin.read()

@@ -20,7 +20,7 @@ Writing.  A local file is written to a temporary name and renamed
 written locally first, then put whole in one request (a multipart upload is completed in
 one request too), so that readers see all of it or nothing (:func:`write_whole`).  An
 output of many objects (batch scoring) writes a marker object after each one
-(:func:`write_marker`), and a rerun trusts only the objects a marker names
+(``write_whole(..., marker=)``), and a rerun trusts only the objects a marker names
 (:func:`marked_done`).  Local folders are locked while written (:func:`output_lock`); an
 object store has no lock: one writer per output folder, by design.
 """
@@ -53,7 +53,6 @@ __all__ = [
     "redact_options",
     "scrub",
     "storage_errors",
-    "write_marker",
     "write_whole",
 ]
 
@@ -427,12 +426,20 @@ def local_copy(location: Location, expected: str = "an existing data file") -> I
         yield copy
 
 
-def write_whole(location: Location, write: Callable[[Path], object], *, make_dirs: bool = True):
+def write_whole(
+    location: Location,
+    write: Callable[[Path], object],
+    *,
+    make_dirs: bool = True,
+    marker: Callable[[], Mapping[str, Any]] | None = None,
+):
     """Call ``write(tmp)`` on a local temporary file, then make it ``location`` whole:
     locally by a rename next to it (:func:`~elmscale.core.files.atomic_write`), on an
     object store by one put of the complete object (nothing appears there before it is
-    complete, and a failed write leaves nothing).  Returns the local path written, or the
-    location."""
+    complete, and a failed write leaves nothing).  ``marker``: for an output of many
+    objects, the facts that the object's marker records after it (:func:`marked_done`;
+    a local output needs none: the rename is its mark).  Returns the local path written,
+    or the location."""
     if location.is_local:
         return atomic_write(location.local_path, write, make_dirs=make_dirs)
     with tempfile.TemporaryDirectory(prefix="elmscale-put-") as folder:
@@ -440,6 +447,16 @@ def write_whole(location: Location, write: Callable[[Path], object], *, make_dir
         write(tmp)
         with storage_errors(location, "a location it may write"):
             location.fs.put_file(os.fspath(tmp), location.path)
+        if marker is not None:
+            # last, and naming the size put: a marker vouches only for a whole object (an
+            # earlier marker of the name is replaced, and a rerun that finds it with another
+            # object's size writes that object again)
+            record = {"output": location.name, "size": tmp.stat().st_size, **marker()}
+            target = _marker(location)
+            with storage_errors(target, "a location it may write"):
+                target.fs.pipe_file(
+                    target.path, (json.dumps(record, sort_keys=True) + "\n").encode()
+                )
     return location
 
 
@@ -465,16 +482,6 @@ def _marker(output: Location) -> Location:
     return output.parent.child(MARKERS).child(f"{output.name}.json")
 
 
-def write_marker(output: Location, facts: Mapping[str, Any]) -> None:
-    """After ``output`` is complete: a small marker object naming it and its size (one
-    put; written last, so a marker exists only for a whole output)."""
-    record = {"output": output.name, "size": output.size(), **facts}
-    data = (json.dumps(record, sort_keys=True) + "\n").encode()
-    marker = _marker(output)
-    with storage_errors(marker, "a location it may write"):
-        marker.fs.pipe_file(marker.path, data)
-
-
 def marked_done(output: Location) -> bool:
     """Whether a rerun may skip ``output``: its marker names it, and the object is there
     with the size the marker recorded (an object without a marker, or one that vanished
@@ -491,8 +498,3 @@ def marked_done(output: Location) -> bool:
         and record.get("output") == output.name
         and (record.get("size") == size)
     )
-
-
-def remove_marker(output: Location) -> None:
-    """Forget ``output``'s marker (before it is written again)."""
-    _marker(output).remove()

@@ -47,10 +47,8 @@ from elmscale.data.storage import (
     locate,
     marked_done,
     output_lock,
-    remove_marker,
     scrub,
     storage_errors,
-    write_marker,
     write_whole,
 )
 
@@ -358,13 +356,8 @@ def score_file(job: ScoreJob, *, model, n_threads: int | None = None, on_rows=No
             if writer is not None:
                 writer.close()
 
-    if out.is_local:
-        write_whole(out, write)
-        return rows
-    # the marker last: a rerun trusts an object only when its marker names it, whole
-    remove_marker(out)
-    write_whole(out, write)
-    write_marker(out, {"input": job.input, "rows": rows})
+    # in an object store a marker after the object: a rerun trusts only what markers name
+    write_whole(out, write, marker=lambda: {"input": job.input, "rows": rows})
     return rows
 
 
