@@ -22,11 +22,10 @@ estimator's internals: models are scored through their public methods.
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from elmscale.data.parquet import ParquetDataset
+from elmscale.distributed.collections import is_dataset, model_for_tasks
 from elmscale.distributed.executors import broadcast, map_units, reduce_units
 from elmscale.distributed.units import (
     ColumnStats,
@@ -54,6 +53,7 @@ __all__ = [
     "column_stats",
     "decision_function",
     "evaluate",
+    "first_rows",
     "fit_scaler",
     "fold_scores",
     "gather_rows",
@@ -70,9 +70,10 @@ KERNEL_BLOCK_BYTES = 64 * 2**20
 
 
 def _check_dataset(dataset) -> ParquetDataset:
-    if not isinstance(dataset, ParquetDataset):
+    if not is_dataset(dataset):
         raise TypeError(
-            f"expected a ParquetDataset (elmscale.open_parquet); got {type(dataset).__name__}"
+            "expected a ParquetDataset (elmscale.open_parquet) or a DaskDataset "
+            f"(elmscale.distributed.collections); got {type(dataset).__name__}"
         )
     return dataset
 
@@ -204,6 +205,13 @@ def gather_rows(
     return X, y
 
 
+def first_rows(dataset: ParquetDataset, n_rows: int, *, client=None) -> np.ndarray:
+    """The data set's first ``n_rows`` rows (at most: its first unit's), float32, read
+    where they live (a sample for choosing a precision)."""
+    head = _check_dataset(dataset).units()[0].head(n_rows)
+    return map_units(unit_rows, [head], client=client, threads_per_task=1)[0][0]
+
+
 def rows_at(
     dataset: ParquetDataset, rows: np.ndarray, *, client=None, n_threads: int | None = None
 ) -> np.ndarray:
@@ -315,16 +323,6 @@ def kernel_matvec(
     )
 
 
-def _model_for_tasks(model, n_threads: int | None):
-    """A copy whose estimators' own thread counts are the task's (a model's methods set
-    their own budget; left at "all cores" inside every task, they would oversubscribe)."""
-    task_model = copy.deepcopy(model)
-    for step in task_model.steps if hasattr(task_model, "steps") else [(None, task_model)]:
-        if "n_threads" in step[1].get_params(deep=False):
-            step[1].n_threads = n_threads
-    return task_model
-
-
 def evaluate(model, dataset: ParquetDataset, *, client=None, n_threads: int | None = None) -> dict:
     """Accuracy (classifiers) or R^2 (regressors) of ``model`` on every labelled row."""
     _check_dataset(dataset)
@@ -337,7 +335,7 @@ def evaluate(model, dataset: ParquetDataset, *, client=None, n_threads: int | No
         add_arrays,
         client=client,
         threads_per_task=threads,
-        model=broadcast(_model_for_tasks(model, threads), client),
+        model=broadcast(model_for_tasks(model, threads), client),
     )
     return metrics_from_sums(sums)
 
@@ -355,7 +353,7 @@ def _score(model, dataset, method: str, client, n_threads) -> np.ndarray:
         units,
         client=client,
         threads_per_task=threads,
-        model=broadcast(_model_for_tasks(model, threads), client),
+        model=broadcast(model_for_tasks(model, threads), client),
         method=method,
     )
     return np.concatenate(parts)

@@ -40,6 +40,7 @@ import numpy as np
 
 from elmscale.core.threads import thread_budget
 from elmscale.data.parquet import ParquetDataset
+from elmscale.data.work_units import partition_keys
 from elmscale.distributed import dataset_ops
 from elmscale.distributed.executors import DaskExecutor, LocalExecutor
 from elmscale.distributed.units import unit_rows_at
@@ -168,20 +169,31 @@ def _sub_problems(problems, parts, n_parts):
     return pieces
 
 
-def _solve_parts(client, dataset, parts, problems, pieces, solve, kernel, options):
+def _solve_parts(client, dataset, X, parts, problems, pieces, solve, kernel, options):
     """Every piece's sub-solve as a task on the cluster; results in ``pieces``' order.
     Each part's rows are read once, by a task (recomputable: see the module docstring),
     and each of its pairs picks its own among them; the labels and picks travel in the
-    sub-solve's own task."""
+    sub-solve's own task.  A Dask collection's part is sent from ``X``, the rows gathered
+    here, to one worker, where its sub-solves run: read from the partitions, or balanced
+    over the workers, its rows would move between workers."""
     units = dataset.units()
+    homes = sorted(client.nthreads()) if partition_keys(units) else []
     futures = []
-    read: dict = {}  # part -> (its rows' numbers, the future of its rows)
+    read: dict = {}  # part -> (its rows' numbers, the future of its rows, where it runs)
     for q, p, where in pieces:
         if q not in read:
             members = np.flatnonzero(parts == q)
-            X_part = client.submit(_part_rows, units, members, pure=False, retries=RETRIES)
-            read[q] = (members, X_part)
-        members, X_part = read[q]
+            if homes:
+                worker = homes[q % len(homes)]
+                X_part = client.scatter(
+                    np.ascontiguousarray(X[members]), workers=[worker], hash=False
+                )
+                home = {"workers": [worker], "allow_other_workers": True}
+            else:
+                home = {}
+                X_part = client.submit(_part_rows, units, members, pure=False, retries=RETRIES)
+            read[q] = (members, X_part, home)
+        members, X_part, home = read[q]
         rows, t = problems[p]
         pick = np.searchsorted(members, rows[where])  # both sorted
         whole = pick.size == members.size
@@ -196,6 +208,7 @@ def _solve_parts(client, dataset, parts, problems, pieces, solve, kernel, option
                 options=options,
                 pure=False,
                 retries=RETRIES,
+                **home,
             )
         )
     return client.gather(futures)
@@ -244,7 +257,7 @@ def fit_divide_conquer(
 
     started = time.perf_counter()
     pieces = _sub_problems(problems, parts, n_found)
-    solved = _solve_parts(client, dataset, parts, problems, pieces, solve, kernel, options)
+    solved = _solve_parts(client, dataset, X, parts, problems, pieces, solve, kernel, options)
     alphas = [np.zeros(rows.size) for rows, _ in problems]
     sub_iter = np.zeros((n_found, len(problems)), dtype=np.int64)
     sub_objective = np.zeros((n_found, len(problems)))

@@ -39,6 +39,7 @@ from elmscale.core.threads import (
     resolve_n_threads,
     thread_budget,
 )
+from elmscale.data.work_units import partition_keys
 
 __all__ = [
     "DaskExecutor",
@@ -281,15 +282,15 @@ class DaskExecutor(Executor):
             name: self.client.scatter(value, broadcast=True, hash=False)
             for name, value in (shared or {}).items()
         }
-        futures = self.client.map(
-            _with_budget,
-            list(items),
-            pure=False,
-            _fn=fn,
-            _budget=self.threads_per_task,
-            **scattered,
-            **kwargs,
-        )
+        items = list(items)
+        common = {"_fn": fn, "_budget": self.threads_per_task, **scattered, **kwargs}
+        if any(partition_keys(item) for item in items):
+            from elmscale.distributed.collections import submit_placed
+
+            # units of a Dask collection's partitions: each task where its partition is
+            futures = submit_placed(self.client, _with_budget, items, pure=False, **common)
+        else:
+            futures = self.client.map(_with_budget, items, pure=False, **common)
         for future in futures:
             future.add_done_callback(lambda _: progress.add())
         return futures

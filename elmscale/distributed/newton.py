@@ -41,6 +41,7 @@ import numpy as np
 from elmscale.core.files import atomic_write
 from elmscale.core.seeding import xorshift_state
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
+from elmscale.distributed.collections import holder_groups, submit_placed
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
 from elmscale.solvers import primal_newton as pn
@@ -532,19 +533,17 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads):
     where its hidden outputs are cached), retried elsewhere if the worker is lost."""
     if client is None:
         return map_in_threads(lambda b: fn(b, *args, n_threads=1), blocks, n_threads)
-    futures = [
-        client.submit(
-            fn,
-            block,
-            *args,
-            n_threads=1,
-            pure=False,
-            workers=[workers[i % len(workers)]],
-            allow_other_workers=True,
-            retries=3,
-        )
-        for i, block in enumerate(blocks)
-    ]
+    # (a block of a Dask collection's units runs where its partitions are, given as inputs)
+    futures = submit_placed(
+        client,
+        fn,
+        blocks,
+        *args,
+        workers=[workers[i % len(workers)] for i in range(len(blocks))],
+        n_threads=1,
+        pure=False,
+        retries=3,
+    )
     try:
         return client.gather(futures)
     except BaseException as exc:
@@ -607,6 +606,8 @@ def fit_newton(
     workers, n_blocks = _layout(client, n_blocks)
     threads = resolve_n_threads(n_threads)
     blocks = _blocks(units, n_blocks or threads)
+    if client is not None:
+        blocks = holder_groups(client, blocks)  # a Dask collection's: one worker's units each
     classes = tuple(np.asarray(classes).tolist())
     pairs = tuple(one_vs_one_pairs(len(classes)))
     n_hidden = int(layer["n_hidden"])

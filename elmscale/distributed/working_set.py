@@ -26,6 +26,8 @@ import time
 import numpy as np
 
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
+from elmscale.data.work_units import attach, partition_keys
+from elmscale.distributed.collections import group_holders, holder_groups
 from elmscale.distributed.newton import _class_index, array_units, parquet_units
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.targets import one_vs_one_pairs
@@ -126,8 +128,11 @@ class BlockActor:
     """A ``RowBlock`` kept on a Dask worker (a Dask actor): it reads its units there, and its
     calls run on the worker's ``n_threads``."""
 
-    def __init__(self, units, classes, pairs, kernel, C, cache_mb, n_threads, alphas, support):
+    def __init__(
+        self, units, classes, pairs, kernel, C, cache_mb, n_threads, alphas, support, partitions=()
+    ):
         self.n_threads = int(n_threads)
+        units = attach(units, list(partitions))  # a Dask collection's partitions, given as inputs
         with thread_budget(self.n_threads):
             self.block = _new_block(
                 units, classes, pairs, kernel, C, cache_mb, n_threads, alphas, support
@@ -164,12 +169,16 @@ class DaskBlocks:
         self.seen = None
         self.pairs = pairs
         self.rebuilt = 0
-        self.homes = [self.workers[i % len(self.workers)] for i in range(len(groups))]
+        # a group of a Dask collection's partitions lives where they are (holder_groups)
+        held = group_holders(client, groups)
+        self.homes = [held[i] or self.workers[i % len(self.workers)] for i in range(len(groups))]
         made = [self._submit(i, self.homes[i]) for i in range(len(groups))]
         self.futures = made
         self.actors = [f.result() for f in made]
 
     def _submit(self, i, worker, alphas=None, support=None):
+        from distributed import Future
+
         classes, pairs, kernel, C = self.spec
         return self.client.submit(
             self.actor_class,
@@ -182,6 +191,7 @@ class DaskBlocks:
             self.nthreads.get(worker, 1),
             alphas,
             support,
+            [Future(key, self.client) for key in partition_keys(self.groups[i])],
             actor=True,
             workers=[worker],
             allow_other_workers=False,
@@ -284,7 +294,7 @@ def fit_working_set(
         blocks = ThreadBlocks(groups, classes, pairs, kernel_dict, C, cache_mb, threads)
     else:
         workers = client.nthreads()
-        groups = group_units(units, n_blocks or max(1, len(workers)))
+        groups = holder_groups(client, group_units(units, n_blocks or max(1, len(workers))))
         blocks = DaskBlocks(
             client, groups, classes, pairs, kernel_dict, C, cache_mb * max(len(workers), 1)
         )

@@ -58,6 +58,12 @@ class Gram:
     def n_folds(self) -> int:
         return self.HtH.shape[0]
 
+    def __sizeof__(self) -> int:
+        # the arrays' bytes: a cluster's memory accounting and transfer logs (Dask's sizeof)
+        # call sys.getsizeof, which would count the object's own few bytes only
+        arrays = (self.HtH, self.HtY, self.YtY, self.counts, self.n_rows, self.classes)
+        return object.__sizeof__(self) + sum(a.nbytes for a in arrays if a is not None)
+
     @property
     def n_samples(self) -> int:
         """Rows summed over every fold."""

@@ -43,6 +43,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_random_state
 
+from elmscale.distributed.collections import lazy_on_collections
 from elmscale.features.kernels import KERNELS
 from elmscale.features.layers import HIDDEN_KINDS, ConcatenatedLayers, HiddenLayer
 from elmscale.linalg.boosting import (
@@ -200,6 +201,7 @@ class _OneOfJClassifier(_ELMClassifierBase):
 
     target_coding = "one_of_j"
 
+    @lazy_on_collections
     def decision_function(self, X) -> np.ndarray:
         """Outputs ``(n_samples, n_classes)``; for two classes, ``out[:, 1] - out[:, 0]``
         (> 0 means ``classes_[1]``)."""

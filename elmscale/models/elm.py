@@ -33,6 +33,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import thread_budget
+from elmscale.distributed.collections import lazy_on_collections
 from elmscale.features.base import FeatureMap, iter_row_blocks
 from elmscale.features.kernels import KERNEL_KINDS, Kernel, KernelFeatures, mg_params
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
@@ -265,19 +266,19 @@ class _BaseELM(BaseEstimator):
         ``classes_`` (classifiers) or ``n_outputs_`` (regressors).  Units run on the Dask
         cluster of ``client``, or here without one.
         """
-        from elmscale.data.parquet import ParquetDataset
         from elmscale.distributed import dataset_ops
+        from elmscale.distributed.collections import is_dataset
 
         self._validate_params()
         if self._is_kernel_model():
             raise ValueError("dataset_gram needs random hidden nodes (kernel=None)")
-        if not isinstance(dataset, ParquetDataset):
+        if not is_dataset(dataset):
             raise TypeError(
                 f"expected a ParquetDataset (elmscale.open_parquet); got {type(dataset).__name__}"
             )
         C_max = float(self.C if C_max is None else C_max)
         layer = self._new_layer(dataset.n_features)
-        first_rows, _ = dataset.units()[0].head(_PRECISION_SAMPLE_ROWS).read(with_labels=False)
+        first_rows = dataset_ops.first_rows(dataset, _PRECISION_SAMPLE_ROWS, client=client)
         self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
         gram = dataset_ops.gram(
             dataset,
@@ -342,10 +343,11 @@ class _BaseELM(BaseEstimator):
 
     def _any_gram(self, X, y, client, C_max: float, row_space: bool = True):
         """``(feature map, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset
-        (``row_space``: see ``_layer_gram``)."""
-        from elmscale.data.parquet import ParquetDataset
+        or Dask collections (``row_space``: see ``_layer_gram``)."""
+        from elmscale.distributed.collections import as_source, is_dataset
 
-        if isinstance(X, ParquetDataset):
+        X, y, client = as_source(X, y, client)
+        if is_dataset(X):
             if y is not None:
                 raise ValueError(
                     "y must be None when X is a ParquetDataset: the labels come "
@@ -358,8 +360,8 @@ class _BaseELM(BaseEstimator):
             return self._dataset_gram(X, client, C_max)
         if client is not None:
             raise ValueError(
-                "client is used with a ParquetDataset (elmscale.open_parquet); "
-                "in-memory arrays are fitted in this process"
+                "client is used with a ParquetDataset (elmscale.open_parquet) or Dask "
+                "collections; in-memory arrays are fitted in this process"
             )
         X, y = self._validate_X_y(X, y)
         return self._gram(X, self._encode_targets(y), C_max, row_space)
@@ -425,7 +427,10 @@ class _BaseELM(BaseEstimator):
 
         ``X`` may also be a :class:`~elmscale.data.parquet.ParquetDataset` (labels from its
         label column, ``y`` None): its units are reduced on the Dask cluster of
-        ``client`` (a ``distributed.Client``), or in this process without one.
+        ``client`` (a ``distributed.Client``), or in this process without one.  Or a Dask
+        DataFrame / Array with ``y`` a Dask Series / Array of the same partitions: each
+        persisted partition is a unit, reduced on the worker that holds it
+        (``elmscale.distributed.collections``; ``client`` default: Dask's default client).
         """
         with thread_budget(self.n_threads):
             features, G, B = self._any_gram(X, y, client, float(self.C))
@@ -537,12 +542,14 @@ class _ELMClassifierBase(ProbabilityMixin, ClassifierMixin, _BaseELM):
     def _shape_coef(self, coef):
         return coef[:, 0] if coef.ndim == 2 and coef.shape[1] == 1 else coef
 
+    @lazy_on_collections
     def decision_function(self, X) -> np.ndarray:
         """ELM outputs: (n_samples,) for two classes (> 0 means ``classes_[1]``), else
         (n_samples, n_classes)."""
         out = self._raw_output(X)
         return out[:, 0] if len(self.classes_) == 2 else out
 
+    @lazy_on_collections
     def predict(self, X) -> np.ndarray:
         out = self._raw_output(X)
         return self.classes_[self.target_encoder_.decode(out)]
@@ -637,6 +644,7 @@ class _ELMRegressorBase(RegressorMixin, _BaseELM):
     def _shape_coef(self, coef):
         return coef[:, 0] if coef.ndim == 2 and self._single_output else coef
 
+    @lazy_on_collections
     def predict(self, X) -> np.ndarray:
         out = self._raw_output(X)
         return out[:, 0] if self._output_weights().ndim == 1 else out

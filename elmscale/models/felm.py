@@ -30,6 +30,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import resolve_n_threads, thread_budget
+from elmscale.distributed.collections import lazy_on_collections
 from elmscale.distributed.executors import make_executor
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
@@ -233,11 +234,13 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
         with thread_budget(self.n_threads):
             return self._pair_scores(np.asarray(X, dtype=np.float64))
 
+    @lazy_on_collections
     def decision_function(self, X) -> np.ndarray:
         """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes), the
         one-vs-rest view of the pairs' votes (as ``SparseELMClassifier``)."""
         return ovo_decision(self._checked_pair_scores(X), self.classes_.size)
 
+    @lazy_on_collections
     def predict(self, X) -> np.ndarray:
         index = decision_to_class_index(self.decision_function(X))  # checks fitted first
         return self.classes_[index]

@@ -35,6 +35,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import thread_budget
+from elmscale.distributed.collections import lazy_on_collections
 from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_two_classes, encode_class_labels
@@ -136,9 +137,10 @@ class _BaseFLSASVM(BaseEstimator):
         Dask ``client`` when given): ``(candidate rows, pool, paths, residual_of)``, where
         ``residual_of(points, alpha, b)`` is a model's squared training residual per
         target column, computed from the rows."""
-        from elmscale.data.parquet import ParquetDataset
+        from elmscale.distributed.collections import as_source, is_dataset
 
-        if isinstance(X, ParquetDataset):
+        X, y, client = as_source(X, y, client)
+        if is_dataset(X):
             return self._run_dataset(X, y, n_select, client)
         is_regressor = isinstance(self, RegressorMixin)
         X, y = validate_data(
@@ -291,7 +293,10 @@ class _BaseFLSASVM(BaseEstimator):
         ``X`` may be a :class:`~elmscale.data.parquet.ParquetDataset` (``y`` None: its label
         column): the candidate pool is read where its rows live and the candidates' Gram
         reduced over the units, on the Dask cluster of ``client`` or here, the rows never
-        gathered (a pool whose Gram does not fit ``cache_mb`` gathers them).  With arrays
+        gathered (a pool whose Gram does not fit ``cache_mb`` gathers them).  Dask
+        collections (``X`` a DataFrame / Array, ``y`` a Series / Array of the same
+        partitions) are fitted as such a data set, each partition read on the worker that
+        holds it (``elmscale.distributed.collections``).  With arrays
         and ``client``: the candidates' Gram computed over shares of the rows on its workers
         when it fits ``cache_mb``; otherwise the candidates' state and kernel columns live
         on its workers (one actor each, the rows sent once), one round trip per step.  The
@@ -477,12 +482,14 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
     def _shape_weights(self, w):
         return w[:, 0] if w.shape[1] == 1 else w
 
+    @lazy_on_collections
     def decision_function(self, X) -> np.ndarray:
         """(n_samples,) for two classes (> 0 means ``classes_[1]``), else
         (n_samples, n_classes)."""
         out = self._raw_output(X)
         return out[:, 0] if len(self.classes_) == 2 else out
 
+    @lazy_on_collections
     def predict(self, X) -> np.ndarray:
         out = self._raw_output(X)
         return self.classes_[TargetEncoder(self.target_coding, self.classes_).decode(out)]
@@ -515,6 +522,7 @@ class FLSASVMRegressor(RegressorMixin, _BaseFLSASVM):
     def _shape_weights(self, w):
         return w[:, 0] if self._single_output else w
 
+    @lazy_on_collections
     def predict(self, X) -> np.ndarray:
         out = self._raw_output(X)
         return out[:, 0] if self._single_output else out

@@ -23,6 +23,7 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold
 from sklearn.utils.validation import check_is_fitted
 
+from elmscale.distributed.collections import lazy_on_collections
 from elmscale.linalg.calibration import calibrated_proba, platt_fit, problem_targets
 
 #: Folds of the out-of-fold scores (fewer when the smallest class has fewer rows).
@@ -90,15 +91,17 @@ class ProbabilityMixin:
         raise NotImplementedError
 
     def _check_calibration_data(self, X) -> None:
-        """Refuse ``probability=True`` with a ParquetDataset: the calibration's out-of-fold
-        fits read in-memory arrays.  A ``fit`` that takes ParquetDatasets calls this first,
-        so that the refusal comes before the fit's work, not after it."""
-        from elmscale.data.parquet import ParquetDataset
+        """Refuse ``probability=True`` with a ParquetDataset or Dask collections: the
+        calibration's out-of-fold fits read in-memory arrays.  A ``fit`` that takes data
+        sets calls this first, so that the refusal comes before the fit's work, not after
+        it."""
+        from elmscale.distributed.collections import is_collection, is_dataset
 
-        if self.probability and isinstance(X, ParquetDataset):
+        if self.probability and (is_dataset(X) or is_collection(X)):
+            what = "Dask collections" if is_collection(X) else f"a {type(X).__name__}"
             raise ValueError(
                 f"{type(self).__name__}(probability=True) fits its calibration on in-memory "
-                "arrays; got a ParquetDataset (fit it with probability=False, or on arrays)"
+                f"arrays; got {what} (fit it with probability=False, or on arrays)"
             )
 
     def _fit_calibration(self, X, y, *, ray_address=None, path=None) -> None:
@@ -159,6 +162,7 @@ class ProbabilityMixin:
                 setattr(self, name, getattr(model, name))
 
     @_if_probability
+    @lazy_on_collections
     def predict_proba(self, X) -> np.ndarray:
         """Calibrated class probabilities ``(n_samples, n_classes)``, columns in the order
         of ``classes_`` (``probability=True`` only).  Their argmax may differ from
@@ -173,6 +177,7 @@ class ProbabilityMixin:
         )
 
     @_if_probability
+    @lazy_on_collections
     def predict_log_proba(self, X) -> np.ndarray:
         """The log of :meth:`predict_proba`."""
         with np.errstate(divide="ignore"):

@@ -19,6 +19,7 @@ from sklearn.utils.multiclass import _ovr_decision_function
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
 from elmscale.core.threads import resolve_n_threads, thread_budget
+from elmscale.distributed.collections import lazy_on_collections
 from elmscale.distributed.executors import make_executor
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, iter_row_blocks
 from elmscale.features.kernels import KERNEL_KINDS, SCORE_PRECISIONS, Kernel, mg_params
@@ -482,7 +483,11 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         "host:port"), with ``X`` put in the object store once.  The model is the same.
 
         ``X`` may also be a :class:`~elmscale.data.parquet.ParquetDataset` (labels from
-        its label column, ``y`` None).  With random nodes (``hidden``) the rows stay where
+        its label column, ``y`` None), or a Dask DataFrame / Array with ``y`` a Dask
+        Series / Array of the same partitions, fitted as a data set whose units are the
+        persisted partitions, each read on the worker that holds it
+        (``elmscale.distributed.collections``; ``client`` default: Dask's default client).
+        With random nodes (``hidden``) the rows stay where
         they are: primal Newton passes finished on the exact dual
         (``elmscale.distributed.newton``, ``elmscale.solvers.primal_newton``) on the Dask
         cluster of ``client``, or on this process's threads without one.  Each pass is an
@@ -546,12 +551,13 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         objective at that point), ``kkt_violation_`` NaN (not checked on the whole
         problem); ``phase_seconds_`` is 0 for the gradient and global solve.
         """
-        from elmscale.data.parquet import ParquetDataset
+        from elmscale.distributed.collections import as_source, is_dataset
 
+        X, y, client = as_source(X, y, client)
         self._check_n_parts(n_parts, X, client)
         self._check_early_prediction(early_prediction, n_parts, X, client)
         self._forget_divide_conquer()
-        if isinstance(X, ParquetDataset):
+        if is_dataset(X):
             if y is not None:
                 raise ValueError(
                     "y must be None when X is a ParquetDataset: the labels come from its "
@@ -740,14 +746,14 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
     def _check_divide_conquer_runs(self, setting: str, X, client, instead: str) -> None:
         """``setting`` asks for divide and conquer: it needs a kernel, a ParquetDataset and
         a client (``instead``: what else the message offers)."""
-        from elmscale.data.parquet import ParquetDataset
+        from elmscale.distributed.collections import is_dataset
 
         if self.hidden is not None:
             raise ValueError(
                 f"{setting}: divide and conquer solves a kernel; random nodes (hidden) on "
                 "a ParquetDataset take n_blocks"
             )
-        if not isinstance(X, ParquetDataset) or client is None:
+        if not is_dataset(X) or client is None:
             raise ValueError(
                 f"{setting}: divide and conquer runs on a Dask cluster: give a ParquetDataset "
                 f"(elmscale.open_parquet) and client, {instead}"
@@ -990,6 +996,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         """The scores the sigmoids read, ``(n, n_problems)`` (:func:`pair_problem_scores`)."""
         return pair_problem_scores(self._pair_scores(X), len(self.classes_))
 
+    @lazy_on_collections
     def decision_function(self, X) -> np.ndarray:
         """(n,) for two classes (> 0 means ``classes_[1]``); else (n, n_classes).
 
@@ -999,6 +1006,7 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         """
         return ovo_decision(self._pair_scores(X), len(self.classes_))
 
+    @lazy_on_collections
     def predict(self, X) -> np.ndarray:
         """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
         return self._labels_from_decision(self.decision_function(X))  # checks fitted first

@@ -1,0 +1,360 @@
+"""Dask collections as inputs and outputs (issue 51, part B): ``fit(X, y)`` with a persisted
+Dask DataFrame or Dask Array gives the Parquet fit's model of the same rows to the bit, its
+tasks run where the partitions are (the workers' transfer logs), and ``predict`` /
+``decision_function`` / ``predict_proba`` of a collection are lazy, partition by partition.
+
+The Parquet file's row groups and the collections' partitions hold the same rows, so both
+fits map the same units and sum them in the same tree: every family's model is then the
+same to the bit (timings aside)."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from distributed import wait
+
+from elmscale import (
+    ELMClassifier,
+    ELMRegressor,
+    FELMClassifier,
+    FKELMClassifier,
+    FLSASVMClassifier,
+    FLSASVMRegressor,
+    SparseELMClassifier,
+    open_parquet,
+)
+from elmscale.core.errors import DataError
+from elmscale.distributed import collections
+from elmscale.distributed.collections import from_collections
+from elmscale.models.boosting_ridge import BRELMClassifier, GBRELMRegressor
+
+pytestmark = pytest.mark.timeout(300)
+
+N_ROWS, N_FEATURES, PART_ROWS = 8_000, 6, 1_000  # 8 partitions: 4 units per worker thread
+FEATURES = [f"f{j}" for j in range(N_FEATURES)]
+
+
+def _frame(regression: bool) -> pd.DataFrame:
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N_ROWS, N_FEATURES)).astype(np.float32)
+    score = X[:, 0] - 0.5 * X[:, 1] + 0.3 * rng.normal(size=N_ROWS)
+    df = pd.DataFrame(X, columns=FEATURES)
+    if regression:
+        df["label"] = (score / 4 + 0.5).astype(np.float64)
+    else:  # three classes
+        df["label"] = np.digitize(score, [-0.5, 0.5]).astype(np.int64)
+    return df
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    """``{kind: (DataFrame, ParquetDataset of the same rows, rows per row group)}``; a
+    collection of the DataFrame in partitions of those rows holds the same units."""
+    out = {}
+    for kind in ("classes", "values", "small"):
+        df = _frame(kind == "values")
+        part_rows = PART_ROWS
+        if kind == "small":  # (a kernel ELM's model is an N x N system)
+            df, part_rows = df.iloc[:2_000], 500
+        path = tmp_path_factory.mktemp("dask_collections") / f"{kind}.parquet"
+        pq.write_table(
+            pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=part_rows
+        )
+        out[kind] = (df, open_parquet(path, label="label"), part_rows)
+    return out
+
+
+def _persisted(client, df, part_rows=PART_ROWS, **persist):
+    ddf = client.persist(dd.from_pandas(df, chunksize=part_rows), **persist)
+    wait(ddf)
+    assert ddf.npartitions == len(df) // part_rows
+    return ddf
+
+
+def _logs(client) -> dict:
+    """Each worker's transfers in so far (its incoming log)."""
+    return client.run(lambda dask_worker: list(dask_worker.transfer_incoming_log))
+
+
+def _moved_since(client, before: dict) -> list[dict]:
+    """The transfers between workers since ``before`` (a :func:`_logs`)."""
+    return [e for w, log in _logs(client).items() for e in log[len(before.get(w, [])) :]]
+
+
+#: Task names whose results are partial results of a reduction (a unit's Gram, statistics,
+#: candidates' Gram, sums) or of their tree's sums: these may move between workers
+PARTIAL_RESULTS = ("_attached-", "_with_budget-", "combine-", "add_arrays-")
+
+
+def _fitted_state(model) -> dict:
+    """The fitted attributes that make the model (the timings are not part of it)."""
+    return {
+        name: value
+        for name, value in vars(model).items()
+        if name.endswith("_") and not name.startswith("_") and "seconds" not in name
+    }
+
+
+def _assert_same_model(a, b, *, rounded=()) -> None:
+    """``a`` and ``b`` have the same fitted state to the bit (``rounded``: names equal to
+    rounding only)."""
+    sa, sb = _fitted_state(a), _fitted_state(b)
+    assert sa.keys() == sb.keys()
+    for name, value in sa.items():
+        other = sb[name]
+        if name in rounded:
+            np.testing.assert_allclose(other, value, rtol=1e-12, err_msg=name)
+        elif isinstance(value, np.ndarray) or np.ndim(value):
+            np.testing.assert_array_equal(np.asarray(other), np.asarray(value), err_msg=name)
+        elif hasattr(value, "to_dict"):  # a hidden layer
+            assert repr(value.to_dict()) == repr(other.to_dict()), name
+        else:
+            assert value == other or (value != value and other != other), name
+
+
+FAMILIES = {
+    "elm": (ELMClassifier, {"n_hidden": 40, "random_state": 0}, "classes", {}),
+    "elm_regressor": (ELMRegressor, {"n_hidden": 40, "random_state": 0}, "values", {}),
+    "elm_kernel": (ELMClassifier, {"kernel": "gaussian", "sigma": 2.0}, "small", {}),
+    "boosting_ridge": (BRELMClassifier, {"n_hidden": 20, "random_state": 0}, "classes", {}),
+    "boosting_ridge_regressor": (
+        GBRELMRegressor,
+        {"n_hidden": 20, "random_state": 0},
+        "values",
+        {},
+    ),
+    "sparse_newton": (
+        SparseELMClassifier,
+        {"hidden": "sigmoid", "n_hidden": 20, "random_state": 0},
+        "classes",
+        {},
+    ),
+    "sparse_kernel_gather": (
+        SparseELMClassifier,
+        {"kernel": "gaussian", "sigma": 2.0, "solver": "dual", "random_state": 0},
+        "classes",
+        {},
+    ),
+    "sparse_working_set": (
+        SparseELMClassifier,
+        {"kernel": "gaussian", "sigma": 2.0, "solver": "working_set", "random_state": 0},
+        "classes",
+        {},
+    ),
+    "sparse_divide_conquer": (
+        SparseELMClassifier,
+        {"kernel": "gaussian", "sigma": 2.0, "solver": "dual", "random_state": 0},
+        "classes",
+        {"n_parts": 2},
+    ),
+    "flsa_svm": (
+        FLSASVMClassifier,
+        {"n_support": 20, "candidates": 200, "random_state": 0},
+        "classes",
+        {},
+    ),
+    "flsa_svm_regressor": (
+        FLSASVMRegressor,
+        {"n_support": 20, "candidates": 200, "random_state": 0},
+        "values",
+        {},
+    ),
+}
+
+
+#: Fitted attributes equal to rounding only: the working set's objective is a sum over its
+#: blocks, and a collection's blocks are its workers' partitions (the Parquet fit's are
+#: contiguous ranges of units; its own objective changes in the last bit with n_blocks too)
+ROUNDED = {"sparse_working_set": ("objective_",)}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_dask_fit_is_the_parquet_fit_to_the_bit_and_moves_no_partition(
+    family, frames, dask_client
+):
+    cls, params, kind, fit_kw = FAMILIES[family]
+    df, dataset, part_rows = frames[kind]
+    ddf = _persisted(dask_client, df, part_rows)
+    partition_keys = set(ddf.__dask_keys__())
+    from_parquet = cls(**params).fit(dataset, client=dask_client, **fit_kw)
+
+    before = _logs(dask_client)
+    from_frame = cls(**params).fit(ddf[FEATURES], ddf["label"], client=dask_client, **fit_kw)
+    moved = {k: n for e in _moved_since(dask_client, before) for k, n in e["keys"].items()}
+    rounded = ROUNDED.get(family, ())
+    _assert_same_model(from_parquet, from_frame, rounded=rounded)
+    # no partition moves (its tasks ran where it is): what moves between workers is the
+    # reductions' partial results, and anything else is under 1 % of the data
+    assert not set(moved) & partition_keys
+    assert not [key for key in moved if "_pack" in str(key)]
+    other = {k: n for k, n in moved.items() if not str(k).startswith(PARTIAL_RESULTS)}
+    assert sum(other.values()) <= 0.01 * df.memory_usage(index=False).sum(), other
+
+    # a Dask Array of unknown chunk sizes (a DataFrame's values), y a Dask Array
+    X_array, y_array = ddf[FEATURES].to_dask_array(), ddf["label"].to_dask_array()
+    assert np.isnan(X_array.chunks[0]).all()
+    from_array = cls(**params).fit(X_array, y_array, client=dask_client, **fit_kw)
+    _assert_same_model(from_parquet, from_array, rounded=rounded)
+
+
+PREDICTORS = {
+    "elm": (ELMClassifier(n_hidden=30, random_state=0), "classes"),
+    "elm_regressor": (ELMRegressor(n_hidden=30, random_state=0), "values"),
+    "boosting_ridge": (BRELMClassifier(n_hidden=20, random_state=0), "classes"),
+    "boosting_ridge_regressor": (GBRELMRegressor(n_hidden=20, random_state=0), "values"),
+    "sparse_newton": (
+        SparseELMClassifier(hidden="sigmoid", n_hidden=20, random_state=0),
+        "classes",
+    ),
+    "sparse_kernel": (SparseELMClassifier(kernel="gaussian", sigma=2.0), "classes"),
+    "flsa_svm": (FLSASVMClassifier(n_support=20, random_state=0), "classes"),
+    "flsa_svm_regressor": (FLSASVMRegressor(n_support=20, random_state=0), "values"),
+    "felm": (FELMClassifier(n_hidden=20, random_state=0), "classes"),
+    "fkelm": (FKELMClassifier(sigma=2.0), "classes"),
+}
+
+
+def _methods(model) -> list[str]:
+    names = ["predict"]
+    if hasattr(model, "decision_function"):
+        names.append("decision_function")
+    if getattr(model, "probability", False):
+        names.append("predict_proba")
+    return names
+
+
+@pytest.mark.parametrize("family", list(PREDICTORS))
+def test_predictions_of_a_collection_are_lazy_with_its_partitions(family, frames, dask_client):
+    template, kind = PREDICTORS[family]
+    df, _, _ = frames[kind]
+    X, y = df[FEATURES].to_numpy(), df["label"].to_numpy()
+    model = template.__class__(**template.get_params()).fit(X[:2_000], y[:2_000])
+    ddf = _persisted(dask_client, df)
+    X_frame = ddf[FEATURES]
+    X_array = da.from_array(X, chunks=(PART_ROWS, 3))  # column blocks are joined
+    for method in _methods(model):
+        here = getattr(model, method)(X)
+        lazy = getattr(model, method)(X_frame)
+        assert dask.is_dask_collection(lazy)
+        assert lazy.npartitions == X_frame.npartitions
+        assert lazy.divisions == X_frame.divisions
+        # the model is one node of the graph, sent once
+        graph = dict(lazy.__dask_graph__())
+        nodes = [v for v in graph.values() if isinstance(getattr(v, "value", None), type(model))]
+        assert len(nodes) == 1
+        np.testing.assert_array_equal(lazy.compute().to_numpy(), here, err_msg=method)
+        lazy_array = getattr(model, method)(X_array)
+        assert isinstance(lazy_array, da.Array)
+        assert lazy_array.chunks[0] == X_array.chunks[0]
+        np.testing.assert_array_equal(lazy_array.compute(), here, err_msg=method)
+
+
+def test_predict_proba_of_a_collection(frames, dask_client):
+    df, _, _ = frames["classes"]
+    X, y = df[FEATURES].to_numpy(), df["label"].to_numpy()
+    model = ELMClassifier(n_hidden=20, probability=True, random_state=0).fit(X[:1_500], y[:1_500])
+    ddf = _persisted(dask_client, df)
+    lazy = model.predict_proba(ddf[FEATURES])
+    assert isinstance(lazy, dd.DataFrame) and lazy.npartitions == ddf.npartitions
+    assert list(lazy.columns) == [str(c) for c in model.classes_]
+    np.testing.assert_array_equal(lazy.compute().to_numpy(), model.predict_proba(X))
+    unknown = model.predict_proba(ddf[FEATURES].to_dask_array())
+    np.testing.assert_array_equal(unknown.compute(), model.predict_proba(X))
+    with pytest.raises(ValueError, match="probability=True.*Dask collections"):
+        ELMClassifier(probability=True).fit(ddf[FEATURES], ddf["label"])
+
+
+def test_a_worker_that_holds_no_partition(frames, dask_client):
+    df, dataset, _ = frames["classes"]
+    first = sorted(dask_client.nthreads())[0]
+    ddf = _persisted(dask_client, df, workers=[first])
+    assert set(dask_client.who_has(ddf).values()) == {(first,)}
+    for params in (
+        {"hidden": "sigmoid", "n_hidden": 20, "random_state": 0},
+        {"kernel": "gaussian", "sigma": 2.0, "solver": "working_set"},
+    ):
+        expected = SparseELMClassifier(**params).fit(dataset, client=dask_client)
+        before = _logs(dask_client)
+        got = SparseELMClassifier(**params).fit(ddf[FEATURES], ddf["label"])  # default client
+        assert not [e for e in _moved_since(dask_client, before) if e["who"] == first]
+        _assert_same_model(expected, got, rounded=("objective_",))
+    elm = ELMClassifier(n_hidden=30, random_state=0)
+    _assert_same_model(
+        elm.fit(dataset, client=dask_client),
+        ELMClassifier(n_hidden=30, random_state=0).fit(ddf[FEATURES], ddf["label"]),
+    )
+
+
+def test_units_are_partitions_cut_finer_never_across_two(frames, dask_client):
+    df, _, _ = frames["classes"]
+    ddf = dd.from_pandas(df.iloc[:2_500], npartitions=3)
+    dataset = from_collections(ddf[FEATURES], ddf["label"], dask_client)
+    lengths = [n for _, n in dataset.parts]
+    assert sum(lengths) == dataset.n_rows == 2_500 and dataset.label == "label"
+    assert [u.n_rows for u in dataset.units()] == lengths
+    for n_units in (1, 4, 7, 2_500):
+        units = dataset.units(n_units)
+        assert len(units) >= min(n_units, 2_500)
+        assert [u.start for u in units] == list(np.cumsum([0] + [u.n_rows for u in units[:-1]]))
+        for unit in units:
+            assert unit.offset + unit.n_rows <= lengths[unit.partition]
+    X, y = dataset.read()
+    np.testing.assert_array_equal(X, df[FEATURES].to_numpy()[:2_500])
+    np.testing.assert_array_equal(y, df["label"].to_numpy()[:2_500])
+    with pytest.raises(RuntimeError, match="not attached"):
+        dataset.units()[0].read()
+
+
+def test_bad_collections_raise_errors_naming_the_parameter(frames, dask_client):
+    df, _, _ = frames["classes"]
+    ddf = dd.from_pandas(df, chunksize=PART_ROWS)
+    X, y = ddf[FEATURES], ddf["label"]
+    model = ELMClassifier(n_hidden=10)
+    with pytest.raises(ValueError, match="X has 8 partitions and y 4"):
+        model.fit(X, y.repartition(npartitions=4))
+    # the same number of partitions, other lengths: known (arrays) or found by the partitions
+    values = da.from_array(df[FEATURES].to_numpy(), chunks=(1_000, N_FEATURES))
+    labels = da.from_array(df["label"].to_numpy(), chunks=500)[: N_ROWS // 2]
+    with pytest.raises(ValueError, match="X and y differ in partition 0: 1000 rows of X, 500"):
+        model.fit(values, labels)
+    other = dd.from_pandas(df.iloc[::-1].reset_index(drop=True).iloc[3:], npartitions=8)
+    with pytest.raises(ValueError, match="X and y differ in partition"):
+        model.fit(X, other["label"])
+    strings = ddf.assign(f0=ddf["f0"].astype(str))
+    with pytest.raises(ValueError, match="X: column 'f0' has dtype"):
+        model.fit(strings[FEATURES], strings["label"])
+    with pytest.raises(ValueError, match="X: a Dask Array of dtype <U"):
+        model.fit(da.from_array(np.array([["a", "b"]] * 4)), da.from_array(np.arange(4)))
+    with pytest.raises(ValueError, match="y a Dask Series or Array"):
+        model.fit(X, df["label"].to_numpy())
+    with pytest.raises(ValueError, match="y is a Dask collection and X a ndarray"):
+        model.fit(df[FEATURES].to_numpy(), y)
+    with pytest.raises(ValueError, match="X is a Dask Series"):
+        model.fit(ddf["f0"], y)
+    with pytest.raises(ValueError, match="X has 3 features; the model expects"):
+        ELMClassifier(n_hidden=10).fit(df[FEATURES].to_numpy(), df["label"]).predict(
+            ddf[FEATURES[:3]]
+        )
+    nan_frame = ddf.assign(f1=ddf["f1"].where(ddf["f1"] > 0))
+    with pytest.raises(DataError, match="X: .* has missing values"):
+        model.fit(nan_frame[FEATURES], nan_frame["label"], client=dask_client)
+
+
+def test_without_a_client_the_error_says_to_give_one(monkeypatch):
+    import distributed
+
+    def no_client():
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(distributed, "default_client", no_client)
+    ddf = dd.from_pandas(_frame(False).iloc[:100], npartitions=2)
+    with pytest.raises(ValueError, match="no Dask client is running: pass client="):
+        ELMClassifier().fit(ddf[FEATURES], ddf["label"])
+    assert collections.is_collection(ddf) and not collections.is_collection(np.zeros(2))
