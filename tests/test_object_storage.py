@@ -346,6 +346,35 @@ def test_a_missing_bucket_or_key_is_named_and_nothing_is_written(s3_server, data
     assert not fs.exists(f"{bucket}-gone")
 
 
+@pytest.mark.timeout(120)
+def test_local_paths_import_no_store_package(tmp_path):
+    """fsspec and the stores' packages load only when a URL names one."""
+    code = (
+        "import sys, numpy as np\n"
+        "from elmscale import open_parquet, save, load, ELMClassifier\n"
+        "from elmscale.data import write_parquet, load as load_data\n"
+        "X, y = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2\n"
+        "write_parquet(X, 'd/a.parquet', y=y)\n"
+        "model = ELMClassifier(n_hidden=5).fit(open_parquet('d'))\n"
+        "save(model, 'm.elm'); load('m.elm'); load_data('d/a.parquet')\n"
+        "print(sorted(m for m in ('fsspec', 's3fs', 'botocore', 'gcsfs') if m in sys.modules))\n"
+        "from elmscale.data.storage import locate\n"
+        "locate('s3://bucket/key')\n"
+        "print(sorted(m for m in ('fsspec', 's3fs') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["[]", "['fsspec', 's3fs']"]
+
+
 def test_a_store_without_its_package_names_the_extra_to_install():
     pytest.importorskip("s3fs")
     try:

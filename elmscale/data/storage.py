@@ -33,7 +33,7 @@ import posixpath
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,8 @@ __all__ = [
     "locate",
     "marked_done",
     "named_options",
-    "put_folder",
     "output_lock",
+    "put_folder",
     "redact_options",
     "scrub",
     "storage_errors",
@@ -237,24 +237,6 @@ class Location:
         with storage_errors(self, "an existing path"):
             return bool(self.fs.isdir(self.path))
 
-    def is_file(self) -> bool:
-        if self.is_local:
-            return Path(self.path).is_file()
-        with storage_errors(self, "an existing path"):
-            return bool(self.fs.isfile(self.path))
-
-    def size(self) -> int:
-        if self.is_local:
-            return Path(self.path).stat().st_size
-        with storage_errors(self, "an existing file"):
-            return int(self.fs.size(self.path))
-
-    def open(self, mode: str = "rb"):
-        """A file object (local: the built-in ``open``)."""
-        if self.is_local:
-            return open(self.path, mode)  # noqa: SIM115 - the caller closes it
-        return self.fs.open(self.path, mode)
-
     def read_bytes(self) -> bytes:
         if self.is_local:
             return Path(self.path).read_bytes()
@@ -273,16 +255,8 @@ class Location:
         if self.is_local:
             Path(self.path).unlink(missing_ok=True)
             return
-        with storage_errors(self, "a path it may delete"), _missing_ok():
+        with storage_errors(self, "a path it may delete"), suppress(FileNotFoundError):
             self.fs.rm_file(self.path)
-
-
-@contextmanager
-def _missing_ok():
-    try:
-        yield
-    except FileNotFoundError:
-        pass
 
 
 def locate(path: str | os.PathLike | Location, storage_options: Mapping | None = None) -> Location:
