@@ -610,7 +610,12 @@ def _dead_pipeline(tmp_path: Path, estimator: str, params: str) -> Path:
 def test_dead_scheduler_or_ray_address_fails_within_seconds_naming_it(tmp_path):
     """``run`` with a Ray head or a Dask scheduler, and ``score`` with a scheduler or a Ray
     Client server, that nobody runs: exit 1 within seconds (the connect timeout is 10 s),
-    the address in the message.  The four run side by side."""
+    the address in the message.  The four run side by side.
+
+    "Within seconds" is measured against a reference started beside them, a process that
+    imports what they import (elmscale's command line, Dask, Ray) and exits: on busy cores
+    their start-up stretches as its does (68 s at a load average of 20 on 2 cores, issue
+    49), while a connect that hangs past its timeout still fails the test."""
     data = generate_classification(300, n_features=4, random_state=2)
     write_parquet(data, tmp_path / "small.parquet")
     on_dask = _dead_pipeline(tmp_path, "ELMClassifier", "{ n_hidden = 10 }")  # data plane
@@ -642,6 +647,7 @@ def test_dead_scheduler_or_ray_address_fails_within_seconds_naming_it(tmp_path):
                 f"ray://127.0.0.1:{p4}",
             ],
         }
+        reference = "import elmscale.app.cli, distributed, ray"
         start = time.monotonic()
         running = {
             address: subprocess.Popen(
@@ -652,9 +658,10 @@ def test_dead_scheduler_or_ray_address_fails_within_seconds_naming_it(tmp_path):
             )
             for i, (address, argv) in enumerate(cases.items())
         }
+        running["reference"] = subprocess.Popen([sys.executable, "-c", reference], env=CLEAN_ENV)
         seconds = {}
-        try:
-            while len(seconds) < len(running) and time.monotonic() - start < 120:
+        try:  # until every one has exited: the test's own timeout bounds a hang
+            while len(seconds) < len(running):
                 for address, process in running.items():
                     if address not in seconds and process.poll() is not None:
                         seconds[address] = time.monotonic() - start
@@ -664,14 +671,18 @@ def test_dead_scheduler_or_ray_address_fails_within_seconds_naming_it(tmp_path):
                 if process.poll() is None:
                     process.kill()
                 process.wait(30)
+    start_up = seconds.pop("reference")
+    assert running.pop("reference").returncode == 0
+    print(f"reference start-up: {start_up:.1f} s")
+    # the connect timeout (10 s) plus its retries' and the error path's own seconds
+    allowed = start_up + 30
     for i, (address, process) in enumerate(running.items()):
         err = (tmp_path / f"err{i}").read_text()
-        print(f"{address}: exit {process.returncode} after {seconds.get(address, -1):.1f} s")
-        assert address in seconds, f"{address}: still running after 120 s"
+        print(f"{address}: exit {process.returncode} after {seconds[address]:.1f} s")
         assert process.returncode == 1, (address, err[-2000:])
         assert address in err and "elmscale: error: " in err, (address, err[-2000:])
         assert "Traceback" not in err, (address, err[-2000:])
-        assert seconds[address] < 60, (address, seconds[address])
+        assert seconds[address] < allowed, (address, seconds[address], start_up)
     assert not list(tmp_path.glob("out*.parquet"))
 
 
