@@ -28,6 +28,9 @@ from elmscale.data.storage import Store, locate, redact_options, scrub
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# every test here has a limit: its own mark, else this one
+pytestmark = pytest.mark.timeout(120)
+
 #: A key and secret that no message, repr or file may show (moto accepts any credentials
 #: while its IAM checks are off).
 KEY_ID = "elmscale-test-key-id-4711"
