@@ -268,7 +268,13 @@ def test_the_absolute_scale_is_the_model_before_the_relative_scale(case):
     X, t = relevant_two()
     model = make().set_params(psi_scale="absolute", n_threads=1).fit(X, t)
     assert model.get_support(indices=True).tolist() == kept
-    np.testing.assert_allclose(model.objective_path_, path, rtol=1e-9)
+    # the recorded path came from one CPU's kernels: FELM's random nodes are float32, whose
+    # pre-activations (d + 2 roundings) move the objective by that relative amount under
+    # other kernels (1.5e-8 under OpenBLAS Sandybridge and numba x86-64-v2: issue 49);
+    # FKELM's kernel values are float64
+    random_nodes = isinstance(model, FELMClassifier)
+    rtol = (X.shape[1] + 2) * 2.0**-24 if random_nodes else 1e-9
+    np.testing.assert_allclose(model.objective_path_, path, rtol=rtol)
     assert model.psi_effective_.tolist() == [model.psi]
 
 
