@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from distributed import wait
+from distributed import futures_of, wait
 
 from elmscale import (
     ELMClassifier,
@@ -75,6 +75,13 @@ def _persisted(client, df, part_rows=PART_ROWS, **persist):
     wait(ddf)
     assert ddf.npartitions == len(df) // part_rows
     return ddf
+
+
+def _held_keys(collection) -> set:
+    """The keys of a persisted collection's partitions as the workers hold them."""
+    keys = {future.key for future in futures_of(collection)}
+    assert len(keys) == collection.npartitions
+    return keys
 
 
 def _logs(client) -> dict:
@@ -182,7 +189,7 @@ def test_a_dask_fit_is_the_parquet_fit_to_the_bit_and_moves_no_partition(
     cls, params, kind, fit_kw = FAMILIES[family]
     df, dataset, part_rows = frames[kind]
     ddf = _persisted(dask_client, df, part_rows)
-    partition_keys = set(ddf.__dask_keys__())
+    partition_keys = _held_keys(ddf)
     from_parquet = cls(**params).fit(dataset, client=dask_client, **fit_kw)
 
     before = _logs(dask_client)
@@ -290,6 +297,23 @@ def test_a_worker_that_holds_no_partition(frames, dask_client):
         elm.fit(dataset, client=dask_client),
         ELMClassifier(n_hidden=30, random_state=0).fit(ddf[FEATURES], ddf["label"]),
     )
+
+
+def test_x_and_y_held_apart_are_brought_to_x_before_the_fit(frames, dask_client):
+    df, dataset, _ = frames["classes"]
+    first, second = sorted(dask_client.nthreads())
+    ddf = dd.from_pandas(df, chunksize=PART_ROWS)
+    X = dask_client.persist(ddf[FEATURES], workers=[first])
+    y = dask_client.persist(ddf["label"], workers=[second])
+    wait([X, y])
+    before = _logs(dask_client)
+    got = ELMClassifier(n_hidden=30, random_state=0).fit(X, y)
+    moved = {k for e in _moved_since(dask_client, before) for k in e["keys"]}
+    # the labels come to the features (co-located once, before the work), never the other way
+    assert _held_keys(y) <= moved
+    assert not moved & _held_keys(X)
+    expected = ELMClassifier(n_hidden=30, random_state=0).fit(dataset, client=dask_client)
+    _assert_same_model(expected, got)
 
 
 def test_units_are_partitions_cut_finer_never_across_two(frames, dask_client):

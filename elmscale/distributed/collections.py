@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -241,6 +242,32 @@ def _blocks(obj) -> list:
     return list(obj.to_delayed())
 
 
+def _held_on(client, blocks) -> list[list]:
+    """For each block (a Delayed), the worker holding most of the persisted data it is
+    computed from (``[]``: none of it is persisted), found by walking its graph down to
+    the keys held on the cluster."""
+    from dask.core import get_dependencies
+
+    in_memory = client.who_has()
+    graphs: dict = {}  # (a DataFrame's blocks share one graph: materialised once)
+    where = []
+    for block in blocks:
+        graph = block.__dask_graph__()
+        tasks = graphs.setdefault(id(graph), (graph, dict(graph)))[1]
+        todo, seen, held = [block.key], set(), Counter[str]()
+        while todo:
+            key = todo.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in in_memory:
+                held.update(in_memory[key])
+            elif key in tasks:
+                todo.extend(get_dependencies(tasks, key))
+        where.append([held.most_common(1)[0][0]] if held else [])
+    return where
+
+
 def _pack(X_part, y_part, partition: int):
     """A persisted partition: X's and y's rows together, checked to be the same rows."""
     if y_part is not None:
@@ -286,16 +313,21 @@ def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
         dask.delayed(_pack, pure=True)(x, yb, i)
         for i, (x, yb) in enumerate(zip(X_blocks, y_blocks))
     ]
-    futures = client.compute(packs)
+    # each pack computed where X's rows of it are held, if persisted: left to choose, Dask
+    # balances the packs over the workers, and a partition would move to an idle one
+    futures = [
+        client.compute(pack, workers=where or None, allow_other_workers=False)
+        for pack, where in zip(packs, _held_on(client, X_blocks))
+    ]
     wait(futures)
     for f in futures:
         if f.status == "error":
             f.result()  # raises the partition's error (X and y of different lengths)
-    holders = client.who_has(futures)
+    holders = _holders(client, [f.key for f in futures])
     lengths = client.gather(
         [
             client.submit(
-                _rows_of, f, workers=_holder(holders[f.key]), allow_other_workers=False, pure=False
+                _rows_of, f, workers=_home(holders, f.key), allow_other_workers=False, pure=False
             )
             for f in futures
         ]
@@ -359,9 +391,18 @@ def as_source(X, y, client, *, name: str = "X"):
 # -- tasks where the partitions are -----------------------------------------------------------
 
 
-def _holder(workers) -> list:
-    """The worker restriction for data held on ``workers`` (any one of them)."""
-    return sorted(workers)[:1]
+def _holders(client, keys) -> dict:
+    """``{key: the workers holding it}`` of persisted partitions (one scheduler round trip;
+    asked at each submission, not kept: Dask may have computed a lost one again elsewhere)."""
+    from distributed import Future
+
+    keys = set(keys)
+    return client.who_has([Future(key, client) for key in keys]) if keys else {}
+
+
+def _home(holders: dict, key) -> list:
+    """The restriction of a task reading partition ``key``: one worker holding it."""
+    return sorted(holders.get(key, ()))[:1]
 
 
 def _attached(item, _partitions, *args, _placed_fn, **kwargs):
@@ -380,8 +421,7 @@ def submit_placed(client, fn, items, *args, workers=None, **kwargs) -> list:
 
     items = list(items)
     keys_of = [partition_keys(item) for item in items]
-    wanted = {key for keys in keys_of for key in keys}
-    holders = client.who_has([Future(key, client) for key in wanted]) if wanted else {}
+    holders = _holders(client, [key for keys in keys_of for key in keys])
     futures = []
     for i, (item, keys) in enumerate(zip(items, keys_of)):
         if not keys:
@@ -396,7 +436,7 @@ def submit_placed(client, fn, items, *args, workers=None, **kwargs) -> list:
                 [Future(key, client) for key in keys],
                 *args,
                 _placed_fn=fn,
-                workers=_holder(holders.get(keys[0], ())) or None,
+                workers=_home(holders, keys[0]) or None,
                 allow_other_workers=False,
                 **kwargs,
             )
@@ -407,12 +447,9 @@ def submit_placed(client, fn, items, *args, workers=None, **kwargs) -> list:
 def group_holders(client, groups: list[list]) -> list:
     """For each group of units, the worker holding its first partition, or None (a group of
     file units)."""
-    from distributed import Future
-
-    keys = {key for g in groups for key in partition_keys(g)}
-    holders = client.who_has([Future(key, client) for key in keys]) if keys else {}
+    holders = _holders(client, [key for g in groups for key in partition_keys(g)])
     return [
-        (_holder(holders.get(partition_keys(g)[0], ())) or [None])[0] if partition_keys(g) else None
+        (_home(holders, partition_keys(g)[0]) or [None])[0] if partition_keys(g) else None
         for g in groups
     ]
 
@@ -421,16 +458,14 @@ def holder_groups(client, groups: list[list]) -> list[list]:
     """Groups of units (the blocks of a solver) regrouped so that each holds one worker's
     partitions only (as many groups per worker as its share of the units asks, at least
     one; units in their order); groups of file units come back as given."""
-    from distributed import Future
-
     units = sorted((u for g in groups for u in g), key=lambda u: u.index)
     keys = partition_keys(units)
     if not keys:
         return groups
-    holders = client.who_has([Future(key, client) for key in set(keys)])
+    holders = _holders(client, keys)
     by_worker: dict = {}
     for unit in units:
-        by_worker.setdefault(tuple(_holder(holders.get(unit.key, ()))), []).append(unit)
+        by_worker.setdefault(tuple(_home(holders, unit.key)), []).append(unit)
     out: list[list] = []
     for mine in by_worker.values():
         n = max(1, round(len(groups) * len(mine) / len(units)))
@@ -484,12 +519,8 @@ def map_method(model, X, method: str):
             f"X: {type(X).__name__} of {getattr(X, 'ndim', 1)} dimension(s); expected a Dask "
             "DataFrame or a 2-D Dask Array"
         )
-    if isinstance(X, dd.DataFrame):
-        _feature_names(X)  # numeric columns, or a clear error
-        n_features, dtype = len(X.columns), np.result_type(*X.dtypes)
-    else:
-        _feature_names(X)
-        n_features, dtype = int(X.shape[1]), X.dtype
+    n_features = len(_feature_names(X))  # numeric columns, or a clear error
+    dtype = np.result_type(*X.dtypes) if isinstance(X, dd.DataFrame) else X.dtype
     expected = getattr(model, "n_features_in_", n_features)
     if n_features != expected:
         raise ValueError(f"X has {n_features} features; the model expects {expected}")
