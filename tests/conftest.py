@@ -24,16 +24,29 @@ import _datasets  # noqa: E402
 import pytest  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def _session_dask_client():
+def two_worker_client():
+    """A client of a real two-worker Dask LocalCluster (processes, one thread each): the
+    session's, and the cluster of its own that a test killing or limiting workers takes."""
+    import contextlib
+
     from distributed import Client, LocalCluster
 
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    @contextlib.contextmanager
+    def started():
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+
+    return started()
+
+
+@pytest.fixture(scope="session")
+def _session_dask_client():
+    with two_worker_client() as client:
         yield client
 
 

@@ -31,14 +31,9 @@ FILE_LIMIT = 64  # bytes: less than an .npy header, so every support file's writ
 @pytest.fixture()
 def client():
     """A real two-worker Dask LocalCluster of its own (its workers' limits are changed)."""
-    from distributed import Client, LocalCluster
+    from conftest import two_worker_client
 
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with two_worker_client() as client:
         yield client
 
 
