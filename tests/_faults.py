@@ -70,32 +70,61 @@ def _worker_pids(client) -> dict:
         return {}
 
 
+def _nannies_settled(cluster, n_workers: int) -> bool:
+    """Whether ``cluster`` (a spec cluster; anything else counts as settled) has exactly
+    its spec's nannies, ``n_workers`` of them, all running: not one being closed under a
+    live worker (the lost-worker timer closes the nanny before its worker leaves)."""
+    if cluster is None or not hasattr(cluster, "worker_spec"):
+        return True
+    workers = dict(cluster.workers)
+    return (
+        len(workers) == n_workers
+        and set(workers) == set(cluster.worker_spec)
+        and all(str(getattr(nanny, "status", "")).endswith("running") for nanny in workers.values())
+    )
+
+
 def restore_workers(client, n_workers: int, *, replaced: set | None = None) -> None:
     """Wait until ``client``'s cluster has ``n_workers`` live workers (their processes no
     longer exactly ``replaced``: one of those was killed), replacing any worker whose
-    nanny has stopped trying.
+    nanny has stopped trying or that the cluster has dropped.
 
-    A :class:`distributed.LocalCluster` restarts a killed worker through its nanny; when
-    the restart itself fails (under load, the new process can outlast the nanny's start),
-    the nanny closes and the cluster stays one short for good: the spec entry of such a
-    nanny is dropped and the cluster scaled back to ``n_workers``, which starts a new one.
+    A :class:`distributed.LocalCluster` restarts a killed worker through its nanny, and two
+    of its states leave it one short for good:
+
+    - the restart itself failed (under load, the new process can outlast the nanny's
+      start): the nanny closes;
+    - the worker was not back within ``distributed.deploy.lost-worker-timeout`` of its
+      loss (15 s by default; a restart under load, or a second kill of the same worker
+      within those 15 s, as consecutive tests do): the cluster closes the nanny and drops it
+      from ``cluster.workers`` but keeps its spec entry, and nothing starts it again.
+
+    Either way the given-up nanny is taken out of ``cluster.workers`` (its spec entry
+    kept), and the cluster's own reconciliation (``_correct_state``, as ``scale`` runs it)
+    starts a new one under the same name.
     """
     cluster = getattr(client, "cluster", None)
     while True:
         now = _worker_pids(client)  # a test's timeout shows it in the traceback
-        if len(now) == n_workers and (replaced is None or set(now.values()) != replaced):
+        if (
+            len(now) == n_workers
+            and (replaced is None or set(now.values()) != replaced)
+            and _nannies_settled(cluster, n_workers)
+        ):
             return
         if cluster is not None and hasattr(cluster, "worker_spec"):
-            stopped = [
-                name
-                for name, nanny in list(cluster.workers.items())
-                if str(getattr(nanny, "status", "")).endswith(("closed", "failed"))
-            ]
-            if stopped:
-                for name in stopped:
-                    cluster.worker_spec.pop(name, None)
-                cluster.scale(n_workers)
+            cluster.sync(_reopen_given_up, cluster)
         time.sleep(0.2)
+
+
+async def _reopen_given_up(cluster) -> None:
+    """On ``cluster``'s loop: drop each closed or failed nanny from ``cluster.workers``
+    and start what its spec then lacks (a nanny being started or closed is left alone)."""
+    for name, nanny in list(cluster.workers.items()):
+        if str(getattr(nanny, "status", "")).endswith(("closed", "failed")):
+            del cluster.workers[name]
+    if set(cluster.worker_spec) - set(cluster.workers):
+        await cluster._correct_state()
 
 
 def kill_the_worker_once(marker: str, fn, *args, **kwargs):
