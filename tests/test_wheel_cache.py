@@ -6,6 +6,13 @@ virtual environments whose dependencies are this interpreter's (a ``.pth`` file:
 carried kernels must match the numba installed), and each fit runs in a fresh process
 with an empty user cache folder.  The picking of a baseline and the manifest's checks are
 tested in this process too, on made-up manifests.
+
+Every process started here gets a controlled environment (``_wheel.clean_env``: no
+``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``, no cache folder, unless a test sets them):
+these tests are also run with numba told to compile for another CPU (CI's second-kernels
+run, ``.ci/second_kernels.py``), and what a wheel's fit is compared with is this
+checkout's fit compiled for the same target, in a fresh process too, never this process's
+kernels, compiled for whatever CPU this process was told.
 """
 
 from __future__ import annotations
@@ -22,9 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 from _wheel import build_wheel, clean_env, site_packages, wheel_venv
-from sklearn.datasets import make_classification
 
-from elmscale import ELMClassifier, SparseELMClassifier
 from elmscale.core import carried_kernels, compile_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,14 +95,18 @@ def wheel(tmp_path_factory) -> Path:
     return wheel
 
 
-def _fit_in(python: Path, tmp: Path, *models: str, first="elmscale") -> tuple[dict, dict]:
-    work = tmp / f"work-{first}"
+def _fit_in(
+    python: Path, tmp: Path, *models: str, first="elmscale", work_name=None, **env
+) -> tuple[dict, dict]:
+    """CHILD's fits of ``models`` by ``python`` in a fresh process, in the controlled
+    environment ``clean_env(**env)`` (by default an empty user cache folder)."""
+    work = tmp / (work_name or f"work-{first}")
     work.mkdir()
     xdg = tmp / "xdg"  # empty: no user cache
     result = subprocess.run(
         [str(python), "-c", CHILD, f"{first}-first", *models],
         cwd=work,
-        env=clean_env(XDG_CACHE_HOME=str(xdg)),
+        env=clean_env(**{"XDG_CACHE_HOME": str(xdg), **env}),
         capture_output=True,
         text=True,
         timeout=400,
@@ -109,24 +118,39 @@ def _fit_in(python: Path, tmp: Path, *models: str, first="elmscale") -> tuple[di
     return json.loads(lines[-1][len("RESULT ") :]), predictions
 
 
-def _same_as_this_checkout(predictions: dict, models) -> None:
-    """The editable checkout's fit of the same data: the same labels; decision values equal
-    but for the last bits (the wheel's code is compiled for a baseline, this process's
-    for this CPU)."""
-    X, y = make_classification(600, 8, n_informative=5, random_state=0)
-    X_large, y_large = make_classification(9000, 8, n_informative=5, random_state=1)
-    made = {
-        "sparse": (SparseELMClassifier(sigma=0.5), X, y),
-        "sparse_large": (SparseELMClassifier(sigma=0.5), X_large, y_large),
-        "elm": (ELMClassifier(random_state=0), X, y),
-    }
+def _same_as_this_checkout(
+    predictions: dict, models, tmp: Path, baseline: carried_kernels.Baseline | None
+) -> None:
+    """The editable checkout's fit of the same data, in a fresh process whose numba
+    compiles for the target the wheel's fit ran kernels of: ``baseline`` (its carried
+    kernels) or, None, this host (numba's default, no ``NUMBA_CPU_*``), whatever CPU this
+    process's numba was told to compile for.  The same sources compiled for the same
+    target are the same machine code, and the solvers are deterministic (the kernel
+    solver's helper thread included: the same result to the bit as one thread), so the
+    labels and decision values are equal to the bit.  Kernels compiled for another target
+    would differ in more than rounding: other vector widths and FMA contraction round the
+    kernel solver's steps otherwise, and its path to its stopping tolerance, not to the
+    last bit, follows (3e-4 in a decision value against x86-64-v2's kernels)."""
+    cpu = {}
+    if baseline is not None:
+        cpu = {"NUMBA_CPU_NAME": baseline.cpu_name, "NUMBA_CPU_FEATURES": baseline.cpu_features}
+    # a cache folder of its own: the checkout's __pycache__ is left alone
+    out, reference = _fit_in(
+        Path(sys.executable),
+        tmp,
+        *models,
+        work_name="work-checkout",
+        ELMSCALE_CACHE_DIR=str(tmp / "checkout-cache"),
+        **cpu,
+    )
+    assert Path(out["package"]).is_relative_to(PACKAGE), out["package"]
+    expected_cpu = [None, None] if baseline is None else [baseline.cpu_name, baseline.cpu_features]
+    assert out["cpu"] == expected_cpu, out
     for name in models:
-        estimator, X_fit, y_fit = made[name]
-        model = estimator.fit(X_fit, y_fit)
-        np.testing.assert_array_equal(predictions[f"{name}_labels"], model.predict(X))
-        np.testing.assert_allclose(
-            predictions[f"{name}_scores"], model.decision_function(X), rtol=1e-6, atol=1e-9
-        )
+        for kind in ("labels", "scores"):
+            np.testing.assert_array_equal(
+                predictions[f"{name}_{kind}"], reference[f"{name}_{kind}"], err_msg=name
+            )
 
 
 @pytest.mark.timeout(900)
@@ -149,7 +173,7 @@ def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
     assert out["status"]["baseline"] == expected.name, out["status"]
     assert out["cpu"] == [None, None]  # numba still compiles for this host
     assert out["compiled"] == [], out["compiled"]
-    _same_as_this_checkout(predictions, ["sparse", "sparse_large", "elm"])
+    _same_as_this_checkout(predictions, ["sparse", "sparse_large", "elm"], tmp_path, expected)
     # numba imported and compiling first: the carried kernels serve all the same
     out, _ = _fit_in(python, tmp_path, "sparse", first="numba")
     assert out["status"]["baseline"] == expected.name, out["status"]
@@ -171,7 +195,7 @@ def test_a_manifest_of_another_numba_falls_back_to_compiling(wheel, tmp_path):
     assert out["cpu"] == [None, None]  # numba compiles for this CPU, as without the cache
     assert out["compiled"], "nothing compiled: the carried kernels were used"
     assert not list((site / "elmscale" / "core" / "__pycache__").glob("*.carried"))
-    _same_as_this_checkout(predictions, ["elm"])
+    _same_as_this_checkout(predictions, ["elm"], tmp_path, None)  # compiled for this host
 
 
 # -- the checks, on made-up manifests ------------------------------------------------------
@@ -372,11 +396,11 @@ print("RESULT " + json.dumps({
 """
 
 
-def _carried_run(site: Path, cache: Path, first: str = "elmscale") -> dict:
+def _carried_run(site: Path, cache: Path, first: str = "elmscale", **env) -> dict:
     result = subprocess.run(
         [sys.executable, "-c", CARRIED_CHILD, first],
         cwd=cache.parent,
-        env=clean_env(PYTHONPATH=str(site), ELMSCALE_CACHE_DIR=str(cache)),
+        env=clean_env(PYTHONPATH=str(site), ELMSCALE_CACHE_DIR=str(cache), **env),
         capture_output=True,
         text=True,
         timeout=240,
@@ -398,6 +422,37 @@ def test_carried_kernels_leave_numba_compiling_for_this_host(carried_core, tmp_p
     assert out["environ"] == [] and out["inherited"] == "[]", out
     assert out["config"] == [None, None]
     assert out["generator"] == out["host"]
+
+
+@pytest.mark.timeout(400)
+def test_numba_told_to_compile_for_a_cpu_gets_carried_kernels_only_of_that_cpu(
+    carried_core, tmp_path
+):
+    """A user's ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES`` are obeyed: told the carried
+    baseline, the carried kernels serve; told another CPU (x86-64-v2, as CI's second
+    kernels run; or the baseline's name with this host's features, numba's default when
+    ``NUMBA_CPU_FEATURES`` is unset), they are not used, and the kernels filed for the
+    baseline in the same cache are not loaded either: numba compiles for the CPU it was
+    told."""
+    site = _installed(tmp_path, carried_core)
+    cache = tmp_path / "cache"
+    baseline = carried_core.baseline
+    told = _carried_run(
+        site, cache, NUMBA_CPU_NAME=baseline.cpu_name, NUMBA_CPU_FEATURES=baseline.cpu_features
+    )
+    assert told["status"]["baseline"] == baseline.name, told["status"]
+    assert told["config"] == [baseline.cpu_name, baseline.cpu_features]
+    assert told["dot"] == [1, 0], "the carried kernel was not loaded"
+    others = [
+        {"NUMBA_CPU_NAME": "x86-64-v2", "NUMBA_CPU_FEATURES": ""},
+        {"NUMBA_CPU_NAME": baseline.cpu_name},  # with this host's features
+    ]
+    for cpu in others:
+        other = _carried_run(site, cache, **cpu)
+        assert other["status"]["baseline"] is None, (cpu, other["status"])
+        assert cpu["NUMBA_CPU_NAME"] in other["status"]["reason"], other["status"]
+        assert other["generator"] == cpu["NUMBA_CPU_NAME"], other
+        assert other["dot"] == [0, 1], f"{cpu}: a kernel compiled for another CPU was loaded"
 
 
 @pytest.mark.timeout(400)
