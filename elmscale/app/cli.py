@@ -441,15 +441,25 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from elmscale.app.runner import run_pipeline
+    from elmscale.app.runner import resolve_compute, run_pipeline
 
     pipeline = _pipeline(args)
+    _checked_tls(
+        resolve_compute(
+            pipeline,
+            scheduler=args.scheduler,
+            scheduler_file=args.scheduler_file,
+            ray_address=args.ray_address,
+            tls=_tls_flags(args),
+        )
+    )
     try:
         metrics, run_dir = run_pipeline(
             pipeline,
             scheduler=args.scheduler,
             scheduler_file=args.scheduler_file,
             ray_address=args.ray_address,
+            tls=_tls_flags(args),
             dry_run=args.dry_run,
         )
     except ValueError as exc:  # bad data met while running: a runtime error
@@ -495,11 +505,11 @@ def cmd_score(args) -> int:
         batch_rows=args.batch_rows,
     )
     client = None
-    target = resolve_compute(None, scheduler=args.scheduler, ray_address=args.ray_address)
+    target = resolve_compute(
+        None, scheduler=args.scheduler, ray_address=args.ray_address, tls=_tls_flags(args)
+    )
     if target["dask_address"]:
-        from elmscale.distributed.connect import connect_dask
-
-        client = connect_dask(target["dask_address"])
+        client = _connect_dask(target)
     try:
         summary = score_jobs(
             model,
@@ -519,6 +529,42 @@ def cmd_score(args) -> int:
     return EXIT_OK
 
 
+def _tls_flags(args) -> dict:
+    """The ``--tls-*`` flags as :func:`~elmscale.app.runner.resolve_compute` takes them."""
+    return {"ca_file": args.tls_ca_file, "cert": args.tls_cert, "key": args.tls_key}
+
+
+def _connect_dask(target: dict):
+    """A client of ``target``'s Dask scheduler, over TLS when its files are given."""
+    from elmscale.distributed.connect import connect_dask
+
+    return connect_dask(target["dask_address"], security=_checked_tls(target))
+
+
+def _checked_tls(target: dict):
+    """``target``'s TLS security (None without TLS files); a bad TLS file, or a ``tls://``
+    address with no certificates given or configured, is the user's to fix (exit 2),
+    found before anything runs."""
+    from elmscale.distributed.connect import security_for, tls_security
+
+    try:
+        security = tls_security(**target["tls"])
+        if target["dask_address"]:
+            security = security_for(target["dask_address"], security)
+        return security
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _add_tls_flags(p) -> None:
+    """``--tls-ca-file``, ``--tls-cert``, ``--tls-key``: a ``tls://`` scheduler's files."""
+    p.add_argument("--tls-ca-file", help="for a tls:// scheduler: the CA file (PEM)")
+    p.add_argument("--tls-cert", help="for a tls:// scheduler: this client's certificate (PEM)")
+    p.add_argument(
+        "--tls-key", help="for a tls:// scheduler: this client's key (PEM), if not in --tls-cert"
+    )
+
+
 def cmd_reproduce(args) -> int:
     from elmscale.app.runner import resolve_compute
     from elmscale.distributed.executors import DaskExecutor, LocalExecutor, RayExecutor
@@ -526,12 +572,12 @@ def cmd_reproduce(args) -> int:
 
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UsageError(f"--data-dir {args.data_dir}: no such directory")
-    target = resolve_compute(None, scheduler=args.scheduler, ray_address=args.ray_address)
+    target = resolve_compute(
+        None, scheduler=args.scheduler, ray_address=args.ray_address, tls=_tls_flags(args)
+    )
     client = None
     if target["dask_address"]:
-        from elmscale.distributed.connect import connect_dask
-
-        client = connect_dask(target["dask_address"])
+        client = _connect_dask(target)
         executor = DaskExecutor(client)
     elif target["ray"]:
         executor = RayExecutor(target["ray"])
@@ -604,6 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="Dask scheduler address (tcp://host:8786)")
     p.add_argument("--scheduler-file", help="Dask scheduler file")
     p.add_argument("--ray-address", help="Ray address ('auto', 'ray://host:10001', host:port)")
+    _add_tls_flags(p)
     _add_overrides(p)
     p.add_argument(
         "--dry-run",
@@ -633,6 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-rows", type=int, default=262_144, help="rows read and scored at a time")
     p.add_argument("--scheduler", help="Dask scheduler: one task per file")
     p.add_argument("--ray-address", help="Ray address: one task per file")
+    _add_tls_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_score)
 
@@ -749,6 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="data directory (default ../shared/data when present)")
     p.add_argument("--scheduler", help="Dask scheduler address: the pieces run there")
     p.add_argument("--ray-address", help="Ray address ('auto', host:port): the pieces run there")
+    _add_tls_flags(p)
     p.add_argument("--threads", type=int, help="local threads (default: all cores)")
     p.add_argument(
         "--memory-gb",

@@ -277,6 +277,26 @@ SPEC: dict[str, dict[str, Key]] = {
         "scheduler_file": Key(
             "path", None, "a Dask scheduler file, used when no scheduler address is given"
         ),
+        "tls_ca_file": Key(
+            "path",
+            None,
+            "for a `tls://` scheduler: the CA file (PEM) that signed the cluster's "
+            "certificates; the `--tls-ca-file` flag comes first",
+            default_text="unset: Dask's configuration (`distributed.comm.tls.ca-file`)",
+        ),
+        "tls_cert": Key(
+            "path",
+            None,
+            "for a `tls://` scheduler: this client's certificate (PEM); `--tls-cert` first",
+            default_text="unset: Dask's configuration (`distributed.comm.tls.client.cert`)",
+        ),
+        "tls_key": Key(
+            "path",
+            None,
+            "for a `tls://` scheduler: this client's private key (PEM), when the "
+            "certificate file does not hold it; `--tls-key` first",
+            default_text="unset: in the certificate file, or Dask's configuration",
+        ),
         "ray_address": Key(
             "string",
             None,
@@ -501,10 +521,10 @@ def _check_values(p: Pipeline, refused: set[str]) -> None:
         _check_estimator_params(
             model["estimator"], {k: v[0] for k, v in grid.items()}, problems, "search.grid"
         )
-    scheduler_file = compute["scheduler_file"]
-    if scheduler_file and "compute.scheduler_file" not in refused:
-        if not Path(scheduler_file).is_file():
-            problems.append(f"compute.scheduler_file: {scheduler_file}: no such file")
+    for key in ("scheduler_file", "tls_ca_file", "tls_cert", "tls_key"):
+        path = compute[key]
+        if path and f"compute.{key}" not in refused and not Path(path).is_file():
+            problems.append(f"compute.{key}: {path}: no such file")
 
 
 def _check_exists(p: Pipeline, key: str, path: str, missing: str) -> None:

@@ -55,13 +55,25 @@ log = logging.getLogger("elmscale.run")
 
 
 def resolve_compute(
-    pipeline: Pipeline | None, *, scheduler=None, scheduler_file=None, ray_address=None
+    pipeline: Pipeline | None,
+    *,
+    scheduler=None,
+    scheduler_file=None,
+    ray_address=None,
+    tls: dict | None = None,
 ) -> dict:
     """Dask and Ray targets after precedence: flag > environment > file > local.
 
     ``pipeline`` None (``elmscale score``, which has no file): flag > environment > none.
+    ``tls``: the ``--tls-ca-file`` / ``--tls-cert`` / ``--tls-key`` flags (``ca_file``,
+    ``cert``, ``key``), each before the file's ``tls_*`` key; unset, Dask's own
+    configuration gives them (its ``DASK_DISTRIBUTED__COMM__TLS__...`` variables).
     """
     compute = pipeline["compute"] if pipeline is not None else SCHEMA["compute"]
+    flags = tls or {}
+    tls_files = {
+        name: flags.get(name) or compute[f"tls_{name}"] for name in ("ca_file", "cert", "key")
+    }
     dask_address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or compute["scheduler"]
     dask_file = scheduler_file or (None if dask_address else compute["scheduler_file"])
     ray = ray_address or os.environ.get("RAY_ADDRESS") or compute["ray_address"]
@@ -72,6 +84,7 @@ def resolve_compute(
         "dask_file": dask_file,
         "ray": ray,
         "local": local,
+        "tls": tls_files,
     }
 
 
@@ -110,12 +123,13 @@ class Compute:
             return self._client
         from distributed import Client, LocalCluster
 
-        from elmscale.distributed.connect import connect_dask
+        from elmscale.distributed.connect import connect_dask, tls_security
 
+        security = tls_security(**self.target["tls"])
         if self.target["dask_address"]:
-            self._client = connect_dask(self.target["dask_address"])
+            self._client = connect_dask(self.target["dask_address"], security=security)
         elif self.target["dask_file"]:
-            self._client = connect_dask(scheduler_file=self.target["dask_file"])
+            self._client = connect_dask(scheduler_file=self.target["dask_file"], security=security)
         elif self.target["local"]:
             with _sigint_ignored():  # Ctrl-C reaches the whole terminal job: the workers
                 # leave it to this process, which closes the cluster on its way out
@@ -635,6 +649,7 @@ def run_pipeline(
     scheduler=None,
     scheduler_file=None,
     ray_address=None,
+    tls: dict | None = None,
     dry_run=False,
     echo=print,
     progress: bool = True,
@@ -643,7 +658,8 @@ def run_pipeline(
     :class:`~elmscale.data.storage.Location` when ``output.dir`` is one).
 
     ``progress``: a progress bar on stderr for every long step (pieces of the data plane's
-    passes, grid pieces, one-vs-one pairs, rows scored).
+    passes, grid pieces, one-vs-one pairs, rows scored).  ``tls``: the TLS files for a
+    ``tls://`` scheduler (:func:`resolve_compute`).
     """
     from elmscale.app.selection import describe_kept, kept_features
     from elmscale.distributed.executors import progress_bars
@@ -651,7 +667,11 @@ def run_pipeline(
 
     pipeline.check()
     target = resolve_compute(
-        pipeline, scheduler=scheduler, scheduler_file=scheduler_file, ray_address=ray_address
+        pipeline,
+        scheduler=scheduler,
+        scheduler_file=scheduler_file,
+        ray_address=ray_address,
+        tls=tls,
     )
     plan = {
         "pipeline": pipeline.path,

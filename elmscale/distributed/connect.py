@@ -24,7 +24,15 @@ from urllib.parse import urlsplit
 
 from elmscale.core.lifeline import sigterm_kept
 
-__all__ = ["CONNECT_TIMEOUT", "LOOPBACK", "connect_dask", "connect_ray", "start_local_ray"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "LOOPBACK",
+    "connect_dask",
+    "connect_ray",
+    "start_local_ray",
+    "security_for",
+    "tls_security",
+]
 
 CONNECT_TIMEOUT = 10.0  # seconds; a scheduler or head starting at the same time has this long
 _RETRY_EVERY = 0.25
@@ -38,10 +46,17 @@ def connect_dask(
     *,
     scheduler_file: str | os.PathLike | None = None,
     timeout: float = CONNECT_TIMEOUT,
+    security=None,
 ):
     """A ``distributed.Client`` of the scheduler at ``address`` (or named by
     ``scheduler_file``); :class:`ConnectionError` naming it if it does not answer within
-    ``timeout`` seconds."""
+    ``timeout`` seconds.
+
+    ``security``: a ``distributed.Security`` (:func:`tls_security` makes one from files)
+    for a ``tls://`` scheduler; unset, Dask's own configuration gives it
+    (``distributed.comm.tls.ca-file``, ``.client.cert``, ``.client.key``, or their
+    ``DASK_DISTRIBUTED__COMM__TLS__...`` variables).  A ``tls://`` address with neither is a
+    :class:`ValueError` naming it, before any connection is tried."""
     from distributed import Client
 
     if (address is None) == (scheduler_file is None):
@@ -50,14 +65,65 @@ def connect_dask(
     if scheduler_file is not None:
         address = _scheduler_file_address(os.fspath(scheduler_file), timeout)
         where = f"at {address} (scheduler file {os.fspath(scheduler_file)})"
+    security = security_for(str(address), security)
     try:
         if scheduler_file is not None:
-            return Client(scheduler_file=os.fspath(scheduler_file), timeout=timeout)
-        return Client(address, timeout=timeout)
+            return Client(
+                scheduler_file=os.fspath(scheduler_file), timeout=timeout, security=security
+            )
+        return Client(address, timeout=timeout, security=security)
     except (OSError, TimeoutError) as exc:
         raise ConnectionError(
             f"cannot reach the Dask scheduler {where} within {timeout:g} s ({exc}); is it running?"
         ) from exc
+
+
+def tls_security(ca_file=None, cert=None, key=None):
+    """A ``distributed.Security`` for a ``tls://`` scheduler from PEM files: the CA that
+    signed the cluster's certificates, this client's certificate, and its key (omitted
+    when the certificate file holds it).  None when no file is given.  A file that cannot
+    be read is a :class:`ValueError` naming it; the files' contents never reach an error or
+    a log."""
+    if ca_file is None and cert is None and key is None:
+        return None
+    from distributed import Security
+
+    for name, path in (("CA file", ca_file), ("certificate", cert), ("key", key)):
+        if path is None:
+            if name != "key":
+                raise ValueError(
+                    f"TLS to a Dask scheduler needs a {name} as well "
+                    "(--tls-ca-file and --tls-cert, [compute] tls_ca_file and tls_cert)"
+                )
+            continue
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise ValueError(f"the TLS {name} {os.fspath(path)}: no such readable file")
+    return Security(
+        tls_ca_file=os.fspath(ca_file),
+        tls_client_cert=os.fspath(cert),
+        tls_client_key=None if key is None else os.fspath(key),
+        require_encryption=True,
+    )
+
+
+def security_for(address: str, security):
+    """The security to reach the scheduler at ``address`` with: ``security``, or for a
+    ``tls://`` address without it, Dask's configured one; a ``tls://`` address that neither
+    gives certificates for is refused here, naming it (Dask's own error would come from
+    deep in its TLS setup, after the timeout)."""
+    if security is not None or not address.startswith("tls://"):
+        return security
+    from distributed import Security
+
+    configured = Security()
+    if configured.tls_ca_file and configured.tls_client_cert:
+        return configured
+    raise ValueError(
+        f"the Dask scheduler {address} speaks TLS: give its CA file and this client's "
+        "certificate and key (--tls-ca-file, --tls-cert, --tls-key; [compute] tls_ca_file, "
+        "tls_cert, tls_key; security= in Python), or set them in Dask's configuration "
+        "(distributed.comm.tls.ca-file, distributed.comm.tls.client.cert / .key)"
+    )
 
 
 def _scheduler_file_address(path: str, timeout: float) -> str:
