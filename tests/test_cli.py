@@ -193,6 +193,21 @@ def test_installed_command_info_and_exit_codes(tmp_path):
     assert bad.returncode == 2 and "required" in bad.stderr
 
 
+def test_info_shows_a_model_files_parameters_and_fitted_values(tmp_path, capsys):
+    from sklearn.pipeline import make_pipeline
+
+    from elmscale.data import Scaler
+
+    X, y = np.random.default_rng(0).normal(size=(60, 3)), np.arange(60) % 2
+    model = make_pipeline(Scaler(), elmscale.ELMClassifier(n_hidden=7, C=3.5)).fit(X, y)
+    elmscale.save(model, tmp_path / "m.elm")
+    assert main(["info", str(tmp_path / "m.elm")]) == 0
+    out = capsys.readouterr().out
+    assert "steps: scaler (Scaler), elmclassifier (ELMClassifier)" in out
+    assert "elmclassifier parameters: C=3.5," in out and "n_hidden=7," in out
+    assert "scaler fitted: n_features_in_=3, n_samples_seen_=60" in out
+
+
 def test_demo_runs_end_to_end(tmp_path, capsys):
     rc = main(
         [

@@ -350,10 +350,17 @@ def cmd_info(args) -> int:
             f"{meta['format_version']}, elmscale {meta['library_version']}, "
             f"created {meta['created']})"
         )
+        steps = model["steps"] if model["estimator"] == "Pipeline" else [("model", model)]
         if model["estimator"] == "Pipeline":
             lines.append(
                 "  steps: " + ", ".join(f"{n} ({s['estimator']})" for n, s in model["steps"])
             )
+        for name, step in steps:  # the parameters it was fitted with, and what it learned
+            params = ", ".join(f"{k}={v!r}" for k, v in sorted(step.get("params", {}).items()))
+            lines.append(f"  {name} parameters: {params or '(none)'}")
+            fitted = ", ".join(f"{k}={v!r}" for k, v in sorted(step.get("attributes", {}).items()))
+            if fitted:
+                lines.append(f"  {name} fitted: {fitted}")
     print("\n".join(lines))
     return EXIT_OK
 

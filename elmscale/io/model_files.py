@@ -470,14 +470,23 @@ def _check_usable(model, path: Path) -> None:
     n_features = getattr(first, "n_features_in_", None)
     if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
         raise ModelFileError(f"{path}: n_features_in_ = {n_features!r} is not a feature count")
+    # a transformer saved on its own (a Scaler, a feature selector) transforms the row
+    predicts = hasattr(model, "predict") or not hasattr(model, "transform")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            prediction = np.asarray(model.predict(np.zeros((1, n_features))))
+            if predicts:
+                prediction = np.asarray(model.predict(np.zeros((1, n_features))))
+            else:
+                transformed = np.asarray(model.transform(np.zeros((1, n_features))))
     except Exception as exc:  # noqa: BLE001 - whatever a crafted file breaks, it is the file's
         raise ModelFileError(
             f"{path}: the model's parts do not fit together ({type(exc).__name__}: {exc})"
         ) from exc
+    if not predicts:
+        if transformed.ndim != 2 or transformed.shape[0] != 1 or not np.isfinite(transformed).all():
+            raise ModelFileError(f"{path}: the model transforms one row into {transformed!r}")
+        return
     final = final_estimator(model)
     classes = getattr(final, "classes_", None)
     if prediction.shape[:1] != (1,) or (classes is not None and prediction[0] not in classes):
