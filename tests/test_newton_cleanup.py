@@ -1,5 +1,6 @@
 """The Newton fit's files and cache when things go wrong (issue 50): a block whose last pass
-fails, a worker killed while it writes its support file, and two fits in one process.
+fails (its support rows written to a state folder, or returned through Dask's results), a
+worker killed while it writes its support file, and two fits in one process.
 
 The failures are real ones on a real LocalCluster: a worker's file size limit
 (``RLIMIT_FSIZE``, as a full quota) makes its support file's write fail, with an error
@@ -117,6 +118,34 @@ def test_a_failing_block_leaves_no_files_of_the_fit(client, dataset, tmp_path):
     _wait_until_idle(client)  # the other block has written whatever it was going to
     left = sorted(name.partition(".")[2] for name in os.listdir(state))  # (less the fit id)
     assert left == [], (caught.value, left)
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_block_of_returned_rows_waits_for_the_others(
+    client, dataset, tmp_path, monkeypatch
+):
+    """By default the last pass's rows come back through Dask's results, gathered a block at
+    a time: when the first block's last pass fails, the other block's task (3 s long) is
+    waited for before the error goes up, as when the blocks are gathered together."""
+    armed, finished = tmp_path / "armed", tmp_path / "finished"
+    support = newton.block_support
+
+    def failing_or_slow(units, requests, problem, *, n_threads=1):
+        # (a closure: pickled by value to the workers, where it calls their block_support)
+        if not os.path.exists(armed):
+            return support(units, requests, problem, n_threads=n_threads)
+        if any(unit.index == 0 for unit in units):
+            raise RuntimeError("the first block's last pass fails")
+        out = support(units, requests, problem, n_threads=n_threads)
+        time.sleep(3.0)
+        open(finished, "w").close()
+        return out
+
+    monkeypatch.setattr(newton, "block_support", failing_or_slow)
+    with pytest.raises(RuntimeError, match="the first block's last pass fails"):
+        _fit(client, dataset, None, lambda first, second: open(armed, "w").close())
+    assert finished.exists()  # the other block ended before the error went up
+    assert not any(client.processing().values()), client.processing()
 
 
 @pytest.mark.timeout(300)

@@ -282,21 +282,27 @@ def test_the_cache_budget_bounds_the_hidden_outputs_held(tmp_path):
     assert newton.clear_cache() == 0  # the fit dropped its entries
 
 
-def test_support_rows_stay_out_of_the_coordinators_memory(three_classes, tmp_path):
-    """The coordinator receives support counts only; the rows' numbers are joined from the
-    units' files into one file that is memory-mapped and unlinked (nothing left on disk).
-    The rows are those whose dual variable is positive in some pair."""
+@pytest.mark.parametrize("shared", [False, True], ids=["returned", "state_dir"])
+def test_support_rows_stay_out_of_the_coordinators_memory(shared, three_classes, tmp_path):
+    """The support rows' numbers come back through the blocks' results (by default) or
+    are joined from the units' files in ``state_dir``, into one file that is memory-mapped
+    and unlinked (nothing left on disk), the rows ascending though the blocks' units
+    interleave (2 blocks: units 0, 2, 4 and 1, 3, 5).  The rows are those whose dual
+    variable is positive in some pair."""
     import glob
     import tempfile
 
     state = tmp_path / "state"
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "elmscale-support-*")))
-    model = _model(n_hidden=10).fit(three_classes, n_blocks=2, state_dir=state)
+    model = _model(n_hidden=10).fit(three_classes, n_blocks=2, state_dir=state if shared else None)
     support = model.support_
     assert isinstance(support, np.memmap) and not support.flags.writeable
     assert not os.path.exists(support.filename)  # unlinked once mapped
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "elmscale-support-*"))) == before
-    assert sorted(os.listdir(state)) == []  # the units' support files are removed too
+    if shared:
+        assert sorted(os.listdir(state)) == []  # the units' support files are removed too
+    else:
+        assert not state.exists()  # no folder without one given
     assert support.dtype == np.int64 and np.all(np.diff(support) > 0)
     _, y = three_classes.read()
     np.testing.assert_array_equal(
@@ -311,3 +317,55 @@ def test_support_rows_stay_out_of_the_coordinators_memory(three_classes, tmp_pat
     kept = newton.fit_newton(units, layer, [0, 1, 2], C=1.0, tol=TOL, seed=seed, keep_duals=True)
     np.testing.assert_array_equal(np.flatnonzero((kept.alpha > 0).any(axis=0)), support)
     assert kept.alpha.max() <= 1.0 and kept.alpha.min() >= 0.0
+
+
+def _newton_folders(folder: str) -> list:
+    """The temporary folders an earlier Newton fit made in ``folder`` for its support files."""
+    import glob
+
+    return sorted(glob.glob(os.path.join(folder, "elmscale-newton-*")))
+
+
+def test_the_default_fit_needs_no_shared_folder(binary_set, dask_client, tmp_path, monkeypatch):
+    """Workers on other machines share no disk with the client (issue 51: the default fit
+    failed there, its workers writing into a temporary folder made on the client).  By
+    default the last pass's support rows come back through Dask's results: no folder is
+    made, before, during or after the fit, and the model is the ``state_dir`` fit's (a
+    shared folder) to the bit."""
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # this process's temporary files
+    returned = _model().fit(binary_set, client=dask_client)
+    state = tmp_path / "state"
+    shared = _model().fit(binary_set, client=dask_client, state_dir=state)
+    for name in ("coef_", "support_", "n_support_", "n_iter_", "objective_"):
+        np.testing.assert_array_equal(getattr(returned, name), getattr(shared, name))
+    assert list(state.iterdir()) == []
+    support = returned.support_
+    assert isinstance(support, np.memmap) and not support.flags.writeable
+    assert not os.path.exists(support.filename) and np.all(np.diff(support) > 0)
+    assert os.listdir(temp) == []  # the support file is unlinked once mapped
+    # during a fit, seen here and from the workers: no folder for them to write in
+    seen = []
+
+    def on_pass(index, phases):
+        seen.append((_newton_folders(str(temp)), dask_client.run(_newton_folders, str(temp))))
+
+    seed = returned._feature_map_description(binary_set.n_features)[1]
+    result = newton.fit_newton(
+        newton.parquet_units(binary_set),
+        returned.hidden_layer_.to_dict(),
+        returned.classes_,
+        C=1.0,
+        tol=TOL,
+        client=dask_client,
+        seed=seed,
+        on_pass=on_pass,
+    )
+    assert len(seen) == returned.n_iter_.max()
+    assert all(here == [] and not any(there.values()) for here, there in seen), seen
+    np.testing.assert_array_equal(result.beta.T, returned.coef_)
+    np.testing.assert_array_equal(result.support, returned.support_)
+    assert os.listdir(temp) == []

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import operator
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -40,7 +40,7 @@ import numpy as np
 
 from elmscale.core.files import atomic_write
 from elmscale.core.seeding import xorshift_state
-from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
+from elmscale.core.threads import iter_in_threads, resolve_n_threads, thread_budget
 from elmscale.distributed.collections import holder_groups, submit_placed
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
@@ -69,7 +69,8 @@ class NewtonProblem:
     C: float
     fit_id: str  # names this fit's entries in the processes' caches
     cache_mb: float
-    state_dir: str  # where the units write their support rows ("" : returned instead)
+    state_dir: str  # the user's folder for the units' support files ("": returned instead)
+    keep_duals: bool = False  # the last pass returns each unit's duals per pair too
 
 
 class NewtonRequest(NamedTuple):
@@ -105,9 +106,9 @@ class NewtonResult(NamedTuple):
     solver's ``objective_``), ``primal``, the relative duality ``gap``, the largest KKT
     violation ``kkt``, ``passes`` over the data, ``gathered`` (phase 2's rows) and
     ``converged``; ``support`` (global row numbers of the rows with a_i > 0 in any pair,
-    sorted; a read-only memory map of a file for a ParquetDataset) with ``n_support`` per
-    class; ``alpha`` (n_pairs x n, arrays only, else None); the wall ``seconds`` of each
-    pass."""
+    sorted; a read-only memory map of a file of the coordinator's, unlinked, unless
+    ``keep_duals``) with ``n_support`` per class; ``alpha`` (n_pairs x n, ``keep_duals``
+    only, else None); the wall ``seconds`` of each pass."""
 
     beta: np.ndarray
     dual: np.ndarray
@@ -332,9 +333,11 @@ def block_pass(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -
 
 
 def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
-    """The last pass: each unit's support rows (a_i > 0 in any pair) written to its file in
-    ``problem.state_dir`` (returned instead when it is ""), and its support count per class;
-    with arrays, each unit's duals per pair too."""
+    """The last pass: per unit ``(counts, rows)``, its support count per class and its
+    support rows (a_i > 0 in any pair; global row numbers, int64, ascending), returned
+    through the task's result; with ``problem.state_dir`` the rows are written to the
+    unit's file there instead (``rows`` None), and with ``problem.keep_duals`` ``rows`` is
+    ``(rows, answers)``, the unit's duals per pair too."""
     out = []
     with thread_budget(n_threads):
         for unit in units:
@@ -349,11 +352,14 @@ def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1
                 np.arange(len(problem.classes)), np.diff(sorted_rows.bounds)
             )
             counts = np.bincount(class_of[local], minlength=len(problem.classes))
+            rows = (unit.start + local).astype(np.int64, copy=False)
             if problem.state_dir:
-                _write_support(problem, unit, unit.start + local)
+                _write_support(problem, unit, rows)
                 out.append((counts, None))
+            elif problem.keep_duals:
+                out.append((counts, (rows, answers)))
             else:
-                out.append((counts, (unit.start + local, answers)))
+                out.append((counts, rows))
     return out
 
 
@@ -526,15 +532,29 @@ def _blocks(units: list, n_blocks: int) -> list[list]:
     return [units[b::n_blocks] for b in range(n_blocks) if units[b::n_blocks]]
 
 
-def _on_blocks(client, workers, blocks, fn, *args, n_threads):
+def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None):
     """``[fn(block, *args, n_threads=1) for block in blocks]``: side by side on this
     process's threads, one BLAS thread each as on workers (so the sums, hence the bits, are
     the cluster's); or each block on its worker (block i on ``workers[i % len(workers)]``,
-    where its hidden outputs are cached), retried elsewhere if the worker is lost."""
+    where its hidden outputs are cached), retried elsewhere if the worker is lost.
+
+    ``take``: each block's result is handed to ``take(i, result)`` as it comes instead of
+    kept (the list returned holds None for it): on Dask the blocks' futures are gathered in
+    turn, one at a time, each released once taken, so this process holds one block's
+    result at a time (here, as each block's thread ends).  A block that fails, or a
+    ``take`` that raises, ends the gather as one failed block does."""
+    results: list = [None] * len(blocks)
     if client is None:
-        return map_in_threads(lambda b: fn(b, *args, n_threads=1), blocks, n_threads)
+        done = iter_in_threads(lambda b: fn(b, *args, n_threads=1), blocks, n_threads)
+        for i, result in done:
+            if take is None:
+                results[i] = result
+            else:
+                take(i, result)
+            del result  # (before the next block's)
+        return results
     # (a block of a Dask collection's units runs where its partitions are, given as inputs)
-    futures = submit_placed(
+    futures: list = submit_placed(
         client,
         fn,
         blocks,
@@ -545,7 +565,14 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads):
         retries=3,
     )
     try:
-        return client.gather(futures)
+        if take is None:
+            return client.gather(futures)
+        for i in range(len(futures)):
+            result = futures[i].result()
+            futures[i] = None  # released: the worker drops its copy
+            take(i, result)
+            del result  # (before the next block's)
+        return results
     except BaseException as exc:
         from distributed import wait
 
@@ -553,10 +580,11 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads):
         # has started: Dask cannot interrupt its thread), and the last pass's would write
         # support files after the fit's clean-up had removed its files; so each is waited
         # for before the error goes up (not on an interrupt: a pass can be long)
+        live = [f for f in futures if f is not None]
         with contextlib.suppress(Exception):  # a cluster going away: the fit's error stands
             if isinstance(exc, Exception):
-                wait(futures)
-            client.cancel(futures)
+                wait(live)
+            client.cancel(live)
         raise
 
 
@@ -594,12 +622,19 @@ def fit_newton(
     ``tol``: every row's KKT violation at the end, as the single-process solver's;
     ``n_blocks``: the blocks of units run side by side (default: the cluster's worker
     threads, or the threads of ``n_threads`` here; the result does not depend on it);
-    ``cache_mb``: each process's cache of hidden outputs; ``state_dir``: a folder every
-    worker can write and this process read, for the support rows' files (default: a fresh
-    temporary folder, removed at the end; fine on one machine); ``max_passes``: passes
-    over the data at most (-1: ``DEFAULT_MAX_PASSES``); ``on_pass(pass, phases)`` is
-    called after each pass; ``keep_duals``: return every row's duals (arrays only) and the
-    support as an array, not files.
+    ``cache_mb``: each process's cache of hidden outputs; ``max_passes``: passes over the
+    data at most (-1: ``DEFAULT_MAX_PASSES``); ``on_pass(pass, phases)`` is called after
+    each pass; ``keep_duals``: return every row's duals (arrays only) and the support as an
+    array.
+
+    The support rows (``support``) are a read-only memory map of a file of this process's,
+    unlinked once mapped, so they never sit in its memory whole.  By default
+    (``state_dir`` None) the last pass returns each unit's support rows through the tasks'
+    results (Dask's, on a cluster: no disk is shared with the workers), and this process
+    writes them to its own temporary file as each block's result comes, one block at a
+    time.  ``state_dir``: a folder every worker can write and this process read (a shared
+    file system): the units' support files are written there by the workers instead, and
+    joined here (each removed once read).
     """
     if isinstance(max_passes, bool) or not isinstance(max_passes, (int, np.integer)):
         raise ValueError(f"max_passes must be an integer; got {max_passes!r}")
@@ -611,10 +646,9 @@ def fit_newton(
     classes = tuple(np.asarray(classes).tolist())
     pairs = tuple(one_vs_one_pairs(len(classes)))
     n_hidden = int(layer["n_hidden"])
-    own_dir = state_dir is None and not keep_duals
     state = ""
-    if not keep_duals:
-        state = tempfile.mkdtemp(prefix="elmscale-newton-") if own_dir else os.fspath(state_dir)
+    if state_dir is not None and not keep_duals:
+        state = os.fspath(state_dir)
         Path(state).mkdir(parents=True, exist_ok=True)
     problem = NewtonProblem(
         layer=dict(layer),
@@ -624,6 +658,7 @@ def fit_newton(
         fit_id=uuid.uuid4().hex,
         cache_mb=float(cache_mb),
         state_dir=state,
+        keep_duals=bool(keep_duals),
     )
     cap = DEFAULT_MAX_PASSES if max_passes < 0 else int(max_passes)
     solves = [_Pair(n_hidden, float(C), float(tol), seed + p) for p in range(len(pairs))]
@@ -651,24 +686,40 @@ def fit_newton(
             DualsRequest(s.beta_fix if s.beta_fix is not None else s.beta, s.rows, s.alpha)
             for s in solves
         ]
-        per_unit = _in_unit_order(
-            blocks,
-            _on_blocks(client, workers, blocks, block_support, final, problem, n_threads=threads),
-        )
-        n_support = np.sum([counts for counts, _ in per_unit], axis=0, dtype=np.int64)
-        in_order = sorted(units, key=lambda u: u.index)  # (per_unit's order)
         alpha = None
-        if keep_duals:
-            support = np.concatenate([rows for _, (rows, _) in per_unit])
-            n_rows = sum(u.n_rows for u in units)
-            alpha = np.zeros((len(pairs), n_rows))
-            for unit, (_, (_, answers)) in zip(in_order, per_unit):
-                for p, (rows, a) in enumerate(answers):
-                    alpha[p, unit.start + rows] = a
+        if not (keep_duals or state):  # the rows come back through the results
+            with _SupportFile(len(classes)) as gathered:
+                _on_blocks(
+                    client,
+                    workers,
+                    blocks,
+                    block_support,
+                    final,
+                    problem,
+                    n_threads=threads,
+                    take=gathered.take,
+                )
+                n_support, support = gathered.counts, gathered.mapped()
         else:
-            support = _support_rows(in_order, problem, int(n_support.sum()))
+            per_unit = _in_unit_order(
+                blocks,
+                _on_blocks(
+                    client, workers, blocks, block_support, final, problem, n_threads=threads
+                ),
+            )
+            n_support = np.sum([counts for counts, _ in per_unit], axis=0, dtype=np.int64)
+            in_order = sorted(units, key=lambda u: u.index)  # (per_unit's order)
+            if keep_duals:
+                support = np.concatenate([rows for _, (rows, _) in per_unit])
+                n_rows = sum(u.n_rows for u in units)
+                alpha = np.zeros((len(pairs), n_rows))
+                for unit, (_, (_, answers)) in zip(in_order, per_unit):
+                    for p, (rows, a) in enumerate(answers):
+                        alpha[p, unit.start + rows] = a
+            else:
+                support = _support_rows(in_order, problem, int(n_support.sum()))
     finally:
-        _clean_up(client, problem, state if own_dir else None)
+        _clean_up(client, problem)
     return NewtonResult(
         beta=np.array([s.beta for s in solves]),
         dual=np.array([s.dual for s in solves]),
@@ -685,18 +736,16 @@ def fit_newton(
     )
 
 
-def _clean_up(client, problem: NewtonProblem, own_dir) -> None:
-    """The fit's cache entries dropped everywhere; its files (support files, and temporary
-    ones) and own folder removed."""
+def _clean_up(client, problem: NewtonProblem) -> None:
+    """The fit's cache entries dropped everywhere; its files in the state folder (support
+    files, and temporary ones) removed."""
     if client is not None:
         try:
             client.run(clear_cache, problem.fit_id)
         except Exception:  # a cluster going away must not hide the fit's own error
             pass
     clear_cache(problem.fit_id)
-    if own_dir is not None:
-        shutil.rmtree(own_dir, ignore_errors=True)
-    elif problem.state_dir:
+    if problem.state_dir:
         for path in _fit_files(problem):  # left by a fit that failed, or a killed worker
             path.unlink(missing_ok=True)
 
@@ -711,8 +760,7 @@ def _support_rows(units, problem: NewtonProblem, n_rows: int) -> np.ndarray:
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as f:
-            header = {"descr": "<i8", "fortran_order": False, "shape": (n_rows,)}
-            np.lib.format.write_array_header_1_0(f, header)
+            f.write(_npy_header(n_rows))
             written = 0
             for part in parts:
                 rows = np.load(part, allow_pickle=False)
@@ -728,6 +776,80 @@ def _support_rows(units, problem: NewtonProblem, n_rows: int) -> np.ndarray:
         return np.load(path, mmap_mode="r")
     finally:
         path.unlink(missing_ok=True)
+
+
+def _npy_header(n_rows: int) -> bytes:
+    """The .npy header of ``n_rows`` int64 numbers (numpy pads it to the same length
+    for every count: room for the shape to grow in place)."""
+    out = io.BytesIO()
+    header = {"descr": "<i8", "fortran_order": False, "shape": (int(n_rows),)}
+    np.lib.format.write_array_header_1_0(out, header)
+    return out.getvalue()
+
+
+class _SupportFile:
+    """The last pass's support rows as they come back through the blocks' results
+    (``take``), written to a temporary .npy file of this process as each block's comes (one
+    block's rows in memory at a time), then ``mapped()``: a read-only memory map of the
+    file, the rows ascending, the file unlinked (its pages live as long as the map: nothing
+    is left on disk, and the rows never sit in this process's memory whole).  The blocks'
+    rows ascend within each block; blocks dealt round-robin, or regrouped by the worker
+    holding their partitions (``holder_groups``), interleave, and the file is then sorted
+    in place (every row number is distinct).  ``counts``: the support per class."""
+
+    def __init__(self, n_classes: int):
+        self.counts = np.zeros(n_classes, dtype=np.int64)
+        self._written = 0
+        self._last = -1  # the last row written
+        self._ascending = True
+        self._header = _npy_header(0)
+        fd, name = tempfile.mkstemp(prefix="elmscale-support-", suffix=".npy")
+        self.path = Path(name)
+        self._file = os.fdopen(fd, "wb")
+        self._file.write(self._header)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+    def take(self, _block: int, per_unit: list) -> None:
+        """One block's ``[(counts, rows) per unit]`` (``block_support``), written."""
+        for counts, rows in per_unit:
+            self.counts += counts
+            if rows.size == 0:
+                continue
+            rows = np.asarray(rows, dtype="<i8")
+            if self._ascending:
+                self._ascending = bool(rows[0] > self._last and np.all(rows[1:] > rows[:-1]))
+            self._last = int(rows[-1])
+            rows.tofile(self._file)
+            self._written += rows.size
+
+    def mapped(self) -> np.ndarray:
+        """The rows, ascending, as a read-only memory map of the file (then unlinked)."""
+        if self._written != int(self.counts.sum()):
+            raise RuntimeError(
+                f"the blocks returned {self._written} support rows, their counts "
+                f"{int(self.counts.sum())}"
+            )
+        header = _npy_header(self._written)
+        if len(header) != len(self._header):  # (numpy pads every count's to one length)
+            raise RuntimeError("the .npy header of the support rows changed length")
+        self._file.seek(0)
+        self._file.write(header)
+        self._file.close()
+        if not self._ascending:
+            rows = np.load(self.path, mmap_mode="r+")
+            rows.sort()  # in place, in the file's pages
+            rows.flush()
+            del rows
+        try:
+            return np.load(self.path, mmap_mode="r")
+        finally:
+            self.path.unlink(missing_ok=True)
 
 
 def parquet_units(dataset) -> list:

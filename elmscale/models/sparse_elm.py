@@ -499,12 +499,15 @@ class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
         arrays; ``max_iter`` the passes over the data (-1: at most 500); ``n_blocks`` the
         blocks of work units run side by side (default: the worker threads of the
         cluster, or ``n_threads`` here; the model does not depend on it), ``cache_mb``
-        each process's cache of hidden outputs, ``state_dir`` a folder every worker can
-        write for the support rows' files (default: a temporary folder, fine on one
-        machine).  ``n_iter_`` counts the passes, ``duality_gap_`` is each pair's relative
-        duality gap, ``n_gathered_`` the rows phase 2 gathered, ``pass_seconds_`` each
-        pass's wall time.  The model holds ``coef_`` and the hidden layer, not the support
-        vectors' rows: ``support_`` are their row numbers, a read-only memory map of a file
+        each process's cache of hidden outputs.  The last pass's support rows come back
+        through the tasks' results, one block at a time, into a temporary file of this
+        process: the workers need no disk shared with it.  ``state_dir``: a folder every
+        worker can write and this process read (a shared file system), where the workers
+        write the support rows' files instead (default None: no folder).  ``n_iter_``
+        counts the passes, ``duality_gap_`` is each pair's relative duality gap,
+        ``n_gathered_`` the rows phase 2 gathered, ``pass_seconds_`` each pass's wall time.
+        The model holds ``coef_`` and the hidden layer, not the support vectors' rows:
+        ``support_`` are their row numbers, a read-only memory map of a file (unlinked)
         that is never read whole into memory (the coordinator's memory stays flat as the
         rows grow).
 
