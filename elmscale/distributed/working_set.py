@@ -174,7 +174,16 @@ class DaskBlocks:
         self.homes = [held[i] or self.workers[i % len(self.workers)] for i in range(len(groups))]
         made = [self._submit(i, self.homes[i]) for i in range(len(groups))]
         self.futures = made
-        self.actors = [f.result() for f in made]
+        with self._current():
+            self.actors = [f.result() for f in made]
+
+    def _current(self):
+        """``client`` as Dask's current client while the actors' handles are made and
+        called: a handle sends its calls through the client current where it is
+        deserialized or first called (``distributed.get_client``), else through Dask's
+        default client, which is none, or another cluster's, when ``client`` is not the
+        default (``Client(..., set_as_default=False)``, or a second client)."""
+        return self.client.as_current()
 
     def _submit(self, i, worker, alphas=None, support=None):
         from distributed import Future
@@ -209,20 +218,21 @@ class DaskBlocks:
     def _call(self, method, *args):
         """Every block's ``method(*args)``; a block lost with its worker, before or during the
         call, is rebuilt to its state before the call (``_rebuild``) and called again."""
-        pending = [getattr(a, method)(*args) for a in self.actors]
-        results: list = [None] * len(pending)
-        lost = []
-        for i, future in enumerate(pending):
-            try:
-                results[i] = future.result()
-            except Exception:
-                if not self._lost(self.homes[i]):
-                    raise
-                lost.append(i)
-        for i in lost:
-            self._rebuild(i)
-            results[i] = getattr(self.actors[i], method)(*args).result()
-        return results
+        with self._current():
+            pending = [getattr(a, method)(*args) for a in self.actors]
+            results: list = [None] * len(pending)
+            lost = []
+            for i, future in enumerate(pending):
+                try:
+                    results[i] = future.result()
+                except Exception:
+                    if not self._lost(self.homes[i]):
+                        raise
+                    lost.append(i)
+            for i in lost:
+                self._rebuild(i)
+                results[i] = getattr(self.actors[i], method)(*args).result()
+            return results
 
     def _lost(self, worker) -> bool:
         """Whether ``worker`` has left the cluster (waiting a while for the scheduler to
@@ -249,7 +259,8 @@ class DaskBlocks:
         support = seen.support(self.pairs)
         future = self._submit(i, worker, alphas, support)
         self.futures[i] = future
-        self.actors[i] = future.result()
+        with self._current():
+            self.actors[i] = future.result()
         self.homes[i] = worker
         self.rebuilt += 1
 
