@@ -9,6 +9,8 @@ same to the bit (timings aside)."""
 
 from __future__ import annotations
 
+import uuid
+
 import dask
 import dask.array as da
 import dask.dataframe as dd
@@ -71,7 +73,13 @@ def frames(tmp_path_factory):
 
 
 def _persisted(client, df, part_rows=PART_ROWS, **persist):
-    ddf = client.persist(dd.from_pandas(df, chunksize=part_rows), **persist)
+    ddf = dd.from_pandas(df, chunksize=part_rows)
+    if "workers" in persist:
+        # partitions of keys of their own: from_pandas's keys are the frame's hash, and an
+        # earlier test's partitions of the same frame, still in memory on another worker,
+        # would be kept there, not computed where asked
+        ddf = ddf.map_partitions(lambda part: part, token=f"placed-{uuid.uuid4().hex}")
+    ddf = client.persist(ddf, **persist)
     wait(ddf)
     assert ddf.npartitions == len(df) // part_rows
     return ddf
