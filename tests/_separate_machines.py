@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,29 @@ IDLE_TIMEOUT = "900s"
 
 #: a worker's command: a private tmpfs over /tmp, then the worker (``"$@"``)
 _PRIVATE_TMP = 'mount -t tmpfs -o mode=1777 tmpfs /tmp && exec "$@"'
+
+
+def _private_tmp_keeping(outer: Path) -> str:
+    """:data:`_PRIVATE_TMP`, but where the interpreter, its environment or this checkout
+    live under ``/tmp`` (a clone made there), those folders are bound back into the new
+    ``/tmp`` (from ``outer``, where the old ``/tmp`` is bound first): the code the worker
+    runs, not data; everything else under ``/tmp`` stays out of its sight."""
+    root = Path(__file__).resolve().parents[1]
+    wanted = {root, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent}
+    keep = sorted(
+        {os.path.realpath(p) for p in wanted if Path(os.path.realpath(p)).is_relative_to("/tmp")}
+    )
+    if not keep:
+        return _PRIVATE_TMP
+    binds = " && ".join(
+        f"mkdir -p {shlex.quote(p)} && mount --bind {shlex.quote(str(outer) + p[4:])} "
+        f"{shlex.quote(p)}"
+        for p in keep
+    )
+    return (
+        f"mount --bind /tmp {shlex.quote(str(outer))} && "
+        f'mount -t tmpfs -o mode=1777 tmpfs /tmp && {binds} && exec "$@"'
+    )
 
 
 class Unavailable(RuntimeError):
@@ -139,6 +163,8 @@ def separate_machines(n_workers: int = 2):
     if problem is not None:
         raise Unavailable(problem)
     folder = _shared_folder()
+    (folder / "outer-tmp").mkdir()
+    private_tmp = _private_tmp_keeping(folder / "outer-tmp")
     processes: list[subprocess.Popen] = []
     logs = []
     client = None
@@ -201,7 +227,7 @@ def separate_machines(n_workers: int = 2):
                     "private",
                     "sh",
                     "-c",
-                    _PRIVATE_TMP,
+                    private_tmp,
                     "sh",
                     sys.executable,
                     "-m",
