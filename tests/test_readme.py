@@ -4,10 +4,9 @@ with a few explicit stand-ins.
 Each ```python block of README.md and of docs/**/*.md (but the pages that
 tests/test_docs_blocks.py runs as written) runs in a fresh interpreter
 (working directory a temporary folder, this checkout's elmscale first on the path) after
-the replacements its
-entry in STAND_INS lists: the cluster addresses become the test session's Dask
-LocalCluster and local Ray, an object store's endpoint and bucket the session's local S3
-server and a new bucket of it, ``../shared`` the tests' shared folder.  Every replacement
+the replacements its entry in STAND_INS lists (``../shared`` becomes the tests' shared
+folder; the pages that needed a cluster or a store run as written, against the session's
+local ones, in tests/test_docs_blocks.py).  Every replacement
 must find its text exactly as often as listed, and every block must have an entry (and
 every entry a block): a page that changes fails here until this file follows it, so
 that a snippet that stops working cannot pass unnoticed.  A block that only includes a
@@ -24,9 +23,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +62,6 @@ class StandIn:
     prelude: str = ""  # names the page leaves to the reader
     creates: tuple = ()  # files the block must write
     shared: bool = False  # reads ../shared
-    fixtures: tuple = ()
 
 
 STAND_INS = {
@@ -105,38 +100,6 @@ def test_every_stand_in_has_its_readme_block():
     assert used == set(STAND_INS), f"no python block for {sorted(set(STAND_INS) - used)}"
 
 
-def _write_big_parquet(directory: Path):
-    """For the README's ``data/big/*.parquet``: two files, features f1..f8 and a label."""
-    from elmscale.data import generate_classification
-
-    directory.mkdir(parents=True)
-    data = generate_classification(8_000, n_features=8, random_state=5)
-    for i, rows in enumerate(np.array_split(np.arange(8_000), 2)):
-        columns = {f"f{j + 1}": data.X[rows, j].astype(np.float32) for j in range(8)}
-        pq.write_table(
-            pa.table({**columns, "label": data.y[rows]}),
-            directory / f"part-{i}.parquet",
-            row_group_size=1_000,
-        )
-
-
-def _data_in_a_bucket(server) -> tuple[str, str]:
-    """For the object-store page: a new bucket of the local S3 server holding ``train/``
-    (Parquet, features f1..f8 and a label) and ``test.csv``; its endpoint and name."""
-    from elmscale.data import generate_classification, write_parquet
-
-    bucket = server.new_bucket()
-    data = generate_classification(2_000, n_features=8, random_state=6)
-    options = server.storage_options
-    train = f"s3://{bucket}/train/part-0.parquet"
-    write_parquet(data.X[:1_500], train, y=data.y[:1_500], storage_options=options)
-    rows = np.column_stack([data.X[1_500:], data.y[1_500:]])
-    header = ",".join([*data.feature_names, "label"])
-    text = header + "\n" + "\n".join(",".join(f"{v:g}" for v in row) for row in rows) + "\n"
-    server.filesystem().pipe_file(f"{bucket}/test.csv", text.encode())
-    return server.endpoint, bucket
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("block", _params())
 def test_readme_python_block_runs(block, tmp_path, request):
@@ -146,15 +109,6 @@ def test_readme_python_block_runs(block, tmp_path, request):
         from _datasets import shared_path
 
         values["shared"] = shared_path().as_posix()
-    if "dask_client" in spec.fixtures:
-        values["dask"] = request.getfixturevalue("dask_client").scheduler.address
-        values["big"] = (tmp_path / "big").as_posix()
-        _write_big_parquet(tmp_path / "big")
-    if "s3_server" in spec.fixtures:
-        values["s3"], values["bucket"] = _data_in_a_bucket(request.getfixturevalue("s3_server"))
-    if "ray_session" in spec.fixtures:
-        ray = request.getfixturevalue("ray_session")
-        values["ray"] = ray.get_runtime_context().gcs_address
     for text in spec.expects:
         assert text in block, f"the python block no longer has {text!r}:\n{block}"
     source = block
@@ -171,11 +125,6 @@ def test_readme_python_block_runs(block, tmp_path, request):
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["MPLBACKEND"] = "Agg"
-    if "ray_session" in spec.fixtures:
-        # the session's Ray is a local one elmscale started on 127.0.0.1: another process
-        # joins it only with Ray's clusters-off switch (docs/reliability.md, Security),
-        # else Ray swaps 127.0.0.1 for the machine's outward address and cannot connect
-        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     run = subprocess.run(
         [sys.executable, "snippet.py"],
         cwd=tmp_path,
