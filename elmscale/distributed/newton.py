@@ -27,6 +27,7 @@ import functools
 import io
 import operator
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -38,9 +39,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from elmscale.core.files import atomic_write
+from elmscale.core.errors import DataError
 from elmscale.core.seeding import xorshift_state
 from elmscale.core.threads import iter_in_threads, resolve_n_threads, thread_budget
+from elmscale.data.storage import Location, is_url, locate, storage_errors, write_whole
 from elmscale.distributed.collections import holder_groups, submit_placed
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
@@ -69,7 +71,9 @@ class NewtonProblem:
     C: float
     fit_id: str  # names this fit's entries in the processes' caches
     cache_mb: float
-    state_dir: str  # the user's folder for the units' support files ("": returned instead)
+    # the user's shared folder (a path or an fsspec URL, with its store's options) for the
+    # units' support files; None: returned through the tasks' results instead
+    state_dir: Location | None
     keep_duals: bool = False  # the last pass returns each unit's duals per pair too
 
 
@@ -353,7 +357,7 @@ def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1
             )
             counts = np.bincount(class_of[local], minlength=len(problem.classes))
             rows = (unit.start + local).astype(np.int64, copy=False)
-            if problem.state_dir:
+            if problem.state_dir is not None:
                 _write_support(problem, unit, rows)
                 out.append((counts, None))
             elif problem.keep_duals:
@@ -363,32 +367,86 @@ def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1
     return out
 
 
-def _support_path(problem: NewtonProblem, unit_index: int) -> Path:
-    return Path(problem.state_dir) / f"{problem.fit_id}.unit{unit_index:06d}.support.npy"
+def _support_path(problem: NewtonProblem, unit_index: int) -> Location:
+    assert problem.state_dir is not None
+    return problem.state_dir.child(f"{problem.fit_id}.unit{unit_index:06d}.support.npy")
 
 
 def _write_support(problem: NewtonProblem, unit, rows: np.ndarray) -> None:
+    """(On a worker) the unit's support rows as an .npy file of the state folder, which
+    appears only when complete (``storage.write_whole``: a local file by a rename, an
+    object by one put of the whole)."""
     rows = rows.astype(np.int64)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # (a name given to np.save would get ".npy" added)
             np.save(f, rows, allow_pickle=False)
 
-    atomic_write(_support_path(problem, unit.index), write, make_dirs=False)
+    write_whole(_support_path(problem, unit.index), write, make_dirs=False)
 
 
-def _fit_files(problem: NewtonProblem) -> list[Path]:
+def _read_support(part: Location) -> np.ndarray:
+    """(On the coordinator) a unit's support rows from its file in the state folder."""
+    if part.is_local:
+        return np.load(part.local_path, allow_pickle=False)
+    return np.load(io.BytesIO(part.read_bytes()), allow_pickle=False)
+
+
+def _state_location(state_dir, units: list) -> Location:
+    """The state folder named by the user: a :class:`~elmscale.data.storage.Location`
+    (``storage.locate(url, storage_options)``) as given; a local path or ``file://`` URL;
+    or an fsspec URL (``s3://bucket/state/``), which takes the storage options of the data
+    set's store when that store has the same protocol (a fit from ``s3://`` data writes its
+    state with the same endpoint and credentials), else the environment's."""
+    if isinstance(state_dir, Location):
+        return state_dir
+    url = os.fspath(state_dir)
+    if not is_url(url):
+        return locate(url)
+    protocol = locate(url).store.protocol
+    stores = {getattr(u, "store", None) for u in units}
+    same = [s for s in stores if s is not None and s.protocol == protocol]
+    return locate(url, same[0].options if len(same) == 1 else None)
+
+
+def _prepare_state(where: Location, fit_id: str) -> None:
+    """The state folder made (a local one), or checked writable (an object store's, by
+    putting and removing one small object of the fit's): a missing bucket, refused
+    credentials or a bad endpoint are an error naming the URL before any pass runs."""
+    expected = "a folder every worker may write and this process read and delete in"
+    if where.is_local:
+        try:
+            Path(where.path).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DataError(
+                f"state_dir {where}: cannot be made ({exc}); expected {expected}"
+            ) from exc
+        return
+    probe = where.child(f"{fit_id}.probe")
+    with storage_errors(where, expected):
+        probe.fs.pipe_file(probe.path, b"")
+        probe.fs.rm_file(probe.path)
+
+
+def _fit_files(problem: NewtonProblem) -> list[Location]:
     """This fit's files in its state folder: the units' support files, and the temporary
-    ones (``atomic_write``'s ``.<name>.<hex>.tmp``) that a worker killed mid-write left.
-    The fit's id, fresh for each fit, begins every name: another fit's files in the same
-    folder are not among them."""
-    with contextlib.suppress(FileNotFoundError):
-        return [
-            path
-            for path in Path(problem.state_dir).iterdir()
-            if path.name.removeprefix(".").startswith(f"{problem.fit_id}.")
-        ]
-    return []
+    ones (``atomic_write``'s ``.<name>.<hex>.tmp``) that a worker killed mid-write left (an
+    object store has none: an object is put whole).  The fit's id, fresh for each fit,
+    begins every name: another fit's files in the same folder are not among them."""
+    where = problem.state_dir
+    if where is None:
+        return []
+    if where.is_local:
+        with contextlib.suppress(FileNotFoundError):
+            return [
+                where.child(path.name)
+                for path in Path(where.path).iterdir()
+                if path.name.removeprefix(".").startswith(f"{problem.fit_id}.")
+            ]
+        return []
+    with storage_errors(where, "a folder it may list"):
+        where.fs.invalidate_cache(where.path)  # (the workers' objects are new here)
+    return where.glob(f"{problem.fit_id}.*")
 
 
 # -- the coordinator ----------------------------------------------------------------------
@@ -632,9 +690,14 @@ def fit_newton(
     (``state_dir`` None) the last pass returns each unit's support rows through the tasks'
     results (Dask's, on a cluster: no disk is shared with the workers), and this process
     writes them to its own temporary file as each block's result comes, one block at a
-    time.  ``state_dir``: a folder every worker can write and this process read (a shared
-    file system): the units' support files are written there by the workers instead, and
-    joined here (each removed once read).
+    time.  ``state_dir``: a folder every worker can write and this process read, named by
+    the user: a shared file system's path, a ``file://`` URL, or an object store's URL
+    (``s3://bucket/state/``; its options as in ``_state_location``, or a
+    ``storage.locate(url, storage_options)`` given instead).  The workers write the units'
+    support files there instead, each appearing only when complete
+    (``storage.write_whole``), and this process joins them (each removed once read); a
+    folder that cannot be made or written is an error naming it (never a secret) before
+    any pass.
     """
     if isinstance(max_passes, bool) or not isinstance(max_passes, (int, np.integer)):
         raise ValueError(f"max_passes must be an integer; got {max_passes!r}")
@@ -646,16 +709,17 @@ def fit_newton(
     classes = tuple(np.asarray(classes).tolist())
     pairs = tuple(one_vs_one_pairs(len(classes)))
     n_hidden = int(layer["n_hidden"])
-    state = ""
+    fit_id = uuid.uuid4().hex
+    state = None
     if state_dir is not None and not keep_duals:
-        state = os.fspath(state_dir)
-        Path(state).mkdir(parents=True, exist_ok=True)
+        state = _state_location(state_dir, units)
+        _prepare_state(state, fit_id)
     problem = NewtonProblem(
         layer=dict(layer),
         classes=classes,
         pairs=pairs,
         C=float(C),
-        fit_id=uuid.uuid4().hex,
+        fit_id=fit_id,
         cache_mb=float(cache_mb),
         state_dir=state,
         keep_duals=bool(keep_duals),
@@ -687,7 +751,7 @@ def fit_newton(
             for s in solves
         ]
         alpha = None
-        if not (keep_duals or state):  # the rows come back through the results
+        if not keep_duals and state is None:  # the rows come back through the results
             with _SupportFile(len(classes)) as gathered:
                 _on_blocks(
                     client,
@@ -745,9 +809,15 @@ def _clean_up(client, problem: NewtonProblem) -> None:
         except Exception:  # a cluster going away must not hide the fit's own error
             pass
     clear_cache(problem.fit_id)
-    if problem.state_dir:
-        for path in _fit_files(problem):  # left by a fit that failed, or a killed worker
-            path.unlink(missing_ok=True)
+    if problem.state_dir is None:
+        return
+    failing = sys.exc_info()[0] is not None
+    try:
+        for part in _fit_files(problem):  # left by a fit that failed, or a killed worker
+            part.remove()
+    except DataError:
+        if not failing:  # (the fit's own error stands)
+            raise
 
 
 def _support_rows(units, problem: NewtonProblem, n_rows: int) -> np.ndarray:
@@ -763,11 +833,11 @@ def _support_rows(units, problem: NewtonProblem, n_rows: int) -> np.ndarray:
             f.write(_npy_header(n_rows))
             written = 0
             for part in parts:
-                rows = np.load(part, allow_pickle=False)
+                rows = _read_support(part)
                 rows.tofile(f)
                 written += rows.size
                 del rows  # before the next unit's: one unit's rows at a time
-                part.unlink()
+                part.remove()
         if written != n_rows:
             raise RuntimeError(
                 f"{problem.state_dir}: the units' support files hold {written} rows, their "
