@@ -401,8 +401,13 @@ def storage_options(p: Pipeline, url: str) -> dict:
 
 
 def _exists(p: Pipeline, path: str) -> bool:
+    from elmscale.data.public_data import PUBLIC_FILES
     from elmscale.data.storage import is_url, locate
 
+    if path in PUBLIC_FILES:
+        # a registered public file is there by definition: the run downloads it into the
+        # cache the first time (elmscale.data.public_data); checking needs no network
+        return True
     if not is_url(path):
         return bool(glob.glob(path)) if glob.has_magic(path) else Path(path).exists()
     where = locate(path, storage_options(p, path))

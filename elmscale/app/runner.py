@@ -296,6 +296,15 @@ def _end_leftovers(processes, grace: float = RAY_LEFTOVER_GRACE_S) -> None:
 # -- data ------------------------------------------------------------------------------
 
 
+def _data_path(pipeline: Pipeline, key: str) -> str:
+    """The path ``data.<key>`` is read from: a registered public file's URL becomes its
+    cached copy (downloaded and checked the first time: :mod:`elmscale.data.public_data`),
+    any other path or URL is read as it is.  The pipeline's config keeps the URL."""
+    from elmscale.data.public_data import resolve
+
+    return str(resolve(str(pipeline["data"][key])))
+
+
 def _is_parquet(path: str, options: dict) -> bool:
     where = locate(path, options)
     if glob.has_magic(where.path):
@@ -431,7 +440,7 @@ def _fit(pipeline: Pipeline, compute: Compute, run_dir: Path, metrics: dict):
     estimator = make_estimator(pipeline["model"]["estimator"], pipeline["model"]["params"])
     if "random_state" in estimator.get_params() and estimator.random_state is None:
         estimator.set_params(random_state=run["seed"])
-    task, train = run["task"], str(data["train"])
+    task, train = run["task"], _data_path(pipeline, "train")
     options = storage_options(pipeline, train)
     start = time.perf_counter()
     # a cv task stays on the data plane only with a one-pass cross-validation there (the
@@ -562,7 +571,7 @@ def _evaluate(pipeline: Pipeline, model, features, compute: Compute, metrics: di
         return
     if not data["test"]:
         return
-    test = str(data["test"])
+    test = _data_path(pipeline, "test")
     options = storage_options(pipeline, test)
     final = final_estimator(model)
     if _is_parquet(test, options):

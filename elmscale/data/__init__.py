@@ -1,8 +1,9 @@
 """Data: the ``Dataset`` every reader returns (``dataset``), the LIBSVM, CSV and ARFF
 readers (``text_formats``), Parquet data sets read and written whole (``parquet_io``),
 format detection and the ``load`` dispatcher (``formats``), Parquet data sets cut into
-work units (``parquet``), column choice (``columns``), the paper's scaling (``scaling``)
-and synthetic data (``synthetic``).
+work units (``parquet``), column choice (``columns``), the paper's scaling (``scaling``),
+synthetic data (``synthetic``) and the public benchmark files through a local cache
+(``public_data``).
 
 Every public name of the submodules is importable from here (``from elmscale.data import
 Scaler, load``); they load on first use, so that a worker that reads Parquet units does not
@@ -19,6 +20,7 @@ _NAMES = {
     "columns": ("PARQUET_SUFFIXES", "is_numeric_type", "parquet_columns"),
     "parquet": ("ParquetDataset", "WorkUnit", "open_parquet"),
     "scaling": ("Scaler",),
+    "public_data": ("PUBLIC_FILES", "fetch_public", "get_data_home", "public_url"),
     "synthetic": (
         "generate_classification",
         "generate_two_gaussians",
