@@ -22,12 +22,16 @@ to 1,000 training rows only (their feature selection repeats per fold).
 SVC(probability=True) is LIBSVM's own calibration, which scikit-learn 1.9 deprecates (for
 ``CalibratedClassifierCV(SVC(), ensemble=False)``); its FutureWarning is silenced here.
 
-Needs ../shared/data.
+Data: the public copies of ``elmscale.data.public_data`` (downloaded once into
+``~/elmscale_data`` or ``$ELMSCALE_DATA`` and checked against their sha256), read from
+``$ELMSCALE_DATA_MIRROR`` when set, else from the project's ``../shared/data`` (or
+``$ELMSCALE_SHARED/data``) when it is there: no network then (CI).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 from pathlib import Path
@@ -46,9 +50,14 @@ from elmscale import (
     KBRELMClassifier,
     SparseELMClassifier,
 )
-from elmscale.data import Scaler, load
+from elmscale.data import Scaler, fetch_public, load, public_url
+from elmscale.data.public_data import MIRROR_ENV
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: the project's shared data folder, a local mirror of the public files where it exists
+LOCAL_MIRROR = (
+    Path(os.environ.get("ELMSCALE_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+    / "data"
+)
 #: (sigma, C) per set: the gaussian width and C every kernel model uses
 PARAMS = {
     "australian": (2.0, 1.0),
@@ -59,6 +68,12 @@ PARAMS = {
 SMALL_ROWS = 1_000  # FELM / FKELM up to this many training rows
 
 
+def public(name: str) -> Path:
+    """The cached copy of the public file ``name`` (``"cod-rna/codrna.csv"``)."""
+    use_local = not os.environ.get(MIRROR_ENV) and LOCAL_MIRROR.is_dir()
+    return fetch_public(public_url(name), mirror=LOCAL_MIRROR if use_local else None)
+
+
 def _split(X, y):
     tr, te = train_test_split(np.arange(len(y)), test_size=0.3, stratify=y, random_state=0)
     return X[tr], y[tr], X[te], y[te]
@@ -66,23 +81,23 @@ def _split(X, y):
 
 def sets(quick: bool) -> dict:
     out = {}
-    aus = load(SHARED / "australian" / "australian.dat", label="last")
+    aus = load(public("australian/australian.dat"), label="last")
     out["australian"] = _split(aus.X, aus.y)
-    cod = load(SHARED / "cod-rna" / "codrna.csv", label="last")
+    cod = load(public("cod-rna/codrna.csv"), label="last")
     order = np.random.default_rng(0).permutation(len(cod.y))
     half = len(order) // 2
     n_tr, n_te = (500, 1_000) if quick else (2_000, 5_000)
     tr, te = order[:half][:n_tr], order[half:][:n_te]
     out["cod-rna"] = (cod.X[tr], cod.y[tr], cod.X[te], cod.y[te])
-    train = load(SHARED / "satimage" / "satimage.scale", n_features=36)
-    test = load(SHARED / "satimage" / "satimage.scale.t", n_features=36)
+    train = load(public("satimage/satimage.scale"), n_features=36)
+    test = load(public("satimage/satimage.scale.t"), n_features=36)
     if quick:
         rng = np.random.default_rng(0)
         tr, te = rng.permutation(len(train.y))[:1_000], rng.permutation(len(test.y))[:1_000]
         out["satimage"] = (train.X[tr], train.y[tr], test.X[te], test.y[te])
     else:
         out["satimage"] = (train.X, train.y, test.X, test.y)
-    guide = load(SHARED / "svmguide2" / "svmguide2.txt")
+    guide = load(public("svmguide2/svmguide2.txt"))
     out["svmguide2"] = _split(guide.X, guide.y)
     for name, (X, y, X_te, y_te) in out.items():
         scaler = Scaler().fit(X)

@@ -25,6 +25,9 @@ The conventions the pages follow:
 * **Object stores.**  A page that names ``s3://`` runs against the tests' local S3 server
   (``s3_server``, moto): ``AWS_ENDPOINT_URL`` and dummy credentials are in the blocks'
   environment and an empty bucket ``my-bucket`` exists; the page writes what it reads.
+* **Public data.**  A page whose blocks call ``fetch_public`` (the example pipelines'
+  public files) runs with ``ELMSCALE_DATA_MIRROR`` set to the shared data folder
+  (``_datasets``; ``needs_shared``, skipped without it): no network.
 * **Blocks that cannot run here** carry, on the line just before their fence, an HTML
   comment (invisible on the site)::
 
@@ -158,8 +161,20 @@ def test_commands_are_in_fenced_blocks(page):
     )
 
 
+def _reads_public_files(page: Path) -> bool:
+    """Whether the page's blocks read the registered public files (``fetch_public``)."""
+    return "fetch_public(" in page.read_text()
+
+
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(p, marks=pytest.mark.needs_shared) if _reads_public_files(p) else p
+        for p in PAGES
+    ],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_page_blocks_run(page, tmp_path, request):
     found = blocks(page)
     if not found:
@@ -171,6 +186,13 @@ def test_page_blocks_run(page, tmp_path, request):
     for folder in ("pipelines", "docs/examples"):
         if f"{folder}/" in text:
             shutil.copytree(ROOT / folder, cwd / folder)
+    if _reads_public_files(page):
+        # no network: the shared data folder is the mirror of the public files, and the
+        # cache is the fresh HOME's ~/elmscale_data
+        from _datasets import shared_data
+
+        env["ELMSCALE_DATA_MIRROR"] = str(shared_data())
+        env.pop("ELMSCALE_DATA", None)
     if "s3://" in text:
         server = request.getfixturevalue("s3_server")
         fs = server.filesystem()
