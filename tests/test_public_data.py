@@ -269,7 +269,7 @@ SMALL_RUNS = {
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", PUBLIC_PIPELINES)
 def test_a_shipped_pipeline_through_the_mirror_equals_the_local_files(
-    name, mirrored, tmp_path, ray_session
+    name, mirrored, tmp_path, request
 ):
     """The pipeline reads its public URLs through the cache (each file downloaded once,
     from the mirror server) and gives the model and scores of the same pipeline pointed at
@@ -279,6 +279,7 @@ def test_a_shipped_pipeline_through_the_mirror_equals_the_local_files(
     from elmscale.app.pipeline import load_pipeline
     from elmscale.app.runner import run_pipeline
 
+    request.getfixturevalue("ray_session")  # after the mirror: no Ray when skipped
     overrides = [*SMALL_RUNS[name], "search.folds=2", f"output.dir={tmp_path / 'runs'}"]
     local = [
         f"data.{key}={shared_data(PUBLIC_FILES[url].name)}"
