@@ -2,10 +2,13 @@
 
 On a real cluster the workers are other machines: what one process writes to its local disk
 another never sees.  Here each worker is a process in its own mount namespace (``unshare
--m``) with a private tmpfs over ``/tmp``: its ``/tmp`` is empty, the client's and the other
-worker's ``/tmp`` are out of its sight, and what it writes there nobody else sees.  The
-data live in a folder outside ``/tmp`` that every process sees (as a shared file system or
-an object store would serve it): :attr:`SeparateMachines.folder`.
+-m``) with a private tmpfs over ``/tmp`` and over the client's data folder
+(:attr:`SeparateMachines.folder`, outside ``/tmp``): its ``/tmp`` is empty, the client's
+and the other worker's ``/tmp`` and the client's data are out of its sight, and what it
+writes there nobody else sees.  The data the workers read live where a cluster keeps them:
+an object store (the tests' local S3 server, ``_s3``), whose endpoint and credentials the
+workers take from their environment (``worker_env``), as a cluster's machines are given
+theirs.
 
 :func:`separate_machines` starts ``dask scheduler`` on 127.0.0.1 (outside any namespace)
 and the workers, checks the scheduler answers and every worker joined (each step within a
@@ -41,11 +44,20 @@ IDLE_TIMEOUT = "900s"
 _PRIVATE_TMP = 'mount -t tmpfs -o mode=1777 tmpfs /tmp && exec "$@"'
 
 
-def _private_tmp_keeping(outer: Path) -> str:
+def _private_tmp_keeping(outer: Path, hidden: Path | None = None) -> str:
     """:data:`_PRIVATE_TMP`, but where the interpreter, its environment or this checkout
     live under ``/tmp`` (a clone made there), those folders are bound back into the new
     ``/tmp`` (from ``outer``, where the old ``/tmp`` is bound first): the code the worker
-    runs, not data; everything else under ``/tmp`` stays out of its sight."""
+    runs, not data; everything else under ``/tmp`` stays out of its sight.  ``hidden``: a
+    folder (the client's data) covered by a private tmpfs too, last."""
+    command = _private_tmp_binding(outer)
+    if hidden is None:
+        return command
+    cover = f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(str(hidden))}"
+    return command.replace('exec "$@"', f'{cover} && exec "$@"')
+
+
+def _private_tmp_binding(outer: Path) -> str:
     root = Path(__file__).resolve().parents[1]
     wanted = {root, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent}
     keep = sorted(
@@ -70,13 +82,15 @@ class Unavailable(RuntimeError):
 
 @dataclass
 class SeparateMachines:
-    """A running cluster: its ``client`` (not Dask's default client), its workers'
-    ``addresses``, and ``folder``, a folder outside ``/tmp`` that every process sees (the
-    data's place; removed at the end)."""
+    """A running cluster: its ``client`` (not Dask's default client), its scheduler's
+    ``address``, its workers' ``addresses``, and ``folder``, the client's data folder
+    outside ``/tmp`` (removed at the end), which no worker sees (each has an empty tmpfs
+    there)."""
 
     client: object
     addresses: list
     folder: Path
+    address: str = ""
 
 
 def _unshare_problem() -> str | None:
@@ -118,12 +132,13 @@ def _shared_folder() -> Path:
     raise Unavailable("no folder outside /tmp to keep the data in")
 
 
-def _worker_env() -> dict:
+def _worker_env(extra: dict | None = None) -> dict:
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("DASK_SCHEDULER_ADDRESS", "RAY_ADDRESS", "TMPDIR", "TEMP", "TMP")
     }
+    env.update(extra or {})
     env["TMPDIR"] = "/tmp"  # (their own)
     # the tests' helpers (pickled by reference, as a LocalCluster's workers find them): code,
     # which every machine has, as it has elmscale
@@ -154,9 +169,11 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def separate_machines(n_workers: int = 2):
+def separate_machines(n_workers: int = 2, worker_env: dict | None = None):
     """A scheduler on 127.0.0.1 and ``n_workers`` one-thread workers, each in its own mount
-    namespace with a private ``/tmp``; yields a :class:`SeparateMachines`."""
+    namespace with a private ``/tmp`` and a private tmpfs over the client's data folder;
+    ``worker_env``: variables added to the workers' environment (a store's endpoint and
+    credentials); yields a :class:`SeparateMachines`."""
     from distributed import Client
 
     problem = _unshare_problem()
@@ -164,12 +181,12 @@ def separate_machines(n_workers: int = 2):
         raise Unavailable(problem)
     folder = _shared_folder()
     (folder / "outer-tmp").mkdir()
-    private_tmp = _private_tmp_keeping(folder / "outer-tmp")
+    private_tmp = _private_tmp_keeping(folder / "outer-tmp", hidden=folder)
     processes: list[subprocess.Popen] = []
     logs = []
     client = None
 
-    def start(name: str, command: list) -> subprocess.Popen:
+    def start(name: str, command: list, cwd: Path = folder) -> subprocess.Popen:
         log = open(folder / f"{name}.log", "wb")  # noqa: SIM115 - closed at the end
         logs.append(log)
         process = subprocess.Popen(
@@ -177,8 +194,8 @@ def separate_machines(n_workers: int = 2):
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_worker_env(),
-            cwd=folder,
+            env=_worker_env(worker_env),
+            cwd=cwd,
             start_new_session=True,  # (its own group: ended with its children)
             preexec_fn=_die_with_parent,
         )
@@ -246,13 +263,16 @@ def separate_machines(n_workers: int = 2):
                     "--death-timeout",
                     DEATH_TIMEOUT,
                 ],
+                # (not the data folder: a process whose working folder is under the tmpfs
+                # would still reach the client's files through ".")
+                cwd=Path("/"),
             )
         client = Client(address, timeout=f"{START_TIMEOUT}s", set_as_default=False)
         try:
             client.wait_for_workers(n_workers, timeout=START_TIMEOUT)
         except Exception as exc:
             raise RuntimeError(f"the workers did not join: {exc}\n{_logs(folder)}") from exc
-        yield SeparateMachines(client, sorted(client.nthreads()), folder)
+        yield SeparateMachines(client, sorted(client.nthreads()), folder, address)
     finally:
         if client is not None:
             with contextlib.suppress(Exception):
