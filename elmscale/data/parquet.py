@@ -124,6 +124,39 @@ def _footer(file: str, store: Store | None) -> pq.FileMetaData:
                 ) from None
 
 
+#: A Parquet file's bytes after its footer: the footer's length (4) and the magic "PAR1".
+_FOOTER_TRAILER = 8
+
+
+#: A piece of a row group's first rows, fewer than this fraction of them, is read page by
+#: page (:func:`_head_of_group`) rather than as the group's whole column chunks.
+_HEAD_FRACTION = 0.25
+
+#: The read size of a head's column streams (a head reads about this much per column, at
+#: least its pages).
+_HEAD_BUFFER = 64 * 2**10
+
+
+def _is_head(parquet: pq.ParquetFile, group: int, offset: int, length: int) -> bool:
+    return offset == 0 and length < _HEAD_FRACTION * parquet.metadata.row_group(group).num_rows
+
+
+def _head_of_group(
+    handle, parquet: pq.ParquetFile, group: int, columns: list[str], length: int
+) -> pa.Table:
+    """The first ``length`` rows of row group ``group``, each column read as a stream of
+    :data:`_HEAD_BUFFER` requests up to the pages that hold them (a sample of an object's
+    first rows need not fetch its whole row group); the table may hold more rows."""
+    streamed = pq.ParquetFile(
+        handle,
+        metadata=parquet.metadata,
+        pre_buffer=False,
+        buffer_size=_HEAD_BUFFER,
+    )
+    batches = streamed.iter_batches(batch_size=length, row_groups=[group], columns=columns)
+    return pa.Table.from_batches([next(batches)])
+
+
 @dataclass(frozen=True)
 class WorkUnit:
     """Rows ``start .. start + n_rows`` of a data set: where they are and how to read them.
@@ -132,7 +165,10 @@ class WorkUnit:
     of that row group.  ``scale`` / ``shift``, when set, map each feature to
     ``x * scale + shift`` (a fitted :class:`~elmscale.data.Scaler`).  ``store``: None for
     local files; else the object store the files' URLs name, with the options the worker
-    opens it with (its repr shows no secret).
+    opens it with (its repr shows no secret).  ``footers``: ``(file, bytes)``, the length
+    of each of its files' footers as :func:`open_parquet` read them, so that a worker reads
+    a footer from a store in one request of exactly its bytes (without: pyarrow's
+    speculative read of the file's last 64 KiB).
     """
 
     index: int
@@ -144,6 +180,7 @@ class WorkUnit:
     scale: tuple[float, ...] | None = None
     shift: tuple[float, ...] | None = None
     store: Store | None = None
+    footers: tuple[tuple[str, int], ...] | None = None
 
     def read(self, *, with_labels: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """``(X, y)``: features as a C-contiguous float32 ``(n_rows, n_features)`` array, and
@@ -156,9 +193,10 @@ class WorkUnit:
         columns = list(self.features) + ([self.label] if want_labels else [])
         row = 0
         with ExitStack() as opened:
-            files: dict[str, pq.ParquetFile] = {}
+            files: dict[str, tuple[pq.ParquetFile, object]] = {}
             for file, group, offset, length in self.pieces:
-                table = self._row_group(file, group, columns, files, opened).slice(offset, length)
+                table = self._row_group(file, group, offset, length, columns, files, opened)
+                table = table.slice(offset, length)
                 self._put_features(table, X, row, file, group)
                 if want_labels:
                     labels.append(self._labels(table.column(self.label), file, group))
@@ -171,17 +209,27 @@ class WorkUnit:
             y = np.concatenate(labels) if labels else np.empty(0)
         return X, y
 
-    def _row_group(self, file, group, columns, files: dict, opened: ExitStack) -> pa.Table:
+    def _row_group(
+        self, file, group, offset, length, columns, files: dict, opened: ExitStack
+    ) -> pa.Table:
         """Row group ``group`` of ``file`` (each file opened once per read: a local file
-        by pyarrow, an object through the store, its column chunks fetched together)."""
+        by pyarrow; an object through the store, its footer read in one request of its
+        length when known, then the row group's column chunks fetched together: one
+        ranged request, pyarrow's ``pre_buffer`` coalescing adjacent chunks; a small head
+        of the group only its first pages: :func:`_head_of_group`)."""
         try:
             if file not in files:
                 if self.store is None:
-                    files[file] = pq.ParquetFile(file)
+                    files[file] = (pq.ParquetFile(file), None)
                 else:
                     handle = opened.enter_context(self.store.open_input(file))
-                    files[file] = pq.ParquetFile(handle, pre_buffer=True)
-            return files[file].read_row_group(group, columns=columns)
+                    footer = self._footer(file, handle)
+                    parquet = pq.ParquetFile(handle, metadata=footer, pre_buffer=True)
+                    files[file] = (parquet, handle)
+            parquet, handle = files[file]
+            if handle is not None and _is_head(parquet, group, offset, length):
+                return _head_of_group(handle, parquet, group, columns, length)
+            return parquet.read_row_group(group, columns=columns)
         except (pa.ArrowException, OSError) as exc:
             options = None if self.store is None else self.store.options
             error = DataError(
@@ -190,6 +238,17 @@ class WorkUnit:
             )
             # a store's own exception is not chained: its text could quote an option
             raise error from (exc if self.store is None else None)
+
+    def _footer(self, file: str, handle) -> pq.FileMetaData | None:
+        """``file``'s footer, read as its last ``bytes + 8`` bytes (the footer, its length
+        and the magic) in one request, when the unit knows its length; else None (pyarrow
+        reads it)."""
+        length = dict(self.footers or ()).get(file)
+        if length is None:
+            return None
+        tail = length + _FOOTER_TRAILER
+        handle.seek(handle.size - tail)
+        return pq.read_metadata(pa.BufferReader(handle.read(tail)))
 
     def _put_features(self, table: pa.Table, X: np.ndarray, row: int, file, group) -> None:
         """The table's feature columns, checked, into rows ``row ..`` of ``X``."""
@@ -250,6 +309,8 @@ class ParquetDataset:
         None: one per row group.
     store : None for local files; else the object store of the files' URLs and its
         options (:class:`~elmscale.data.storage.Store`), handed to every unit.
+    footer_sizes : for each file, the bytes of its footer (from :func:`open_parquet`),
+        handed to the units that read it; None: unknown (pyarrow finds them).
     """
 
     source: str
@@ -261,6 +322,7 @@ class ParquetDataset:
     shift: tuple[float, ...] | None = None
     n_units: int | None = None
     store: Store | None = None
+    footer_sizes: tuple[int, ...] | None = None
 
     @property
     def n_rows(self) -> int:
@@ -322,6 +384,7 @@ class ParquetDataset:
             k = min(int(n_units), self.n_rows)
             bounds = np.linspace(0, self.n_rows, k + 1).round().astype(np.int64)
         group_starts = np.cumsum([0] + [n for _, _, n in groups])
+        footer_of = dict(zip(self.files, self.footer_sizes or ()))
         units = []
         for index, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
             pieces = []
@@ -345,6 +408,7 @@ class ParquetDataset:
                     scale=self.scale,
                     shift=self.shift,
                     store=self.store,
+                    footers=_footers_of(pieces, footer_of),
                 )
             )
         return units
@@ -356,6 +420,14 @@ class ParquetDataset:
         X = np.concatenate([p[0] for p in parts])
         y = None if self.label is None else np.concatenate([p[1] for p in parts])
         return X, y
+
+
+def _footers_of(pieces, footer_of: dict[str, int]) -> tuple[tuple[str, int], ...] | None:
+    """``(file, footer bytes)`` for each file of ``pieces``, in order; None if unknown."""
+    files = dict.fromkeys(file for file, *_ in pieces)
+    if not footer_of or any(f not in footer_of for f in files):
+        return None
+    return tuple((f, footer_of[f]) for f in files)
 
 
 def open_parquet(
@@ -411,4 +483,5 @@ def open_parquet(
         features=tuple(chosen),
         label=label_name,
         store=store,
+        footer_sizes=tuple(int(footer.serialized_size) for footer in footers),
     )

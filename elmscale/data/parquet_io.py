@@ -44,6 +44,11 @@ MIN_ROW_GROUP = 131_072
 
 MAX_ROW_GROUP = 1_048_576
 
+#: Data page size (bytes, before compression) for :func:`write_parquet`: 16,384 float32
+#: values.  A row group's first rows are then a few pages of each column: a sample of them
+#: (the ELM's precision check) reads those from an object store, not the whole group.
+DATA_PAGE_BYTES = 64 * 2**10
+
 
 def _parquet_files(where: Location) -> list[str]:
     """The file, or the ``*.parquet`` / ``*.pq`` files of the folder (not below it), by
@@ -322,10 +327,16 @@ def _write_row_groups(
     compression: str,
 ) -> None:
     """Write the rows to ``tmp`` in near-equal row groups (:func:`_row_group_sizes`), the
-    features as float32 without dictionary encoding; no rows: an empty table."""
+    features as float32 without dictionary encoding in pages of :data:`DATA_PAGE_BYTES`;
+    no rows: an empty table."""
     n, d = X.shape
     with pq.ParquetWriter(
-        tmp, schema, compression=compression, use_dictionary=False, write_statistics=True
+        tmp,
+        schema,
+        compression=compression,
+        use_dictionary=False,
+        write_statistics=True,
+        data_page_size=DATA_PAGE_BYTES,
     ) as writer:
         start = 0
         for size in _row_group_sizes(n, row_group_size):

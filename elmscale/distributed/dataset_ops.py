@@ -84,9 +84,12 @@ UNITS_PER_THREAD = 2
 
 def _units(dataset, client, n_units: int | None = None):
     """The data set's units: ``n_units`` or the data set's own count if set; otherwise one
-    per row group, cut finer when that leaves a cluster's threads idle."""
+    per row group, cut finer when that leaves a cluster's threads idle, but not from an
+    object store: each unit of a cut row group would fetch the group's whole column chunks
+    (a pass would read the group once per unit)."""
     units = _check_dataset(dataset).units(n_units)
-    if n_units is None and dataset.n_units is None and client is not None:
+    in_store = getattr(dataset, "store", None) is not None
+    if n_units is None and dataset.n_units is None and client is not None and not in_store:
         wanted = UNITS_PER_THREAD * sum(client.nthreads().values())
         if len(units) < wanted:
             units = dataset.units(wanted)
@@ -207,9 +210,11 @@ def gather_rows(
 
 def first_rows(dataset: ParquetDataset, n_rows: int, *, client=None) -> np.ndarray:
     """The data set's first ``n_rows`` rows (at most: its first unit's), float32, read
-    where they live (a sample for choosing a precision)."""
+    where they live (a sample for choosing a precision): their features only, and from an
+    object store only the first pages of the row group that holds them."""
     head = _check_dataset(dataset).units()[0].head(n_rows)
-    return map_units(unit_rows, [head], client=client, threads_per_task=1)[0][0]
+    rows = np.arange(head.start, head.start + head.n_rows)
+    return map_units(unit_rows_at, [head], client=client, threads_per_task=1, rows=rows)[0]
 
 
 def rows_at(
