@@ -41,6 +41,7 @@ from elmscale.linalg.gram import Gram, accumulate_gram
 from elmscale.linalg.ridge import PRECISIONS, choose_precision, ridge_path, solve_ridge
 from elmscale.linalg.targets import TargetEncoder
 from elmscale.models.probability import CALIBRATION_ATTRS, ProbabilityMixin
+from elmscale.models.source_score import SourceScoreMixin
 
 # Kernel scoring: rows per block so that a block of K stays near 32 MB.
 _KERNEL_BLOCK_BYTES = 32 * 2**20
@@ -498,7 +499,7 @@ class _BaseELM(BaseEstimator):
         return tags
 
 
-class _ELMClassifierBase(ProbabilityMixin, ClassifierMixin, _BaseELM):
+class _ELMClassifierBase(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, _BaseELM):
     """The unified ELM's classification, shared by ``ELMClassifier`` and the boosting-ridge
     classifiers: coded class targets, decisions, predictions and the calibration."""
 
@@ -625,7 +626,7 @@ class ELMClassifier(_ELMClassifierBase, _ELMParameters):
     probability: bool = False
 
 
-class _ELMRegressorBase(RegressorMixin, _BaseELM):
+class _ELMRegressorBase(SourceScoreMixin, RegressorMixin, _BaseELM):
     """The unified ELM's regression, shared by ``ELMRegressor`` and the boosting-ridge
     regressors: the targets fitted as given."""
 

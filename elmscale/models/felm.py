@@ -37,6 +37,7 @@ from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
 from elmscale.models.probability import ProbabilityMixin
+from elmscale.models.source_score import SourceScoreMixin
 from elmscale.models.sparse_elm import (
     decision_to_class_index,
     ovo_decision,
@@ -82,7 +83,9 @@ def _one_numba_thread():
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, BaseEstimator):
+class _FeatureSelectingELM(
+    SourceScoreMixin, ProbabilityMixin, SelectorMixin, ClassifierMixin, BaseEstimator
+):
     """What FELM and FKELM share: the pairs, the selection loop, scoring, attributes, and
     the parameters but for the feature map's (FELM's layer, FKELM's kernel: theirs)."""
 
@@ -126,13 +129,22 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
 
     # -- fitting ------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, *, ray_address=None):
+    def fit(self, X, y=None, *, client=None, ray_address=None):
         """Select features and fit the output weights on ``X``, ``y``.
 
         ``ray_address``: None evaluates the candidate flips on this process's threads
         (``n_threads``); otherwise each block of candidates is a Ray task on the Ray
         already initialised or the cluster at this address.  The model is the same.
+
+        ``X`` may also be a :class:`~elmscale.data.parquet.ParquetDataset` (``y`` None:
+        its label column) or a Dask DataFrame / Array with ``y`` a Dask Series / Array of
+        the same partitions (``client`` default: Dask's default client).  FELM's problems
+        are held in memory (each pair's N x P outputs, FKELM's N x N kernel), so their
+        rows are read on the workers (``client``; here without one) and gathered here,
+        float32 as every data set's rows: the model is the arrays fit of those rows, to
+        the bit.
         """
+        X, y = self._rows(X, y, client)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
@@ -194,6 +206,30 @@ class _FeatureSelectingELM(ProbabilityMixin, SelectorMixin, ClassifierMixin, Bas
             )
         self._fit_calibration(X, y, ray_address=ray_address)
         return self
+
+    @staticmethod
+    def _rows(X, y, client):
+        """``(X, y)`` in memory: arrays as given, a data set's or Dask collections' rows
+        gathered (see :meth:`fit`)."""
+        from elmscale.distributed import dataset_ops
+        from elmscale.distributed.collections import as_source, is_dataset
+
+        X, y, client = as_source(X, y, client)
+        if not is_dataset(X):
+            if client is not None:
+                raise ValueError(
+                    "client is used with a ParquetDataset (elmscale.open_parquet) or Dask "
+                    "collections; in-memory arrays are fitted in this process"
+                )
+            return X, y
+        if y is not None:
+            raise ValueError(
+                "y must be None when X is a ParquetDataset: the labels come from its label "
+                f"column {X.label!r}"
+            )
+        if X.label is None:
+            raise ValueError(f"{X.source}: the data set has no label column; expected labels")
+        return dataset_ops.gather_rows(X, client=client)
 
     def _assemble(self, X, pairs, results, rows_of):
         binary = len(pairs) == 1

@@ -40,6 +40,7 @@ from elmscale.features.kernels import KERNELS, Kernel
 from elmscale.linalg.targets import TargetEncoder
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_two_classes, encode_class_labels
 from elmscale.models.probability import CALIBRATION_ATTRS, ProbabilityMixin
+from elmscale.models.source_score import SourceScoreMixin
 from elmscale.solvers.forward_selection import (
     CandidateColumns,
     CandidateSource,
@@ -415,7 +416,7 @@ _ATTRS_DOC = """
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
-class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
+class FLSASVMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
     __doc__ = (
         "FLSA-SVM classifier: forward least-squares selection of kernel columns on +1 / -1\n"
         "    targets (one column for two classes, one-vs-rest columns for more, with one\n"
@@ -495,7 +496,7 @@ class FLSASVMClassifier(ProbabilityMixin, ClassifierMixin, _BaseFLSASVM):
         return self.classes_[TargetEncoder(self.target_coding, self.classes_).decode(out)]
 
 
-class FLSASVMRegressor(RegressorMixin, _BaseFLSASVM):
+class FLSASVMRegressor(SourceScoreMixin, RegressorMixin, _BaseFLSASVM):
     __doc__ = (
         "FLSA-SVM regressor: forward least-squares selection of kernel columns on real\n"
         "    targets (several outputs share one set of support vectors).\n"

@@ -28,6 +28,7 @@ from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.models.elm import N_THREADS_CONSTRAINT, check_class_labels
 from elmscale.models.grid_plan import GridPlan
 from elmscale.models.probability import ProbabilityMixin
+from elmscale.models.source_score import SourceScoreMixin
 
 # the binary problems are in sparse_elm_pairs (no scikit-learn there, for Ray workers)
 from elmscale.models.sparse_elm_pairs import (
@@ -78,7 +79,7 @@ def decision_to_class_index(decision: np.ndarray) -> np.ndarray:
     return np.argmax(decision, axis=1)
 
 
-class SparseELMClassifier(ProbabilityMixin, ClassifierMixin, BaseEstimator):
+class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, BaseEstimator):
     """Sparse ELM (Bai et al. 2014): hinge loss, no bias, ``0 <= a_i <= C``; one-vs-one.
 
     Parameters
