@@ -390,3 +390,30 @@ def test_without_a_client_the_error_says_to_give_one(monkeypatch):
     with pytest.raises(ValueError, match="no Dask client is running: pass client="):
         ELMClassifier().fit(ddf[FEATURES], ddf["label"])
     assert collections.is_collection(ddf) and not collections.is_collection(np.zeros(2))
+
+
+def test_a_c_path_and_its_cross_validation_from_collections_are_the_parquet_ones(
+    frames, dask_client
+):
+    from elmscale.model_selection import cross_validate_path
+
+    df, dataset, _ = frames["classes"]
+    ddf = _persisted(dask_client, df)
+    Cs = [0.1, 1.0, 10.0]
+    template = ELMClassifier(n_hidden=30, random_state=0)
+    expected = template.fit_path(dataset, None, Cs, client=dask_client)
+    got = ELMClassifier(n_hidden=30, random_state=0).fit_path(ddf[FEATURES], ddf["label"], Cs)
+    for a, b in zip(expected, got):
+        _assert_same_model(a, b)
+    for scoring in ("accuracy", "neg_mean_squared_error"):
+        here = cross_validate_path(
+            template, dataset, Cs, n_folds=3, scoring=scoring, client=dask_client
+        )
+        there = cross_validate_path(
+            template, ddf[FEATURES], Cs, y=ddf["label"], n_folds=3, scoring=scoring
+        )
+        np.testing.assert_array_equal(there.split_scores, here.split_scores)
+        assert there.best_C == here.best_C
+        _assert_same_model(here.best_estimator, there.best_estimator)
+    with pytest.raises(ValueError, match="y is given with Dask collections only"):
+        cross_validate_path(template, dataset, Cs, y=df["label"].to_numpy())

@@ -70,6 +70,7 @@ def cross_validate_path(
     fold_seed: int = 0,
     client=None,
     n_units: int | None = None,
+    y=None,
 ) -> PathCVResult:
     """K-fold cross-validation of a random-node ELM over the values ``Cs``, then a refit.
 
@@ -81,7 +82,21 @@ def cross_validate_path(
     scores every C and fold at once.  Folds are drawn per row from ``fold_seed``.
     The best C (highest mean score; the smallest C on ties) is refitted from the total
     Gram, without reading the data again.
+
+    ``dataset`` may also be a Dask DataFrame or Array with ``y`` a Dask Series or Array of
+    the same partitions (``client`` default: Dask's default client): each persisted
+    partition is a unit, its tasks run on the worker that holds it, and the folds are
+    drawn per row as for a Parquet data set of the same rows in the same order (the same
+    result, to the bit, when its row groups are the partitions).
     """
+    from elmscale.distributed.collections import as_source
+
+    dataset, y, client = as_source(dataset, y, client, name="dataset")
+    if y is not None:
+        raise ValueError(
+            "y is given with Dask collections only; a ParquetDataset's labels come from "
+            "its label column"
+        )
     if getattr(estimator, "kernel", None) is not None:
         raise ValueError("cross_validate_path needs random hidden nodes (kernel=None)")
     Cs = np.asarray(Cs, dtype=np.float64).ravel()
