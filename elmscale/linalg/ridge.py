@@ -68,21 +68,70 @@ def solve_ridge(G: np.ndarray, B: np.ndarray, C: float) -> np.ndarray:
 
 
 def ridge_path(G: np.ndarray, B: np.ndarray, Cs: Sequence[float]) -> np.ndarray:
-    """Solutions of ``(I/C + G) x = B`` for every C in ``Cs`` from one eigendecomposition.
+    """Solutions of ``(I/C + G) x = B`` for every C in ``Cs`` from one reduction of ``G``.
 
-    Returns an array ``(len(Cs),) + B.shape``.  With ``G = V diag(w) V'``,
-    ``x(C) = V diag(1 / (w + 1/C)) V' B``.
+    Returns an array ``(len(Cs),) + B.shape``.  ``G = Q T Q'`` with ``T`` tridiagonal
+    (LAPACK's ``sytrd``), so ``x(C) = Q (T + I/C)^-1 Q' B``: each C is a tridiagonal
+    solve (``ptsv``) and two applications of the reflectors, O(n^2 k).  That skips the
+    eigenvectors an eigendecomposition would also form (its ``stedc`` and the back
+    transformation of ``Q``): 1.7x less time for a 2,471-row kernel matrix, the kernel
+    ELM's grid search being one such reduction per fold and sigma.  Where ``T + I/C`` is
+    not numerically positive definite (a rank-deficient ``G`` at a very large C) the
+    eigendecomposition, its eigenvalues clipped at zero, answers for every C instead.
     """
     Cs = np.asarray(Cs, dtype=np.float64)
     if Cs.ndim != 1 or Cs.size == 0:
         raise ValueError("Cs must be a non-empty 1-D list of positive values")
     if not np.all(Cs > 0):
         raise ValueError(f"every C must be > 0; got {Cs.tolist()}")
+    rhs = np.asarray(B, dtype=np.float64).reshape(G.shape[0], -1)
+    out = _tridiagonal_path(np.asarray(G, dtype=np.float64), rhs, Cs)
+    if out is None:
+        out = _eigen_path(G, rhs, Cs)
+    return out.reshape((Cs.size,) + np.shape(B))
+
+
+def _tridiagonal_path(G: np.ndarray, rhs: np.ndarray, Cs: np.ndarray) -> np.ndarray | None:
+    """``ridge_path`` through ``G = Q T Q'``; None where a ``T + I/C`` is not positive
+    definite.  ``Q``'s reflectors (``sytrd``, lower) are those of a QR factor of ``G``'s
+    lower part shifted one row down, so ``ormqr`` applies them (scipy has no ``ormtr``)."""
+    n = G.shape[0]
+    if n < 2:
+        return None
+    # the workspace LAPACK asks for: with scipy's default (n) sytrd runs unblocked, 2x slower
+    lwork, info = scipy.linalg.lapack.dsytrd_lwork(n, lower=1)
+    reduced, diagonal, off_diagonal, tau, info = scipy.linalg.lapack.dsytrd(
+        G, lower=1, lwork=max(n, int(lwork))
+    )
+    if info != 0:
+        return None
+    reflectors = np.asfortranarray(reduced[1:, : n - 1])
+
+    QtB = _apply_reflectors(reflectors, tau, rhs, "T")
+    out = np.empty((Cs.size,) + rhs.shape)
+    for i, C in enumerate(Cs):
+        *_, y, info = scipy.linalg.lapack.dptsv(diagonal + 1.0 / C, off_diagonal, QtB)
+        if info != 0:
+            return None
+        out[i] = _apply_reflectors(reflectors, tau, y, "N")
+    return out
+
+
+def _apply_reflectors(reflectors: np.ndarray, tau: np.ndarray, M: np.ndarray, trans: str):
+    """``Q M`` (``trans`` "N") or ``Q' M`` ("T") for ``sytrd``'s lower reflectors."""
+    M = np.array(M, dtype=np.float64, order="F")
+    lwork = max(1, 64 * M.shape[1])
+    M[1:], _, info = scipy.linalg.lapack.dormqr("L", trans, reflectors, tau, M[1:], lwork=lwork)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dormqr failed (info {info})")
+    return M
+
+
+def _eigen_path(G: np.ndarray, rhs: np.ndarray, Cs: np.ndarray) -> np.ndarray:
     w, V = scipy.linalg.eigh(G, check_finite=False, driver="evd")  # 15% faster than evr here
     w = np.clip(w, 0.0, None)  # G is PSD; tiny negative eigenvalues are rounding
-    VtB = V.T @ B
-    out = np.empty((Cs.size,) + np.shape(B))
+    VtB = V.T @ rhs
+    out = np.empty((Cs.size,) + rhs.shape)
     for i, C in enumerate(Cs):
-        scale = 1.0 / (w + 1.0 / C)
-        out[i] = V @ (scale.reshape((-1,) + (1,) * (VtB.ndim - 1)) * VtB)
+        out[i] = V @ (VtB / (w + 1.0 / C)[:, None])
     return out
