@@ -137,3 +137,59 @@ def test_sigterm_raises_terminated_and_restores_the_handler():
     assert exit_code(caught.value) == 143
     assert exit_code(KeyboardInterrupt()) == 130
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _ray_started(marker: str):
+    """``ready`` for :func:`_reliability.stop_command`: a process of the command's whose
+    command line names ``marker`` (one of the servers ``ray.init`` starts) is running."""
+    import contextlib
+
+    import psutil
+
+    def ready(pid, out_path):
+        with contextlib.suppress(psutil.Error):
+            for proc in psutil.Process(pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if marker in " ".join(proc.cmdline()):
+                        return True
+        return False
+
+    return ready
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("marker", "delay"),
+    [
+        ("gcs_server", 0.0),  # ray.init starting its head's processes (Python)
+        ("raylet/raylet", 0.5),  # ray.init waiting in C++ for its node to register
+    ],
+)
+def test_ctrl_c_during_local_ray_start_up(tmp_path, ends_at, marker, delay):
+    """Issue 50's follow-up: Ctrl-C (SIGINT to the process group) while ``elmscale run``
+    starts its local Ray.  Once the raylet ran, ``ray.init`` waits for it in C++, where no
+    Python handler runs: the command stayed there until its 8 s deadline exited it, and
+    the raylet's agents, which no lifeline ties to the command, ran on for a minute more.
+    Now it exits 130 by its own unwinding, and its Ray's processes end within seconds."""
+    pipeline = tmp_path / "run.toml"
+    pipeline.write_text(
+        rel.KILL_PIPELINE.format(
+            train=tmp_path / "train", score=tmp_path / "unused", rows=600, runs=tmp_path / "runs"
+        ).replace(f'score = "{tmp_path / "unused"}"\n', "")
+    )
+    stopped = rel.stop_command(
+        [*rel.ELMSCALE, "run", pipeline],
+        signal.SIGINT,
+        ready=_ray_started(marker),
+        delay=delay,
+        ready_timeout=120,
+        gone_by=ends_at - AFTER_WAIT_S,
+    )
+    assert stopped.ready, f"no {marker} started: {stopped.err[-800:]}"
+    assert not stopped.left, f"still running {stopped.waited_s:.0f} s after: {stopped.left}"
+    assert stopped.code == 130, (stopped.code, stopped.err[-1500:])
+    # its own unwinding, not the deadline's exit ("still stopping 8 s after the signal")
+    assert stopped.err.splitlines()[-1] == "elmscale: interrupted", stopped.err[-1500:]
+    assert "Traceback" not in stopped.err, stopped.err[-1500:]
+    assert stopped.gone_s is not None and stopped.gone_s < 30, stopped.gone_s
+    assert not list((tmp_path / "runs").rglob("metrics.json"))

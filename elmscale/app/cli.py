@@ -847,11 +847,18 @@ def main(argv: list[str] | None = None) -> int:
     from elmscale.core.lifeline import sigterm_raises, stop_signal
 
     with sigterm_raises():  # SIGTERM unwinds like Ctrl-C: what was started is shut down
-        code = _main(argv)
+        try:
+            code = _main(argv)
+        except Exception:
+            # an error of another type raised after the stop signal, of it (a library
+            # failing as its processes end, Ray's among them) is the stop; else a bug
+            if stop_signal() is None:
+                raise
+            code = EXIT_RUNTIME
         signum = stop_signal()
         if signum is not None and code in (EXIT_RUNTIME, EXIT_USAGE):
             # the interrupt was swallowed on its way (a ctypes callback of numba's
-            # compiler) and the command failed of it: it was stopped
+            # compiler, Ray) and the command failed of it: it was stopped
             code = 128 + int(signum)
             stopped = "terminated" if code == EXIT_TERMINATED else "interrupted"
             print(f"elmscale: {stopped}", file=sys.stderr)

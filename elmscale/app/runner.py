@@ -199,32 +199,43 @@ class _LocalRay:
         return True
 
     def _start(self, num_cpus: int) -> str:
-        """``start_local_ray`` on this thread if it is the main one, else on a thread that
-        lives until the Ray is shut down: Ray's servers are killed when the thread that
-        started them ends (Linux's parent-death signal, which Ray sets, follows the
-        starting thread, not the process), and a run's thread may end before the others'
-        runs do."""
+        """``start_local_ray`` on a thread that lives until the Ray is shut down: Ray's
+        servers are killed when the thread that started them ends (Linux's parent-death
+        signal, which Ray sets, follows the starting thread, not the process), and a run's
+        thread may end before the others' runs do.  The caller waits for it in Python, so
+        a Ctrl-C during the start-up (``ray.init`` waits in C++ for its node, seconds to
+        minutes) is raised at once: the Ray processes started so far are ended here
+        (:func:`_abandon_start`) before the interrupt goes up."""
+        from elmscale.core.lifeline import sigterm_kept
         from elmscale.distributed.connect import start_local_ray
 
-        def start() -> str:
-            return start_local_ray(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-
-        if threading.current_thread() is threading.main_thread():
-            return start()
         started: queue.Queue = queue.Queue()
         self._keeper = stop = threading.Event()
+        before = {proc.pid for proc in _ray_processes()}
 
         def keep():
             try:
-                started.put(start())
+                started.put(
+                    start_local_ray(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                )
             except BaseException as exc:  # raised in the run's thread
                 started.put(exc)
                 return
             stop.wait()
 
-        threading.Thread(target=keep, name="elmscale-local-ray", daemon=True).start()
-        outcome = started.get()
+        keeper = threading.Thread(target=keep, name="elmscale-local-ray", daemon=True)
+        # (ray.init puts its C++ failure handler over SIGTERM's, in whichever thread it runs)
+        with sigterm_kept():
+            keeper.start()
+            try:
+                outcome = started.get()
+            except BaseException:  # Ctrl-C or SIGTERM while Ray starts
+                self._keeper = None
+                stop.set()
+                _abandon_start(keeper, before)
+                raise
         if isinstance(outcome, BaseException):
+            self._keeper = None
             raise outcome
         return outcome
 
@@ -274,6 +285,52 @@ def _session_processes(session: str) -> list:
                     found[proc.pid] = proc
                     found.update((child.pid, child) for child in proc.children(recursive=True))
     return list(found.values())
+
+
+def _ray_processes() -> list:
+    """This process's descendants that are Ray's (``ray::`` titles, or a program or script
+    under the ``ray`` package: GCS, raylet, agents, monitors, workers), with their own
+    descendants."""
+    import psutil
+    import ray
+
+    package = os.path.dirname(ray.__file__) + os.sep
+    found: dict = {}
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                command = " ".join(proc.cmdline())
+                if proc.pid not in found and (command.startswith("ray::") or package in command):
+                    found[proc.pid] = proc
+                    found.update((child.pid, child) for child in proc.children(recursive=True))
+    return list(found.values())
+
+
+# seconds a start-up given up (Ctrl-C during ``ray.init``) is watched for Ray processes still
+# being started by the abandoned ``ray.init``, and those it started ended
+RAY_ABANDON_S = 3.0
+
+
+def _abandon_start(keeper: threading.Thread, before: set, watch: float = RAY_ABANDON_S) -> None:
+    """A local Ray's start-up given up: SIGKILL the Ray processes started since (those not
+    in ``before``: the GCS, the raylet and the raylet's agents, which would notice their
+    raylet's end only a minute later), as long as ``keeper``'s ``ray.init`` may start more,
+    up to ``watch`` s; then, if it got as far as initialising Ray here, shut it down."""
+    import psutil
+    import ray
+
+    deadline = time.monotonic() + watch
+    while True:
+        for proc in _ray_processes():
+            if proc.pid not in before:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        if not keeper.is_alive() or time.monotonic() >= deadline:
+            break
+        keeper.join(0.1)
+    if not keeper.is_alive() and ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.shutdown()
 
 
 def _end_leftovers(processes, grace: float = RAY_LEFTOVER_GRACE_S) -> None:

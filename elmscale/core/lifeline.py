@@ -101,10 +101,11 @@ def sigterm_raises(deadline: float | None = 8.0):
     """:func:`terminate_raises` for the block, the handler before it restored after.
 
     ``deadline``: seconds the command has to unwind once SIGTERM or SIGINT arrives; past
-    them it exits at once (``os._exit(128 + signal)``), its children following through
-    their lifelines.  A Python handler runs only when the main thread is back in the
-    interpreter, and a numba kernel or a BLAS call may hold it there for minutes; the
-    countdown runs in a thread woken by the signal itself (``signal.set_wakeup_fd``).
+    them it kills its descendants (SIGKILL) and exits at once (``os._exit(128 +
+    signal)``).  A Python handler runs only when the main thread is back in the
+    interpreter, and a numba kernel, a BLAS call or Ray's C++ start-up may hold it there
+    for minutes; the countdown runs in a thread woken by the signal itself
+    (``signal.set_wakeup_fd``).
     None: no deadline."""
     _received.clear()
     previous = terminate_raises()
@@ -202,6 +203,7 @@ class _Watchdog:
                         "exiting now\n"
                     )
                     sys.stderr.flush()
+                _kill_descendants()
                 os._exit(128 + hits[0])
 
     def stop(self) -> None:
@@ -209,6 +211,18 @@ class _Watchdog:
         with contextlib.suppress(ValueError, OSError):
             signal.set_wakeup_fd(self.old_wakeup)
         os.close(self.write_fd)
+
+
+def _kill_descendants() -> None:
+    """SIGKILL every descendant of this process (the deadline's exit: what the command
+    started ends with it, also the processes that no lifeline ties to it, such as a Ray
+    raylet's agents, which notice their raylet's end only a minute later)."""
+    with contextlib.suppress(Exception):
+        import psutil
+
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
 
 def _kill_self() -> None:
