@@ -137,3 +137,37 @@ def test_bad_C_is_rejected():
         solve_ridge(np.eye(2), np.ones(2), 0.0)
     with pytest.raises(ValueError, match="every C"):
         ridge_path(np.eye(2), np.ones(2), [1.0, -1.0])
+
+
+def _gaussian_gram(n, seed=0):
+    X = np.random.default_rng(seed).standard_normal((n, 4))
+    return np.exp(-((X[:, None, :] - X[None, :, :]) ** 2).sum(-1) / 2)
+
+
+@pytest.mark.parametrize("n", [1, 2, 300])
+def test_the_tridiagonal_path_equals_the_eigendecomposition(n):
+    """ridge_path's tridiagonal reduction against the eigendecomposition it replaced, within
+    the backward-stable bound n eps cond(G + I/C); a 1-D right-hand side keeps its shape."""
+    from elmscale.linalg.ridge import _eigen_path
+
+    G = _gaussian_gram(n)
+    B = np.random.default_rng(1).standard_normal((n, 2))
+    Cs = np.array([0.01, 1.0, 100.0, 1e4])
+    path, reference = ridge_path(G, B, Cs), _eigen_path(G, B, Cs)
+    norm = np.linalg.norm(G, 2)
+    for C, x, ref in zip(Cs, path, reference, strict=True):
+        bound = 10 * n * np.finfo(float).eps * (1 + C * norm)
+        assert np.abs(x - ref).max() <= bound * np.abs(ref).max()
+    assert ridge_path(G, B[:, 0], Cs).shape == (Cs.size, n)
+
+
+def test_a_rank_deficient_gram_at_a_huge_C_falls_back_to_clipped_eigenvalues():
+    """T + I/C not positive definite (rank 5 of 100, 1/C far below the rounding): the
+    eigendecomposition with its eigenvalues clipped at 0 answers, finite, as before."""
+    from elmscale.linalg.ridge import _eigen_path
+
+    H = np.random.default_rng(2).standard_normal((100, 5))
+    G, B = H @ H.T, np.ones((100, 1))
+    path = ridge_path(G, B, [1e18])
+    assert np.isfinite(path).all()
+    np.testing.assert_array_equal(path, _eigen_path(G, B, np.array([1e18])))
