@@ -265,15 +265,21 @@ SMALL_RUNS = {
 }
 
 
+#: the pipeline also run from the shared folder's files, to compare (the main job's data;
+#: the others' files are checked byte for byte against the registry above, and a pipeline's
+#: result from the same bytes is the same: one comparison shows the runner reads them)
+COMPARED = "codrna_sparse_elm"
+
+
 @pytest.mark.needs_shared
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", PUBLIC_PIPELINES)
-def test_a_shipped_pipeline_through_the_mirror_equals_the_local_files(
+def test_a_shipped_pipeline_runs_from_its_public_urls_through_the_mirror(
     name, mirrored, tmp_path, request
 ):
     """The pipeline reads its public URLs through the cache (each file downloaded once,
-    from the mirror server) and gives the model and scores of the same pipeline pointed at
-    the shared folder's files."""
+    from the mirror server) and fits and scores its test part; COD-RNA's gives the model
+    and scores of the same pipeline pointed at the shared folder's files."""
     from _datasets import shared_data
 
     from elmscale.app.pipeline import load_pipeline
@@ -286,7 +292,7 @@ def test_a_shipped_pipeline_through_the_mirror_equals_the_local_files(
         for key, url in _pipeline_urls(name).items()
     ]
     results = []
-    for extra in ([], local):
+    for extra in ([], local) if name == COMPARED else ([],):
         pipeline = load_pipeline(ROOT / "pipelines" / f"{name}.toml", [*overrides, *extra])
         metrics, _ = run_pipeline(
             pipeline, ray_address="auto", echo=lambda *a: None, progress=False
@@ -294,7 +300,7 @@ def test_a_shipped_pipeline_through_the_mirror_equals_the_local_files(
         results.append(
             {k: metrics[k] for k in ("cv", "test", "train_rows", "kept_features") if k in metrics}
         )
-    assert results[0] == results[1]
-    assert results[0]["test"]
+    assert results[0]["test"] and results[0]["train_rows"] > 0
+    assert all(result == results[0] for result in results)
     served = {f"/{PUBLIC_FILES[url].name}" for url in _pipeline_urls(name).values()}
     assert mirrored.requests == Counter(dict.fromkeys(served, 1))
