@@ -365,6 +365,9 @@ class Pipeline:
     path: str
     config: dict
     problems: list[str] = field(default_factory=list)
+    # fsspec options given beside the file (``--storage-option``), for every URL; secrets
+    # allowed, so never in ``config`` (which a run writes down) nor in the repr
+    extra_storage_options: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __getitem__(self, section: str) -> dict:
         return self.config[section]
@@ -394,10 +397,26 @@ def _closest(word: str, options) -> str:
 
 
 def storage_options(p: Pipeline, url: str) -> dict:
-    """The fsspec ``storage_options`` of ``url`` from the pipeline's ``[storage]``."""
-    from elmscale.data.storage import named_options
+    """The fsspec ``storage_options`` of ``url`` from the pipeline's ``[storage]``, with
+    ``p.extra_storage_options`` over them (a URL's only)."""
+    from elmscale.data.storage import is_url, named_options
 
-    return named_options(url, **p["storage"])
+    options = named_options(url, **p["storage"])
+    if p.extra_storage_options and is_url(url):
+        options = merged_options(options, p.extra_storage_options)
+    return options
+
+
+def merged_options(base: dict, over: dict) -> dict:
+    """``base`` with ``over``'s options over them, nested tables merged key by key
+    (``client_kwargs.endpoint_url`` over a ``[storage]`` region keeps the region)."""
+    merged = dict(base)
+    for name, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(name), dict):
+            merged[name] = merged_options(merged[name], value)
+        else:
+            merged[name] = value
+    return merged
 
 
 def _exists(p: Pipeline, path: str) -> bool:
@@ -414,8 +433,10 @@ def _exists(p: Pipeline, path: str) -> bool:
     return bool(where.fs.glob(where.path)) if glob.has_magic(path) else where.exists()
 
 
-def load_pipeline(path, overrides=()) -> Pipeline:
-    """Read and check a pipeline file; the result's ``problems`` list what is wrong."""
+def load_pipeline(path, overrides=(), storage_options=None) -> Pipeline:
+    """Read and check a pipeline file; the result's ``problems`` list what is wrong.
+    ``storage_options``: fsspec options for every URL it names, over its ``[storage]``'s
+    (:attr:`Pipeline.extra_storage_options`)."""
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"{path}: no such pipeline file")
@@ -453,7 +474,7 @@ def load_pipeline(path, overrides=()) -> Pipeline:
             **copy.deepcopy(defaults),
             **{k: v for k, v in given.items() if k in defaults},
         }
-    pipeline = Pipeline(str(path), config, problems)
+    pipeline = Pipeline(str(path), config, problems, dict(storage_options or {}))
     refused = _check_declared(pipeline)
     _check_values(pipeline, refused)
     return pipeline
