@@ -101,12 +101,14 @@ def _find_objects(where: Location) -> list[str]:
     return [where.url_of(f) for f in files]
 
 
-def _footer(file: str, store: Store | None) -> pq.FileMetaData:
+def _footer(file: str, store: Store | None) -> tuple[pq.FileMetaData, int]:
+    """``file``'s footer and its size in bytes."""
     if store is None:
-        if Path(file).stat().st_size == 0:
+        size = Path(file).stat().st_size
+        if size == 0:
             raise DataError(f"{file}: empty file (0 bytes); expected a Parquet file")
         try:
-            return pq.ParquetFile(file).metadata
+            return pq.ParquetFile(file).metadata, size
         except (pa.ArrowException, OSError) as exc:
             raise DataError(
                 f"{file}: not a readable Parquet file ({exc}); expected a Parquet file"
@@ -116,7 +118,7 @@ def _footer(file: str, store: Store | None) -> pq.FileMetaData:
             if handle.size == 0:
                 raise DataError(f"{file}: empty object (0 bytes); expected a Parquet file")
             try:
-                return pq.ParquetFile(handle).metadata
+                return pq.ParquetFile(handle).metadata, int(handle.size)
             except pa.ArrowException as exc:
                 raise DataError(
                     f"{file}: not a readable Parquet file ({scrub(str(exc), store.options)}); "
@@ -126,6 +128,16 @@ def _footer(file: str, store: Store | None) -> pq.FileMetaData:
 
 #: A Parquet file's bytes after its footer: the footer's length (4) and the magic "PAR1".
 _FOOTER_TRAILER = 8
+
+
+def read_footer(handle, length: int) -> pq.FileMetaData:
+    """The footer of the Parquet file open as ``handle`` (a store's file object), whose
+    footer is ``length`` bytes (``FileMetaData.serialized_size``, read earlier): its last
+    ``length + 8`` bytes (the footer, its length and the magic) in one request, rather
+    than pyarrow's speculative read of the file's last 64 KiB."""
+    tail = length + _FOOTER_TRAILER
+    handle.seek(handle.size - tail)
+    return pq.read_metadata(pa.BufferReader(handle.read(tail)))
 
 
 #: A piece of a row group's first rows, fewer than this fraction of them, is read page by
@@ -168,7 +180,9 @@ class WorkUnit:
     opens it with (its repr shows no secret).  ``footers``: ``(file, bytes)``, the length
     of each of its files' footers as :func:`open_parquet` read them, so that a worker reads
     a footer from a store in one request of exactly its bytes (without: pyarrow's
-    speculative read of the file's last 64 KiB).
+    speculative read of the file's last 64 KiB).  ``sizes``: ``(file, bytes)``, each of
+    its files' size, so that a worker opens an object without asking its size (a HEAD
+    request per unit saved).
     """
 
     index: int
@@ -181,6 +195,7 @@ class WorkUnit:
     shift: tuple[float, ...] | None = None
     store: Store | None = None
     footers: tuple[tuple[str, int], ...] | None = None
+    sizes: tuple[tuple[str, int], ...] | None = None
 
     def read(self, *, with_labels: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """``(X, y)``: features as a C-contiguous float32 ``(n_rows, n_features)`` array, and
@@ -222,7 +237,8 @@ class WorkUnit:
                 if self.store is None:
                     files[file] = (pq.ParquetFile(file), None)
                 else:
-                    handle = opened.enter_context(self.store.open_input(file))
+                    size = dict(self.sizes or ()).get(file)
+                    handle = opened.enter_context(self.store.open_input(file, size=size))
                     footer = self._footer(file, handle)
                     parquet = pq.ParquetFile(handle, metadata=footer, pre_buffer=True)
                     files[file] = (parquet, handle)
@@ -244,11 +260,7 @@ class WorkUnit:
         and the magic) in one request, when the unit knows its length; else None (pyarrow
         reads it)."""
         length = dict(self.footers or ()).get(file)
-        if length is None:
-            return None
-        tail = length + _FOOTER_TRAILER
-        handle.seek(handle.size - tail)
-        return pq.read_metadata(pa.BufferReader(handle.read(tail)))
+        return None if length is None else read_footer(handle, length)
 
     def _put_features(self, table: pa.Table, X: np.ndarray, row: int, file, group) -> None:
         """The table's feature columns, checked, into rows ``row ..`` of ``X``."""
@@ -311,6 +323,8 @@ class ParquetDataset:
         options (:class:`~elmscale.data.storage.Store`), handed to every unit.
     footer_sizes : for each file, the bytes of its footer (from :func:`open_parquet`),
         handed to the units that read it; None: unknown (pyarrow finds them).
+    file_sizes : for each file, its bytes (from :func:`open_parquet`), handed to the units
+        that read it; None: unknown (a store is asked).
     """
 
     source: str
@@ -323,6 +337,7 @@ class ParquetDataset:
     n_units: int | None = None
     store: Store | None = None
     footer_sizes: tuple[int, ...] | None = None
+    file_sizes: tuple[int, ...] | None = None
 
     @property
     def n_rows(self) -> int:
@@ -385,6 +400,7 @@ class ParquetDataset:
             bounds = np.linspace(0, self.n_rows, k + 1).round().astype(np.int64)
         group_starts = np.cumsum([0] + [n for _, _, n in groups])
         footer_of = dict(zip(self.files, self.footer_sizes or ()))
+        size_of = dict(zip(self.files, self.file_sizes or ()))
         units = []
         for index, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
             pieces = []
@@ -409,6 +425,7 @@ class ParquetDataset:
                     shift=self.shift,
                     store=self.store,
                     footers=_footers_of(pieces, footer_of),
+                    sizes=_footers_of(pieces, size_of),
                 )
             )
         return units
@@ -423,7 +440,8 @@ class ParquetDataset:
 
 
 def _footers_of(pieces, footer_of: dict[str, int]) -> tuple[tuple[str, int], ...] | None:
-    """``(file, footer bytes)`` for each file of ``pieces``, in order; None if unknown."""
+    """``(file, footer_of[file])`` (its footer's bytes, or its size) for each file of
+    ``pieces``, in order; None if unknown."""
     files = dict.fromkeys(file for file, *_ in pieces)
     if not footer_of or any(f not in footer_of for f in files):
         return None
@@ -454,7 +472,7 @@ def open_parquet(
     where = locate(path, storage_options)
     store = None if where.is_local else where.store
     files = _find_files(where)
-    footers = [_footer(f, store) for f in files]
+    footers, sizes = zip(*(_footer(f, store) for f in files))
     schema = footers[0].schema.to_arrow_schema()
     chosen, label_name, _ = parquet_columns(schema, label, features, files[0], files[0])
     wanted = chosen + ([label_name] if label_name is not None else [])
@@ -484,4 +502,5 @@ def open_parquet(
         label=label_name,
         store=store,
         footer_sizes=tuple(int(footer.serialized_size) for footer in footers),
+        file_sizes=tuple(int(size) for size in sizes),
     )

@@ -73,6 +73,10 @@ EXTRAS = {
 
 LOCAL_PROTOCOLS = ("file", "local")
 
+#: Object stores whose fsspec files read one range request per read (no read-ahead) and
+#: take a known ``size`` (fsspec's buffered files: s3fs, gcsfs, adlfs).
+RANGE_READ_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az")
+
 #: The folder of batch scoring's markers inside an output folder (a dot name: no reader of
 #: that folder takes it for data).
 MARKERS = ".elmscale-done"
@@ -146,14 +150,18 @@ class Store:
 
         return fsspec.filesystem(self.protocol, **dict(self.options))
 
-    def open_input(self, url: str):
+    def open_input(self, url: str, size: int | None = None):
         """A file object of ``url`` (a URL of this store) for pyarrow: each read is one
         range request (no read-ahead: a unit reads the row groups it needs, not the rest of
-        the file), and pyarrow's ``pre_buffer`` coalesces a row group's column chunks."""
+        the file), and pyarrow's ``pre_buffer`` coalesces a row group's column chunks.
+        ``size``: the object's bytes when known (a listing, :func:`~elmscale.data.
+        open_parquet`'s footers): the object store's file is opened without asking its size
+        (a HEAD request, one round trip per opening, saved); None: asked."""
         fs = self.filesystem()
         path = fs._strip_protocol(url)
-        if self.protocol in ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"):
-            return fs.open(path, "rb", cache_type="none")
+        if self.protocol in RANGE_READ_PROTOCOLS:
+            known = {} if size is None else {"size": int(size)}
+            return fs.open(path, "rb", cache_type="none", **known)
         return fs.open(path, "rb")
 
 

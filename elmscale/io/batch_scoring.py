@@ -42,6 +42,7 @@ from elmscale.core.errors import DataError
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.threads import thread_budget
 from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type
+from elmscale.data.parquet import read_footer
 from elmscale.data.storage import (
     Location,
     locate,
@@ -70,6 +71,11 @@ class ScoreJob:
     decision: bool
     batch_rows: int
     n_rows: int | None
+    #: a Parquet input's footer bytes and the input's size in a store, from the plan's own
+    #: read: the job's process opens the object without asking its size and reads the
+    #: footer in one request of exactly its bytes (None: unknown, asked and guessed)
+    footer: int | None = None
+    size: int | None = None
 
     @property
     def input(self) -> str:
@@ -84,50 +90,71 @@ def _is_input(name: str) -> bool:
     return os.path.splitext(name)[1] in INPUT_SUFFIXES and not name.startswith((".", "_"))
 
 
-def _inputs(where: Location) -> list[Location]:
+def _inputs(where: Location) -> list[tuple[Location, int | None]]:
+    """The input files at ``where``, each with its size when a store's listing gave it."""
     if not where.exists():
         raise DataError(
             f"{where}: no such file or directory; expected a Parquet or CSV file or "
             "a directory of them"
         )
     if not where.is_dir():
-        return [where]
+        return [(where, None)]
+    sizes: dict[str, int | None]
     if where.is_local:
-        names = [f.name for f in where.local_path.iterdir() if f.is_file()]
+        sizes = {f.name: None for f in where.local_path.iterdir() if f.is_file()}
     else:
         with storage_errors(where, "a folder of Parquet or CSV files"):
             listed = where.fs.ls(where.path, detail=True)
-        names = [os.path.basename(i["name"]) for i in listed if i["type"] == "file"]
-    files = sorted(name for name in names if _is_input(name))
+        sizes = {
+            os.path.basename(i["name"]): i.get("size") for i in listed if i["type"] == "file"
+        }
+    files = sorted(name for name in sizes if _is_input(name))
     if not files:
         raise DataError(f"{where}: directory holds no .parquet or .csv file")
-    return [where.child(name) for name in files]
+    return [(where.child(name), sizes[name]) for name in files]
 
 
 @contextmanager
-def _opened(file: Location):
-    """What pyarrow reads ``file`` from: a local path, or a file object of the store's
-    (an error opening it names the URL)."""
+def _opened(file: Location, size: int | None = None):
+    """What pyarrow reads ``file`` from: a local path, or a file object of the store's,
+    opened without asking its size when ``size`` is known (an error opening it names the
+    URL)."""
     if file.is_local:
         yield file.path
         return
     with storage_errors(file, "a Parquet or CSV file"):
-        handle = file.store.open_input(file.url)
+        handle = file.store.open_input(file.url, size=size)
     with handle:
         yield handle
 
 
-def _schema(file: Location) -> tuple[pa.Schema, int | None]:
+@dataclass(frozen=True)
+class _Schema:
+    """What the plan reads of an input: its columns, rows (Parquet), and in a store its
+    footer's bytes and its size."""
+
+    schema: pa.Schema
+    n_rows: int | None = None
+    footer: int | None = None
+    size: int | None = None
+
+
+def _schema(file: Location, size: int | None = None) -> _Schema:
     try:
-        with _opened(file) as source:
+        with _opened(file, size) as source:
             if file.suffix == ".csv":
                 with pacsv.open_csv(source) as reader:
-                    schema, n_rows = reader.schema, None
+                    found = _Schema(reader.schema)
             else:
                 metadata = pq.ParquetFile(source).metadata
-                schema, n_rows = metadata.schema.to_arrow_schema(), metadata.num_rows
-        schema.names  # noqa: B018 - column names that are not UTF-8 fail here, named
-        return schema, n_rows
+                found = _Schema(
+                    metadata.schema.to_arrow_schema(),
+                    metadata.num_rows,
+                    None if file.is_local else int(metadata.serialized_size),
+                    None if file.is_local else int(source.size),
+                )
+        found.schema.names  # noqa: B018 - column names that are not UTF-8 fail here, named
+        return found
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise _unreadable(file, exc) from exc
 
@@ -198,9 +225,9 @@ def plan_jobs(
         raise DataError("decision values: the model is not a classifier")
     n_expected = int(final_estimator(model).n_features_in_)
     jobs = []
-    for file in files:
-        schema, n_rows = _schema(file)
-        chosen = _feature_columns(file, schema, features, tuple(id_columns), n_expected)
+    for file, size in files:
+        found = _schema(file, size)
+        chosen = _feature_columns(file, found.schema, features, tuple(id_columns), n_expected)
         out = output_path.child(f"{file.stem}.parquet") if to_dir else output_path
         jobs.append(
             ScoreJob(
@@ -210,7 +237,9 @@ def plan_jobs(
                 tuple(id_columns),
                 bool(decision),
                 int(batch_rows),
-                n_rows,
+                found.n_rows,
+                footer=found.footer,
+                size=found.size,
             )
         )
     return jobs
@@ -226,7 +255,7 @@ def _batches(job: ScoreJob):
 
 def _read_batches(job: ScoreJob):
     columns = list(dict.fromkeys(job.id_columns + job.features))
-    with _opened(job.source) as source:
+    with _opened(job.source, job.size) as source:
         if job.source.suffix == ".csv":
             options = pacsv.ReadOptions(block_size=1 << 24)
             with pacsv.open_csv(
@@ -236,8 +265,12 @@ def _read_batches(job: ScoreJob):
             ) as r:
                 yield from r
             return
-        # pre_buffer: an object's row group is fetched in one request, not a column at a time
-        parquet = pq.ParquetFile(source, pre_buffer=not job.source.is_local)
+        # an object's footer in one request of its bytes (known from the plan), its row
+        # groups each in one request (pre_buffer), not a column at a time
+        footer = None
+        if not job.source.is_local and job.footer is not None:
+            footer = read_footer(source, job.footer)
+        parquet = pq.ParquetFile(source, metadata=footer, pre_buffer=not job.source.is_local)
         yield from parquet.iter_batches(batch_size=job.batch_rows, columns=columns)
 
 
