@@ -226,3 +226,203 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     metrics = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert metrics["test_accuracy"] > 0.85 and metrics["reloaded_model_predicts_the_same"]
     assert "test accuracy" in capsys.readouterr().out
+
+
+def test_run_resolves_its_compute_target_and_tls_once(tmp_path, monkeypatch, capsys):
+    """``elmscale run`` resolves the target and builds the TLS security once, in the
+    command line (a bad TLS file refused before anything runs), and the run connects with
+    that security: it resolved and built them again where the client connected."""
+    from elmscale.app import runner
+    from elmscale.app.pipeline import load_pipeline
+    from elmscale.distributed import connect
+
+    pipeline = tmp_path / "run.toml"
+    pipeline.write_text(
+        f"""
+[run]
+name = "once"
+task = "train"
+[data]
+train = "{tmp_path}/train.parquet"
+generate = {{ rows = 100, features = 4 }}
+[model]
+estimator = "ELMClassifier"
+[output]
+dir = "{tmp_path}/runs"
+"""
+    )
+    for name in ("ca.pem", "cert.pem"):
+        (tmp_path / name).write_text("not read here\n")
+    resolved, built, connected = [], [], []
+    resolve_compute, sentinel = runner.resolve_compute, object()
+
+    def counting_resolve(*args, **kwargs):
+        resolved.append(resolve_compute(*args, **kwargs))
+        return resolved[-1]
+
+    monkeypatch.setattr(runner, "resolve_compute", counting_resolve)
+    monkeypatch.setattr(connect, "tls_security", lambda **files: built.append(files) or sentinel)
+    argv = ["run", str(pipeline), "--scheduler", "tls://127.0.0.1:8786", "--dry-run"]
+    argv += ["--tls-ca-file", str(tmp_path / "ca.pem"), "--tls-cert", str(tmp_path / "cert.pem")]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert len(resolved) == 1 and len(built) == 1, (resolved, built)
+    target = resolved[0]
+    assert target["dask_address"] == "tls://127.0.0.1:8786" and target["security"] is sentinel
+    assert '"dask": "tls://127.0.0.1:8786"' in capsys.readouterr().out  # the plan printed
+
+    # the run's client: the target's security, not a second one
+    monkeypatch.setattr(connect, "connect_dask", lambda address, **kw: connected.append(kw))
+    runner.Compute(target, 1, 1).dask()
+    assert connected == [{"security": sentinel}] and len(built) == 1
+
+    # a resolved target or the flags, not both
+    with pytest.raises(TypeError, match="not both"):
+        runner.run_pipeline(
+            load_pipeline(pipeline),
+            target=target,
+            scheduler="tcp://127.0.0.1:8786",
+            dry_run=True,
+        )
+
+
+# -- --storage-option (issue 51): the flags alone reach a store -------------------------------
+
+#: a key and secret that no output, log, run file or model file may show
+_KEY_ID, _SECRET = "cli-flag-key-id-2718", "cli-flag-secret-3141-do-not-show"
+
+
+def _cli_without_aws_env(*args):
+    """``elmscale *args`` in a fresh process with no AWS variable in its environment (no
+    credentials, endpoint or profile: what reaches the store is the flags) and no AWS
+    credential or config file to find."""
+    import os
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    env.pop("RAY_ADDRESS", None)
+    empty = tempfile.mkdtemp(prefix="elmscale-no-aws-")
+    env["AWS_SHARED_CREDENTIALS_FILE"] = env["AWS_CONFIG_FILE"] = f"{empty}/none"
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[name] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "elmscale", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+
+def test_storage_option_flags_parse_as_fsspec_options(capsys):
+    from elmscale.app.cli import UsageError, _storage_flags
+
+    flags = [
+        "key=12345",  # a secret stays the string typed
+        "anon=false",
+        "client_kwargs.endpoint_url=http://127.0.0.1:9000",
+        'client_kwargs={"region_name": "eu-west-1"}',
+        "default_block_size=1048576",
+        "profile=dev",
+    ]
+    assert _storage_flags(flags) == {
+        "key": "12345",
+        "anon": False,
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"},
+        "default_block_size": 1048576,
+        "profile": "dev",
+    }
+    for bad in ("a-secret-without-a-key", "=value", "client_kwargs..x=1"):
+        with pytest.raises(UsageError) as error:
+            _storage_flags([bad])
+        assert bad not in str(error.value) and "KEY=VALUE" in str(error.value)
+    assert main(["info", "--storage-option", "just-a-secret-9"]) == 2
+    assert "just-a-secret-9" not in capsys.readouterr().err
+
+
+@pytest.mark.timeout(600)
+def test_storage_option_flags_alone_reach_the_bucket(s3_server, tmp_path):
+    """``elmscale run``, ``score``, ``export``, ``info``, ``train`` and ``predict`` against
+    the local S3 server with no AWS variable or file: ``--storage-option`` gives the
+    endpoint, key and secret; the secret is in no output, log, run file or model file, and
+    in no error of a store that refuses it."""
+    pytest.importorskip("onnx")
+    from elmscale.data import generate_classification, write_parquet
+
+    bucket = s3_server.new_bucket()
+    flags = [
+        "--storage-option",
+        f"key={_KEY_ID}",
+        "--storage-option",
+        f"secret={_SECRET}",
+        "--storage-option",
+        f"client_kwargs.endpoint_url={s3_server.endpoint}",
+    ]
+    options = {"key": _KEY_ID, "secret": _SECRET}
+    options["client_kwargs"] = {"endpoint_url": s3_server.endpoint}
+    data = generate_classification(600, n_features=4, random_state=0)
+    write_parquet(data.X, f"s3://{bucket}/train.parquet", y=data.y, storage_options=options)
+    write_parquet(data.X[:50], f"s3://{bucket}/score/part-0.parquet", storage_options=options)
+    pipeline = tmp_path / "run.toml"
+    pipeline.write_text(
+        f"""
+[run]
+name = "flags"
+task = "train"
+[data]
+train = "s3://{bucket}/train.parquet"
+score = "s3://{bucket}/score/"
+label = "label"
+[model]
+estimator = "ELMClassifier"
+params = {{ n_hidden = 20 }}
+[compute]
+workers = 1
+[output]
+dir = "s3://{bucket}/runs"
+"""
+    )
+    # without the flags the store is not reached (no credentials, no endpoint)
+    bare = _cli_without_aws_env("validate", pipeline)
+    assert bare.returncode == 2, bare.stdout + bare.stderr
+    outputs = [bare]
+
+    def ok(*args):
+        done = _cli_without_aws_env(*args, *flags)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done)
+        return done
+
+    ok("validate", pipeline)
+    ran = ok("run", pipeline)
+    assert "scored 50 rows in 1 file(s)" in ran.stdout, ran.stdout
+    fs = s3_server.filesystem()
+    fs.invalidate_cache()
+    (run_dir,) = fs.ls(f"{bucket}/runs")
+    model = f"s3://{run_dir}/model.elm"
+    ok("score", model, f"s3://{bucket}/score/", f"s3://{bucket}/scored/", "--quiet")
+    ok("export", model, f"s3://{bucket}/model.onnx")
+    assert "ELMClassifier" in ok("info", model).stdout
+    ok("train", f"s3://{bucket}/train.parquet", f"s3://{bucket}/m2.elm", "--label", "label")
+    ok("predict", f"s3://{bucket}/m2.elm", f"s3://{bucket}/train.parquet", tmp_path / "p.csv")
+    fs.invalidate_cache()
+    assert fs.exists(f"{bucket}/model.onnx") and fs.exists(f"{bucket}/scored/part-0.parquet")
+
+    # a store that refuses the key: an error naming the URL, without the secret
+    s3_server.set_auth(True)
+    try:
+        refused = _cli_without_aws_env("info", model, *flags)
+    finally:
+        s3_server.set_auth(False)
+    assert refused.returncode in (1, 2) and model in refused.stderr, refused.stderr[-2000:]
+    outputs.append(refused)
+
+    for done in outputs:
+        assert _SECRET not in done.stdout + done.stderr
+    # nor in the run's files (run.log, pipeline.json, metrics.json, the model file) or the
+    # other files written
+    fs.invalidate_cache()
+    for path in fs.find(bucket):
+        assert _SECRET.encode() not in fs.cat_file(path), path
+    assert _SECRET not in (tmp_path / "p.csv").read_text()

@@ -95,21 +95,68 @@ def _label_spec(text: str | None):
         return text
 
 
-def _require_input(path: str, what: str) -> None:
-    """A missing input is a usage error; ``path`` may be a URL of a store (its credentials
-    and endpoint from the environment: ``AWS_PROFILE``, ``AWS_ENDPOINT_URL``, ...)."""
+def _storage_flags(items: list[str] | None) -> dict:
+    """``--storage-option KEY=VALUE`` flags as fsspec ``storage_options`` (as Dask's and
+    pandas'): each VALUE JSON (a number, true / false / null, an object), else the string
+    as given; a dotted KEY sets a nested option (``client_kwargs.endpoint_url=URL``); a
+    secret-named option (key, secret, token, ...) keeps its value as a string.  Errors name
+    the option, never its value."""
+    from elmscale.data.storage import SECRET_WORDS
+
+    options: dict = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or "" in key.split("."):
+            raise UsageError(
+                "--storage-option expects KEY=VALUE (fsspec's storage options, for "
+                "example endpoint_url=http://host:9000, profile=NAME, anon=true, "
+                "client_kwargs.region_name=eu-west-1)"
+            )
+        *parents, leaf = key.split(".")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        if any(word in leaf.lower() for word in SECRET_WORDS) and not isinstance(value, str | dict):
+            value = text  # a numeric-looking secret stays what was typed
+        table = options
+        for part in parents:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise UsageError(f"--storage-option {key}: {part} is given a value and options")
+        if isinstance(value, dict) and isinstance(table.get(leaf), dict):
+            table[leaf].update(value)
+        else:
+            table[leaf] = value
+    return options
+
+
+def _options(args, *paths) -> dict | None:
+    """The ``--storage-option`` flags for ``paths`` if one of them is a URL (a local path
+    takes none), else None."""
+    from elmscale.data.storage import is_url
+
+    options = getattr(args, "storage_options", None)
+    return options if options and any(p and is_url(str(p)) for p in paths) else None
+
+
+def _require_input(path: str, what: str, options: dict | None = None) -> None:
+    """A missing input is a usage error; ``path`` may be a URL of a store, with
+    ``options`` (``--storage-option``), else its credentials and endpoint from the
+    environment (``AWS_PROFILE``, ``AWS_ENDPOINT_URL``, ...)."""
     from elmscale.data.storage import locate
 
-    where = locate(path)
+    where = locate(path, options)
     if not where.exists():
         raise UsageError(f"{what} {where}: no such file or directory")
 
 
-def _load(path: str, label, what: str, **kw):
+def _load(path: str, label, what: str, options: dict | None = None, **kw):
     from elmscale.data.formats import load
 
-    _require_input(path, what)
-    return load(path, label=label, **kw)
+    _require_input(path, what, options)
+    return load(path, label=label, storage_options=options, **kw)
 
 
 def _make_estimator(name: str, params: dict, scale: bool):
@@ -129,7 +176,7 @@ def _make_estimator(name: str, params: dict, scale: bool):
     return make_pipeline(Scaler(), est) if scale else est
 
 
-def _write_table_atomically(columns: dict, path: str) -> None:
+def _write_table_atomically(columns: dict, path: str, options: dict | None = None) -> None:
     """Write ``columns`` to ``path`` (.csv or .parquet; a file, or an object put whole) via
     a temporary name."""
     import pyarrow as pa
@@ -139,7 +186,7 @@ def _write_table_atomically(columns: dict, path: str) -> None:
     from elmscale.data.storage import locate, write_whole
 
     table = pa.table(columns)
-    where = locate(path)
+    where = locate(path, options)
     suffix = where.suffix.lower()
     if suffix not in (".csv", *PARQUET_SUFFIXES):
         raise UsageError(f"output {where}: expected a .csv or .parquet file name")
@@ -191,7 +238,7 @@ def cmd_train(args) -> int:
 
     params = _parse_params(args.param)
     model = _make_estimator(args.estimator, params, scale=not args.no_scale)
-    train = _load(args.data, _label_spec(args.label), "training data")
+    train = _load(args.data, _label_spec(args.label), "training data", _options(args, args.data))
     start = time.perf_counter()
     try:
         model.fit(train.X, train.y)
@@ -208,30 +255,32 @@ def cmd_train(args) -> int:
         report["kept_features"] = kept
         print(describe_kept(kept, train.n_features))
     if args.test:
+        options = _options(args, args.test)
         test = _load(
             args.test,
             _label_spec(args.label),
             "test data",
-            **({"n_features": train.n_features} if _is_libsvm(args.test) else {}),
+            options,
+            **({"n_features": train.n_features} if _is_libsvm(args.test, options) else {}),
         )
         report["test"] = _evaluate(model, test.X, test.y)
         print(f"test ({test.n_samples} rows): {_fmt_metrics(report['test'])}")
-    save(model, args.model)
+    save(model, args.model, storage_options=_options(args, args.model))
     print(f"saved {args.model}")
     if args.metrics:
         Path(args.metrics).write_text(json.dumps(report, indent=2) + "\n")
     return EXIT_OK
 
 
-def _scoring_label(path: str, label: str | None):
+def _scoring_label(path: str, label: str | None, options: dict | None = None):
     """The label column to leave out when scoring: as given; else Parquet's "label"
     column if there is one; else none (every column is a feature).  LIBSVM: None."""
     if label is not None:
         return _label_spec(label)
     from elmscale.data.formats import detect_format
 
-    _require_input(path, "data")
-    fmt = detect_format(path)
+    _require_input(path, "data", options)
+    fmt = detect_format(path, options)
     if fmt == "libsvm":
         return None
     if fmt == "parquet":
@@ -239,31 +288,33 @@ def _scoring_label(path: str, label: str | None):
 
         from elmscale.data.storage import locate
 
-        where = locate(path)
+        where = locate(path, options)
         fs = None if where.is_local else where.fs
         names = pads.dataset(where.path, format="parquet", filesystem=fs).schema.names
         return "label" if "label" in names else False
     return False
 
 
-def _is_libsvm(path: str) -> bool:
+def _is_libsvm(path: str, options: dict | None = None) -> bool:
     from elmscale.data.formats import detect_format
     from elmscale.data.storage import locate
 
-    return locate(path).exists() and detect_format(path) == "libsvm"
+    return locate(path, options).exists() and detect_format(path, options) == "libsvm"
 
 
 def cmd_predict(args) -> int:
     from elmscale.io.model_files import load
 
-    _require_input(args.model, "model")
-    model = load(args.model)
+    model_options, data_options = _options(args, args.model), _options(args, args.data)
+    _require_input(args.model, "model", model_options)
+    model = load(args.model, storage_options=model_options)
     n_features = getattr(final_estimator(model), "n_features_in_", None)
     data = _load(
         args.data,
-        _scoring_label(args.data, args.label),
+        _scoring_label(args.data, args.label, data_options),
         "data",
-        **({"n_features": n_features} if _is_libsvm(args.data) else {}),
+        data_options,
+        **({"n_features": n_features} if _is_libsvm(args.data, data_options) else {}),
     )
     try:
         pred = model.predict(data.X)
@@ -280,7 +331,7 @@ def cmd_predict(args) -> int:
                     columns[f"decision_{cls}"] = scores[:, j]
     except ValueError as exc:
         raise RuntimeError(f"{args.data}: {exc}") from exc
-    _write_table_atomically(columns, args.output)
+    _write_table_atomically(columns, args.output, _options(args, args.output))
     print(f"wrote {args.output}: {len(pred)} predictions")
     return EXIT_OK
 
@@ -289,10 +340,11 @@ def cmd_export(args) -> int:
     from elmscale.io.model_files import load
     from elmscale.io.onnx_export import UnsupportedModelError, save_onnx
 
-    _require_input(args.model, "model")
-    model = load(args.model)
+    options = _options(args, args.model)
+    _require_input(args.model, "model", options)
+    model = load(args.model, storage_options=options)
     try:
-        path = save_onnx(model, args.output)
+        path = save_onnx(model, args.output, storage_options=_options(args, args.output))
     except UnsupportedModelError as exc:
         raise RuntimeError(f"{args.model}: {exc}") from exc
     est = final_estimator(model)
@@ -342,8 +394,9 @@ def cmd_info(args) -> int:
     if args.model:
         from elmscale.io.model_files import read_metadata
 
-        _require_input(args.model, "model")
-        meta = read_metadata(args.model)
+        options = _options(args, args.model)
+        _require_input(args.model, "model", options)
+        meta = read_metadata(args.model, storage_options=options)
         model = meta["model"]
         lines.append(
             f"model {args.model}: {model['estimator']} (format "
@@ -436,7 +489,9 @@ def _pipeline(args):
     from elmscale.app.pipeline import PipelineError, load_pipeline
 
     try:
-        return load_pipeline(args.pipeline, args.set or ()).check()
+        return load_pipeline(
+            args.pipeline, args.set or (), storage_options=args.storage_options
+        ).check()
     except PipelineError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -451,24 +506,18 @@ def cmd_run(args) -> int:
     from elmscale.app.runner import resolve_compute, run_pipeline
 
     pipeline = _pipeline(args)
-    _checked_tls(
-        resolve_compute(
-            pipeline,
-            scheduler=args.scheduler,
-            scheduler_file=args.scheduler_file,
-            ray_address=args.ray_address,
-            tls=_tls_flags(args),
-        )
+    target = resolve_compute(
+        pipeline,
+        scheduler=args.scheduler,
+        scheduler_file=args.scheduler_file,
+        ray_address=args.ray_address,
+        tls=_tls_flags(args),
     )
+    # resolved and checked once, here (bad TLS is refused before anything runs); the run
+    # connects with this security
+    target["security"] = _checked_tls(target)
     try:
-        metrics, run_dir = run_pipeline(
-            pipeline,
-            scheduler=args.scheduler,
-            scheduler_file=args.scheduler_file,
-            ray_address=args.ray_address,
-            tls=_tls_flags(args),
-            dry_run=args.dry_run,
-        )
+        metrics, run_dir = run_pipeline(pipeline, target=target, dry_run=args.dry_run)
     except ValueError as exc:  # bad data met while running: a runtime error
         raise RuntimeError(str(exc)) from exc
     if run_dir is None:
@@ -494,12 +543,13 @@ def cmd_score(args) -> int:
     from elmscale.io.batch_scoring import plan_jobs, score_jobs
     from elmscale.io.model_files import load, saved_features
 
-    _require_input(args.model, "model")
-    _require_input(args.input, "input")
-    model = load(args.model)
+    model_options = _options(args, args.model)
+    _require_input(args.model, "model", model_options)
+    _require_input(args.input, "input", _options(args, args.input))
+    model = load(args.model, storage_options=model_options)
     features = args.features
     if features is None:
-        features = saved_features(args.model)
+        features = saved_features(args.model, storage_options=model_options)
     elif "," in features:
         features = [f.strip() for f in features.split(",")]
     jobs = plan_jobs(
@@ -510,6 +560,7 @@ def cmd_score(args) -> int:
         id_columns=args.id or (),
         decision=args.decision,
         batch_rows=args.batch_rows,
+        storage_options=_options(args, args.input, args.output),
     )
     client = None
     target = resolve_compute(
@@ -561,6 +612,21 @@ def _checked_tls(target: dict):
         return security
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _add_storage_flags(p) -> None:
+    """``--storage-option KEY=VALUE``: fsspec options for the command's URLs."""
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an fsspec storage option for the URLs (s3://, gs://, ...) the command reads "
+        "and writes, as Dask's and pandas' storage_options, repeatable: endpoint_url=URL, "
+        "profile=NAME, anon=true, client_kwargs={...} or client_kwargs.region_name=NAME "
+        "(VALUE as JSON, else a string); over a pipeline's [storage]. Secrets given so "
+        "are never logged or written down, but other users of this machine may see a "
+        "command line: prefer the environment or a profile for them",
+    )
 
 
 def _add_tls_flags(p) -> None:
@@ -658,6 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler-file", help="Dask scheduler file")
     p.add_argument("--ray-address", help="Ray address ('auto', 'ray://host:10001', host:port)")
     _add_tls_flags(p)
+    _add_storage_flags(p)
     _add_overrides(p)
     p.add_argument(
         "--dry-run",
@@ -669,6 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a pipeline file without running it")
     p.add_argument("pipeline", help="pipeline file (TOML)")
     _add_overrides(p)
+    _add_storage_flags(p)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("score", help="score Parquet / CSV files larger than memory")
@@ -688,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", help="Dask scheduler: one task per file")
     p.add_argument("--ray-address", help="Ray address: one task per file")
     _add_tls_flags(p)
+    _add_storage_flags(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_score)
 
@@ -741,6 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not scale features to [-1, 1] (the paper's protocol scales)",
     )
     p.add_argument("--metrics", help="write training / test metrics as JSON here")
+    _add_storage_flags(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="score a data file with a saved model")
@@ -753,15 +823,18 @@ def build_parser() -> argparse.ArgumentParser:
         "for CSV; the column 'label' if present for Parquet)",
     )
     p.add_argument("--decision", action="store_true", help="also write decision values")
+    _add_storage_flags(p)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("export", help="export a saved model to ONNX (needs elmscale[onnx])")
     p.add_argument("model", help="a saved model file (.elm)")
     p.add_argument("output", help="the .onnx file to write")
+    _add_storage_flags(p)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("info", help="versions, thread pools, and a model file's metadata")
     p.add_argument("model", nargs="?", help="a model file whose metadata to show")
+    _add_storage_flags(p)
     p.set_defaults(func=cmd_info)
 
     from elmscale.app.warmup import STEP_NAMES
@@ -868,22 +941,29 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     from elmscale.core.errors import DataError, ModelFileError
     from elmscale.core.lifeline import exit_code
+    from elmscale.data.storage import scrub
 
     parser = build_parser()
+    options: dict = {}  # the --storage-option flags: their secrets never reach a message
+
+    def error(exc) -> None:
+        print(f"elmscale: error: {scrub(str(exc), options)}", file=sys.stderr)
+
     try:
         args = parser.parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
+        args.storage_options = options = _storage_flags(getattr(args, "storage_option", None))
         return args.func(args)
     except UsageError as exc:
-        print(f"elmscale: error: {exc}", file=sys.stderr)
+        error(exc)
         return EXIT_USAGE
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0)
     except (DataError, ModelFileError, RuntimeError, OSError) as exc:
-        print(f"elmscale: error: {exc}", file=sys.stderr)
+        error(exc)
         return EXIT_RUNTIME
     except ValueError as exc:  # invalid parameter values (scikit-learn's validation)
-        print(f"elmscale: error: {exc}", file=sys.stderr)
+        error(exc)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: what it started is shut down by now
         code = exit_code(exc)

@@ -125,7 +125,8 @@ class Compute:
 
         from elmscale.distributed.connect import connect_dask, tls_security
 
-        security = tls_security(**self.target["tls"])
+        # a checked target carries its security (the command line built it, once)
+        security = self.target.get("security") or tls_security(**self.target["tls"])
         if self.target["dask_address"]:
             self._client = connect_dask(self.target["dask_address"], security=security)
         elif self.target["dask_file"]:
@@ -716,6 +717,7 @@ def run_pipeline(
     scheduler_file=None,
     ray_address=None,
     tls: dict | None = None,
+    target: dict | None = None,
     dry_run=False,
     echo=print,
     progress: bool = True,
@@ -725,20 +727,30 @@ def run_pipeline(
 
     ``progress``: a progress bar on stderr for every long step (pieces of the data plane's
     passes, grid pieces, one-vs-one pairs, rows scored).  ``tls``: the TLS files for a
-    ``tls://`` scheduler (:func:`resolve_compute`).
+    ``tls://`` scheduler (:func:`resolve_compute`).  ``target``: the compute target
+    already resolved (and checked) by the caller, :func:`resolve_compute`'s, with its
+    ``distributed.Security`` under ``"security"`` if it built one: used as it is, in place
+    of ``scheduler``, ``scheduler_file``, ``ray_address`` and ``tls`` (give one or the
+    other).
     """
     from elmscale.app.selection import describe_kept, kept_features
     from elmscale.distributed.executors import progress_bars
     from elmscale.io.model_files import load, save
 
     pipeline.check()
-    target = resolve_compute(
-        pipeline,
-        scheduler=scheduler,
-        scheduler_file=scheduler_file,
-        ray_address=ray_address,
-        tls=tls,
-    )
+    if target is None:
+        target = resolve_compute(
+            pipeline,
+            scheduler=scheduler,
+            scheduler_file=scheduler_file,
+            ray_address=ray_address,
+            tls=tls,
+        )
+    elif scheduler or scheduler_file or ray_address or tls:
+        raise TypeError(
+            "run_pipeline: give a resolved target, or scheduler / scheduler_file / "
+            "ray_address / tls, not both"
+        )
     plan = {
         "pipeline": pipeline.path,
         "task": pipeline["run"]["task"],
@@ -798,7 +810,11 @@ def run_pipeline(
             _write_json(run_dir / "metrics.json", metrics)
             log.info("metrics: %s", metrics)
     except BaseException as exc:
-        log.error("run failed: %s: %s", type(exc).__name__, exc)
+        from elmscale.data.storage import scrub
+
+        # (the --storage-option flags' secrets never reach the run's log)
+        reason = scrub(str(exc), pipeline.extra_storage_options)
+        log.error("run failed: %s: %s", type(exc).__name__, reason)
         raise
     finally:
         compute.close()
