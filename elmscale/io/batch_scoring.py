@@ -19,7 +19,13 @@ Before anything is written every input is checked: its feature columns (the mode
 id columns and ``label``) must exist, be numeric and match the model's feature count.
 
 ``score_jobs`` runs one job per file here, as Dask tasks (``client``) or as Ray tasks
-(``ray_address``).
+(``ray_address``).  On a Dask cluster, local inputs and output folders are the workers' own
+paths: the output folder's lock and the rerun's "already done" check are taken here, the
+files written there by the workers.  That is one folder only on a shared file system, so
+before anything is written every worker is asked whether it sees the same folder (a probe
+file written here, read back there) and each local input with the same size
+(:func:`check_workers_see`); one that does not is a ``DataError`` naming the folder and the
+worker.  Object-store URLs need no such probe.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import fnmatch
 import os
 import queue
 import threading
+import uuid
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +60,7 @@ from elmscale.data.storage import (
     write_whole,
 )
 
-__all__ = ["ScoreJob", "plan_jobs", "score_file", "score_jobs"]
+__all__ = ["ScoreJob", "check_workers_see", "plan_jobs", "score_file", "score_jobs"]
 
 INPUT_SUFFIXES = (*PARQUET_SUFFIXES, ".csv")
 DEFAULT_BATCH_ROWS = 262_144
@@ -105,9 +112,7 @@ def _inputs(where: Location) -> list[tuple[Location, int | None]]:
     else:
         with storage_errors(where, "a folder of Parquet or CSV files"):
             listed = where.fs.ls(where.path, detail=True)
-        sizes = {
-            os.path.basename(i["name"]): i.get("size") for i in listed if i["type"] == "file"
-        }
+        sizes = {os.path.basename(i["name"]): i.get("size") for i in listed if i["type"] == "file"}
     files = sorted(name for name in sizes if _is_input(name))
     if not files:
         raise DataError(f"{where}: directory holds no .parquet or .csv file")
@@ -411,6 +416,98 @@ def remove_stale_temporaries(jobs: Sequence[ScoreJob]) -> int:
     return removed
 
 
+#: The probe file's name in a local output folder (a dot name: no reader takes it for data).
+PROBE_PREFIX = ".elmscale-probe-"
+
+
+def _seen(probes: list[tuple[str, str, bytes | None, int | None]]) -> list[tuple[str, str]]:
+    """(On a worker) ``(kind, path)`` of each probe this process does not see as the client
+    does: a ``"folder"`` probe file with other bytes or none, an ``"input"`` file with
+    another size or none."""
+    unseen = []
+    for kind, path, content, size in probes:
+        try:
+            if kind == "folder":
+                with open(path, "rb") as f:
+                    ok = f.read() == content
+            else:
+                ok = os.path.getsize(path) == size
+        except OSError:
+            ok = False
+        if not ok:
+            unseen.append((kind, path))
+    return unseen
+
+
+def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
+    """Check that every worker of the Dask ``client`` sees the jobs' local output folders
+    and local inputs as this process does, before anything is written: a probe file of
+    random bytes written in each output folder (made if missing) must be there with the
+    same bytes, each input with the same size, on every worker (one task each).  The
+    probes and the folders made for them are removed after, on error too.  Otherwise a
+    :class:`DataError` names the folder or file and the worker: without a shared file
+    system the workers would write the outputs onto their own disks (and the lock and the
+    rerun's check, taken here, would not see them).  Object-store URLs need no probe."""
+    inputs = {job.input: job.source for job in jobs if job.source.is_local}
+    folders = {str(job.target.parent): job.target.parent for job in jobs if job.target.is_local}
+    if not inputs and not folders:
+        return
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    probes: list[tuple[str, str, bytes | None, int | None]] = [
+        ("input", source.path, None, source.local_path.stat().st_size) for source in inputs.values()
+    ]
+    made: list = []
+    written: list = []
+    shown = {source.path: str(source) for source in inputs.values()}
+    try:
+        for name in sorted(folders):
+            folder = folders[name].local_path
+            missing = [p for p in (folder, *folder.parents) if not p.exists()]
+            folder.mkdir(parents=True, exist_ok=True)
+            made += missing  # the deepest first
+            content = uuid.uuid4().hex.encode()
+            probe = folder / f"{PROBE_PREFIX}{content.decode()}"
+            probe.write_bytes(content)
+            written.append(probe)
+            path = folders[name].child(probe.name).path
+            probes.append(("folder", path, content, None))
+            shown[path] = str(folders[name])
+        futures = {
+            address: client.submit(
+                _seen,
+                probes,
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+                key=f"elmscale-probe-{uuid.uuid4().hex}",
+            )
+            for address in workers
+        }
+        unseen = dict(zip(futures, client.gather(list(futures.values()))))
+    finally:
+        for probe in written:
+            probe.unlink(missing_ok=True)
+        for folder in made:
+            with suppress(OSError):
+                folder.rmdir()
+    for address, missed in unseen.items():
+        for kind, path in missed:
+            if kind == "folder":
+                raise DataError(
+                    f"{shown[path]}: worker {address} does not see this output folder "
+                    "(a probe file written in it here is not there); the workers would write "
+                    "the outputs onto their own disks. Score into a folder on a shared file "
+                    "system that every worker mounts at the same path, or into an object "
+                    "store's URL (s3://bucket/scores/)"
+                )
+            raise DataError(
+                f"{shown[path]}: worker {address} does not see this input file (missing there or "
+                "of another size); the workers read the inputs from their own disks. Put the "
+                "inputs on a shared file system that every worker mounts at the same path, "
+                "or in an object store (s3://bucket/data/)"
+            )
+
+
 def _score_task(job, *, model, n_threads=1, on_rows=None):
     return score_file(job, model=model, n_threads=n_threads, on_rows=on_rows)
 
@@ -423,9 +520,13 @@ def score_jobs(
     folders are locked while it runs: a second run into one of them is a ``DataError``
     naming it (rather than two runs writing the same files and removing each other's
     temporary files).  An object store has no lock: one run per output folder, by design
-    (each object is put whole, so two runs would only score the same files twice)."""
+    (each object is put whole, so two runs would only score the same files twice).  With a
+    Dask ``client``, every worker must see the local inputs and output folders as this
+    process does (:func:`check_workers_see`), checked before anything is written."""
     from contextlib import ExitStack
 
+    if client is not None:
+        check_workers_see(client, jobs)
     with ExitStack() as locks:
         folders = {str(job.target.parent): job.target.parent for job in jobs}
         for name in sorted(folders):
