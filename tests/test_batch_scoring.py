@@ -163,3 +163,47 @@ def test_a_scoring_error_midway_leaves_no_file_and_no_reader(tmp_path):
     assert main(argv) == 1
     assert not out.exists() or not list(out.iterdir())  # nothing half-written
     assert not _reader_threads()
+
+
+def test_scoring_from_s3_reads_the_needed_chunks_and_exact_footers_without_a_head(
+    tmp_path, s3_server, monkeypatch
+):
+    """Each input's footer is read in one request of exactly its bytes (the plan's own
+    read gave its length), not pyarrow's 64 KiB tail again, and each object is opened
+    with its size known (no HEAD request)."""
+    from s3fs import S3FileSystem
+
+    from elmscale.io.batch_scoring import plan_jobs, score_jobs
+
+    folder = _inputs(tmp_path / "in", rows=3_000)
+    bucket = s3_server.new_bucket("scoring-bytes")
+    s3_server.filesystem().put(f"{folder}/", f"{bucket}/in/", recursive=True)
+    model = ELMClassifier(n_hidden=8, random_state=0).fit(
+        generate_classification(500, n_features=6, random_state=1).X,
+        np.arange(500) % 2,
+    )
+    options = s3_server.storage_options
+    jobs = plan_jobs(
+        model, f"s3://{bucket}/in/", tmp_path / "out", id_columns=["id"], storage_options=options
+    )
+    chunks = footers = 0
+    for file in sorted(folder.glob("*.parquet")):
+        meta = pq.ParquetFile(file).metadata
+        footers += meta.serialized_size + 8
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            chunks += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+    asked = []
+    info = S3FileSystem._info
+
+    async def counted(self, path, *args, **kwargs):
+        asked.append(path)
+        return await info(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(S3FileSystem, "_info", counted)
+    before = s3_server.bytes_sent()
+    assert score_jobs(model, jobs)["rows"] == 6_000
+    read = s3_server.bytes_sent() - before
+    assert asked == []
+    # every column is read (the id and the features); row groups' chunks are adjacent
+    assert chunks + footers <= read <= chunks + footers + 2 * 8192, (read, chunks, footers)
