@@ -318,7 +318,7 @@ def test_x_and_y_held_apart_are_brought_to_x_before_the_fit(frames, dask_client)
     got = ELMClassifier(n_hidden=30, random_state=0).fit(X, y)
     moved = {k for e in _moved_since(dask_client, before) for k in e["keys"]}
     # the labels come to the features (co-located once, before the work), never the other way
-    assert _held_keys(y) <= moved
+    assert _held_keys(y) <= moved, moved
     assert not moved & _held_keys(X)
     expected = ELMClassifier(n_hidden=30, random_state=0).fit(dataset, client=dask_client)
     _assert_same_model(expected, got)
@@ -417,3 +417,64 @@ def test_a_c_path_and_its_cross_validation_from_collections_are_the_parquet_ones
         _assert_same_model(here.best_estimator, there.best_estimator)
     with pytest.raises(ValueError, match="y is given with Dask collections only"):
         cross_validate_path(template, dataset, Cs, y=df["label"].to_numpy())
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"n_hidden": 200, "random_state": 0},  # the Gram's reduction
+        {"hidden": "sigmoid", "n_hidden": 100, "random_state": 0},  # Newton's passes
+    ],
+    ids=["elm", "sparse_newton"],
+)
+def test_a_worker_lost_mid_fit_fails_the_fit_at_once_naming_it(params, frames, dask_client):
+    """Its partitions are gone and their tasks run nowhere else: the fit raises, naming
+    the worker and partitions, instead of waiting for the no-workers-timeout (none by
+    default: for ever)."""
+    import os
+    import time
+
+    from _faults import run_killing_a_worker
+
+    from elmscale.distributed.lost_partitions import LostPartitionsError
+
+    df, _, _ = frames["classes"]
+    # keys of their own, on the worker run_killing_a_worker kills (the first it lists),
+    # loosely: Dask may compute them again elsewhere
+    victim = next(iter(dask_client.run(os.getpid)))
+    ddf = _persisted(dask_client, df, workers=[victim], allow_other_workers=True)
+    assert (victim,) in set(dask_client.who_has(ddf).values())
+    cls = SparseELMClassifier if "hidden" in params else ELMClassifier
+    # the Gram's units on one row each: enough tasks that the fit is still running
+    n_units = {"n_units": N_ROWS // 4} if cls is ELMClassifier else {}
+    dataset = from_collections(ddf[FEATURES], ddf["label"], dask_client).with_units(
+        n_units.get("n_units")
+    )
+    started = time.monotonic()
+    with pytest.raises(LostPartitionsError, match=rf"worker {victim} was lost .*partition"):
+        run_killing_a_worker(
+            dask_client,
+            lambda: cls(**params).fit(dataset, client=dask_client),
+            settle=0.3,
+            timeout=120,
+        )
+    assert time.monotonic() - started < 200
+    # the collections themselves were computed again elsewhere: fitted again, they give the
+    # model, as the error's advice says
+    again = cls(**params).fit(ddf[FEATURES], ddf["label"], client=dask_client)
+    _assert_same_model(again, cls(**params).fit(frames["classes"][1], client=dask_client))
+
+
+def test_ray_tasks_refuse_a_collections_units_before_anything_starts(frames, dask_client):
+    from elmscale.distributed.ray_tasks import run_tasks
+
+    df, _, _ = frames["classes"]
+    dataset = from_collections(*_x_y(dd.from_pandas(df.iloc[:400], npartitions=2)), dask_client)
+    for items in (dataset.units(), [dataset.units()]):
+        with pytest.raises(ValueError, match="Ray tasks cannot read a Dask collection's"):
+            run_tasks(len, items, ray_address=None)  # (no Ray is started or asked for)
+
+
+def _x_y(ddf):
+    return ddf[FEATURES], ddf["label"]

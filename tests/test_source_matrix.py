@@ -349,3 +349,18 @@ def test_score(family, source, sources, dask_client):
         spread = float(np.sum((y - y.mean()) ** 2))
         bound = 4 * N_ROWS * U64 * float(np.sum(y**2)) / spread
         assert abs(got - expected) <= bound, (got, expected, bound)
+
+
+def test_the_guide_shows_every_cell():
+    """docs/guide/data-on-a-cluster.md's table: a row per family, each cell its test id."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs/guide/data-on-a-cluster.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "`-" not in line]
+    for family in FAMILIES:
+        (row,) = [r for r in rows if f"| `{family}-arrays` |" in r]
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert [c.split()[0] for c in cells] == [f"`{family}-{s}`" for s in SOURCES], row
+        for source, cell in zip(SOURCES, cells):
+            xfails = [op for op in OPERATIONS if (family, source, op) in XFAIL]
+            assert ("xfail" in cell) == bool(xfails), cell

@@ -16,8 +16,10 @@ Dask Series or Array (as XGBoost's, LightGBM's and dask-ml's estimators take the
   them (``allow_other_workers=False``, as LightGBM's Dask training), so no row moves
   between workers during a fit.  Strict, because Dask's work stealing moves a task with a
   loose restriction to an idle worker, its partition with it (a worker that holds no
-  partition is such a worker).  The price, LightGBM's too: a worker lost mid-fit leaves
-  its units' tasks waiting for it (the scheduler's ``no-workers-timeout`` ends them).
+  partition is such a worker).  The price, LightGBM's too: a worker lost mid-fit takes
+  its partitions with it, and their tasks could only wait for it; a scheduler plugin
+  (:mod:`elmscale.distributed.lost_partitions`) fails them at once instead, and the fit
+  raises its ``LostPartitionsError`` naming the worker and the partitions.
 * The client defaults to ``distributed.default_client()``.  Partition lengths come from
   the partitions themselves (unknown chunk sizes are fine); a worker that holds no
   partition gets no unit.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -309,8 +312,19 @@ def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
             "partitions (e.g. X = df[features], y = df[label] of one DataFrame)"
         )
     _check_known_lengths(X, y)
+    from dask.base import tokenize
+
+    from elmscale.distributed import lost_partitions
+
+    lost_partitions.watch(client)
+    # keys that name the partition (a lost worker's error names them), each data set's own:
+    # a pack that failed with its worker stays failed while its futures live, and a fit of
+    # the same collections again must not meet it
+    fit_token = uuid.uuid4().hex
     packs = [
-        dask.delayed(_pack, pure=True)(x, yb, i)
+        dask.delayed(_pack, pure=True)(
+            x, yb, i, dask_key_name=f"_pack-{i}-{tokenize(x, yb, i, fit_token)}"
+        )
         for i, (x, yb) in enumerate(zip(X_blocks, y_blocks))
     ]
     # each pack computed where X's rows of it are held, if persisted: left to choose, Dask

@@ -23,6 +23,21 @@ from elmscale.core.threads import thread_budget
 __all__ = ["PieceFailed", "connect", "iter_tasks", "on_every_node", "run_tasks"]
 
 
+def _refuse_partition_units(items) -> None:
+    """A Dask collection's partitions live in Dask workers' memory, which a Ray task
+    cannot reach: refuse their units before anything starts (not a "not attached" error
+    from inside a task)."""
+    from elmscale.data.work_units import partition_keys
+
+    for item in items:
+        if partition_keys(item):
+            raise ValueError(
+                "Ray tasks cannot read a Dask collection's partitions (they live in the Dask "
+                "workers' memory): fit Dask collections with their Dask client (without "
+                "ray_address), or write them to Parquet (dd.to_parquet) and fit that with Ray"
+            )
+
+
 def connect(ray_address: str | None = "auto") -> None:
     """Use the initialised Ray, or connect to ``ray_address``."""
     import ray
@@ -100,6 +115,7 @@ def iter_tasks(
     import ray
 
     items = list(items)
+    _refuse_partition_units(items)
     connect(ray_address)
     shared = shared or {}
     names = tuple(shared)
