@@ -478,3 +478,19 @@ def test_ray_tasks_refuse_a_collections_units_before_anything_starts(frames, das
 
 def _x_y(ddf):
     return ddf[FEATURES], ddf["label"]
+
+
+def test_other_paths_of_collections(frames, dask_client):
+    """FLSA-SVM's support path is the Parquet one to the bit; the sparse ELM's C path, whose
+    solvers warm-start in memory, refuses collections and data sets rather than pull them
+    whole into this process."""
+    df, dataset, _ = frames["classes"]
+    ddf = _persisted(dask_client, df)
+    params = {"n_support": 20, "candidates": 200, "random_state": 0}
+    expected = FLSASVMClassifier(**params).fit_path(dataset, None, [5, 20], client=dask_client)
+    got = FLSASVMClassifier(**params).fit_path(ddf[FEATURES], ddf["label"], [5, 20])
+    for a, b in zip(expected, got):
+        _assert_same_model(a, b)
+    for X, y in ((ddf[FEATURES], ddf["label"]), (dataset, None)):
+        with pytest.raises(ValueError, match="fit_path warm-starts in-memory solvers"):
+            SparseELMClassifier(kernel="gaussian").fit_path(X, y, [0.1, 1.0])

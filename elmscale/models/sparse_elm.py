@@ -861,9 +861,18 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         layer, when there is one, is drawn once.  Each copy is what ``fit``
         with that C gives, up to the solver tolerance.  ``ray_address`` as in ``fit``.
         """
+        from elmscale.distributed.collections import is_collection, is_dataset
+
         Cs = [float(c) for c in Cs]
         if not Cs or min(Cs) <= 0:
             raise ValueError(f"Cs must be a non-empty list of positive values; got {Cs!r}")
+        if is_dataset(X) or is_collection(X) or is_collection(y):
+            # (not pulled whole into this process behind the caller's back)
+            raise ValueError(
+                "SparseELMClassifier.fit_path warm-starts in-memory solvers: it takes arrays; "
+                "for a ParquetDataset or Dask collections, fit once per C (fit(X, y) with "
+                "set_params(C=c)), or read the rows first"
+            )
         self._validate_params()
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         order = np.argsort(Cs, kind="stable")
