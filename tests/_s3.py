@@ -186,6 +186,28 @@ def local_s3(timeout: float = 30, own_process: bool = False):
                 os.environ[name] = value
 
 
+def run_elmscale(*args, env_extra=None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python -m elmscale ARGS`` as a user runs it against the store: this process's
+    environment (the fixture's dummy credentials) with ``env_extra`` over it (the store's
+    ``AWS_ENDPOINT_URL``), one thread per BLAS and numba, no scheduler or Ray address but
+    those named."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.update(env_extra or {})
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[name] = "1"
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "elmscale", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 if __name__ == "__main__":
     _serve(int(sys.argv[1]))
     sys.stdin.read()

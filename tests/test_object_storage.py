@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from _s3 import run_elmscale
 
 from elmscale import ELMClassifier, load, open_parquet, save
 from elmscale.core.errors import DataError
@@ -240,23 +241,6 @@ def test_batch_scoring_s3_to_s3_resumes_after_an_object_vanishes(s3_server):
     )
 
 
-def _cli(*args, env_extra=None):
-    env = dict(os.environ)  # the fixture's dummy credentials
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.update(env_extra or {})
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[name] = "1"
-    env.pop("DASK_SCHEDULER_ADDRESS", None)
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "elmscale", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-
-
 @pytest.mark.timeout(300)
 def test_the_command_line_scores_and_exports_from_s3_to_s3(s3_server):
     pytest.importorskip("onnx")
@@ -264,7 +248,7 @@ def test_the_command_line_scores_and_exports_from_s3_to_s3(s3_server):
     save(model, f"s3://{bucket}/model.elm", storage_options=_options(s3_server))
     # a user's endpoint and credentials come from the environment
     env = {"AWS_ENDPOINT_URL": s3_server.endpoint}
-    scored = _cli(
+    scored = run_elmscale(
         "score",
         f"s3://{bucket}/model.elm",
         f"s3://{bucket}/in/",
@@ -274,14 +258,14 @@ def test_the_command_line_scores_and_exports_from_s3_to_s3(s3_server):
     )
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert "scored 3,000 rows into 2 file(s)" in scored.stdout
-    exported = _cli(
+    exported = run_elmscale(
         "export", f"s3://{bucket}/model.elm", f"s3://{bucket}/model.onnx", env_extra=env
     )
     assert exported.returncode == 0, exported.stderr[-3000:]
     fs = s3_server.filesystem()
     fs.invalidate_cache()
     assert fs.cat_file(f"{bucket}/model.onnx")[:2] and fs.exists(f"{bucket}/out/part-1.parquet")
-    missing = _cli(
+    missing = run_elmscale(
         "score", f"s3://{bucket}/nothing.elm", f"s3://{bucket}/in/", "out", env_extra=env
     )
     assert missing.returncode == 2 and f"s3://{bucket}/nothing.elm" in missing.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import uuid
 import weakref
@@ -22,6 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from _problems import assert_same_optimum
+from _s3 import run_elmscale
 from _separate_machines import Unavailable, separate_machines
 from sklearn.base import clone
 
@@ -269,20 +269,7 @@ def test_predictions_and_batch_scoring_on_the_workers(machines, s3_server, store
 def _elmscale(*args, endpoint: str) -> subprocess.CompletedProcess:
     """The command line, as a user runs it: the store's endpoint and the (dummy)
     credentials from the environment, no scheduler but the one named."""
-    env = dict(os.environ)  # (the s3_server fixture's dummy credentials)
-    env["AWS_ENDPOINT_URL"] = endpoint
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[name] = "1"
-    env.pop("DASK_SCHEDULER_ADDRESS", None)
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "elmscale", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_elmscale(*args, env_extra={"AWS_ENDPOINT_URL": endpoint})
 
 
 def test_elmscale_score_on_the_cluster_from_s3_to_s3(machines, s3_server, store, scoring_model):
