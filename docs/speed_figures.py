@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# the latest warm run recorded; a run with oneDAL, once recorded, replaces it here
-RESULTS = "benchmarks/results/sparse_elm_field_warm.txt"
+# the latest warm run recorded, with LIBSVM and oneDAL timed in the same run
+RESULTS = "benchmarks/results/sparse_elm_field_warm_onedal.txt"
 # each page and the figures it must carry (a page that drops a mark fails the test)
 PAGES = {
     "README.md": {"fit", "predict", "source"},
@@ -150,15 +150,21 @@ def _against(run: WarmRun, what: str) -> tuple[list, str]:
     return ratios, "than the faster of LIBSVM and oneDAL at each C"
 
 
+def _ratio(r: float) -> str:
+    """A ratio as printed on the pages: two decimals below 1 (0.98x is slower, which
+    "1.0x" would hide), one below 10, none above."""
+    return f"{r:.2f}" if r < 1 else f"{r:.1f}" if r < 10 else f"{r:.0f}"
+
+
 def _fit(run: WarmRun) -> str:
     ratios, peer = _against(run, "fit")
     Cs = " / ".join(row.C for row in run.rows)
-    return f"{' / '.join(f'{r:.1f}x' for r in ratios)} faster {peer} at C = {Cs}"
+    return f"{' / '.join(f'{_ratio(r)}x' for r in ratios)} faster {peer} at C = {Cs}"
 
 
 def _predict(run: WarmRun) -> str:
     ratios, peer = _against(run, "predict")
-    return f"{min(ratios):.0f}-{max(ratios):.0f}x faster {peer}"
+    return f"{_ratio(min(ratios))}-{_ratio(max(ratios))}x faster {peer}"
 
 
 def _accuracy(run: WarmRun) -> str:

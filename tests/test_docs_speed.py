@@ -25,15 +25,28 @@ def test_the_pages_speed_figures_are_the_results_files():
 
 
 def test_the_results_file_is_read_as_written():
-    run = _run()
-    assert [row.C for row in run.rows] == ["0.1", "1", "10", "100", "1000"]
-    c1 = run.rows[1]
+    """Both layouts of the warm mode's file, read as printed: LIBSVM alone ("SVC", before
+    oneDAL was a peer) and LIBSVM with oneDAL, each peer's time and ratio on its line."""
+    old = speed_figures.parse_warm(
+        (ROOT / "benchmarks/results/sparse_elm_field_warm.txt").read_text()
+    )
+    assert [row.C for row in old.rows] == ["0.1", "1", "10", "100", "1000"]
+    c1 = old.rows[1]
     assert c1.sides["ours"].fit == pytest.approx(0.3405)
     assert c1.peers["LIBSVM"].fit == pytest.approx(2.51)
     assert c1.peers["LIBSVM"].fit_ratio == 7.36
     assert c1.peers["LIBSVM"].predict_ratio == 58.60
     assert (c1.sides["ours"].n_sv, c1.peers["LIBSVM"].n_sv) == (5204, 5211)
-    assert run.rows[-1].flipped == 2
+    assert old.rows[-1].flipped == 2
+    both = speed_figures.parse_warm(
+        (ROOT / "benchmarks/results/sparse_elm_field_warm_onedal.txt").read_text()
+    )
+    c1 = both.rows[1]
+    assert c1.sides["ours"].fit == pytest.approx(0.7667)
+    assert (c1.peers["LIBSVM"].fit, c1.peers["oneDAL"].fit) == (pytest.approx(6.16), 2.35)
+    assert (c1.peers["oneDAL"].fit_ratio, c1.peers["oneDAL"].predict_ratio) == (3.07, 4.78)
+    assert (c1.sides["ours"].n_sv, c1.peers["oneDAL"].n_sv) == (5204, 5200)
+    assert both.rows[-1].flipped == 1
 
 
 def test_a_figure_changed_on_a_page_is_reported(tmp_path):
@@ -74,7 +87,7 @@ def test_a_run_with_onedal_names_the_fastest_peer():
     assert figures["fit"] == "1.5x / 1.5x / 1.5x / 1.5x / 1.5x faster than oneDAL at C = " + (
         "0.1 / 1 / 10 / 100 / 1000"
     )
-    assert figures["predict"] == "2-2x faster than oneDAL"
+    assert figures["predict"] == "2.0-2.0x faster than oneDAL"
     assert "LIBSVM and oneDAL" in figures["source"]
 
 
