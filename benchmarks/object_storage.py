@@ -41,32 +41,67 @@ TARGET = 1.3
 PARTS = ("gram", "newton", "score")
 
 
-def _compare(local_run, remote_run, repeats: int, server) -> tuple[float, float, int]:
+def _store_process():
+    """The store's server process (``local_s3(own_process=True)``: this process's child
+    running tests/_s3.py), for its CPU time; None where it is not found."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "_s3.py" in " ".join(child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def _cpu_seconds(process) -> float:
+    if process is None:
+        return float("nan")
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def _compare(local_run, remote_run, repeats: int, server) -> tuple[float, float, int, float]:
     """The best times of ``local_run()`` and ``remote_run()``, called in turn ``repeats``
-    times each after one call of each not timed, and the object bytes the store sent
-    during one remote call."""
+    times each after one call of each not timed, the object bytes the store sent during
+    one remote call, and the CPU seconds the store's server spent in it: on this machine
+    the server shares the client's cores, which a store on other machines would not."""
     local_run(), remote_run()
-    local, remote, sent = [], [], []
+    store = _store_process()
+    local, remote, sent, store_cpu = [], [], [], []
     for _ in range(repeats):
         start = time.perf_counter()
         local_run()
         local.append(time.perf_counter() - start)
-        before = server.bytes_sent()
+        before, cpu_before = server.bytes_sent(), _cpu_seconds(store)
         start = time.perf_counter()
         remote_run()
         remote.append(time.perf_counter() - start)
         sent.append(server.bytes_sent() - before)
-    return min(local), min(remote), min(sent)
+        store_cpu.append(_cpu_seconds(store) - cpu_before)
+    return min(local), min(remote), min(sent), min(store_cpu)
 
 
-def _line(what: str, local: float, remote: float, sent: int, size: int, reads: str, n_reads: int):
-    """One measurement: the times, their ratio, and the bytes read from the store in all
-    and per read of the data (``n_reads`` of them, ``reads`` naming them), against the
-    data's size."""
+def _line(
+    what: str,
+    local: float,
+    remote: float,
+    sent: int,
+    size: int,
+    reads: str,
+    n_reads: int,
+    store_cpu: float,
+):
+    """One measurement: the times, their ratio, the store server's own CPU seconds in the
+    remote run (on the same cores here), and the bytes read from the store in all and per
+    read of the data (``n_reads`` of them, ``reads`` naming them), against the data's
+    size."""
     ratio = remote / local
     print(
         f"  {what:<14} local {local:7.2f} s   s3 {remote:7.2f} s   ratio {ratio:.2f} "
-        f"({'within' if ratio <= TARGET else 'over'} {TARGET}x)   read from the store "
+        f"({'within' if ratio <= TARGET else 'over'} {TARGET}x; the store's server used "
+        f"{store_cpu:.2f} s of CPU on these cores)   read from the store "
         f"{sent / 1e6:,.1f} MB = {sent / size:.3f}x the data; per read of the data "
         f"({n_reads}: {reads}) {sent / n_reads / size:.3f}x"
     )
@@ -116,10 +151,12 @@ def main(argv=None) -> int:
 
             model = gram(here)()  # the model scored below
             if "gram" in args.parts:
-                local_s, remote_s, sent = _compare(gram(here), gram(there), repeats, server)
+                local_s, remote_s, sent, store_cpu = _compare(
+                    gram(here), gram(there), repeats, server
+                )
                 print(f"ELMClassifier(n_hidden={args.n_hidden}) Gram fit, 2-worker LocalCluster:")
                 ratios["gram"] = _line(
-                    "Gram fit", local_s, remote_s, sent, size, "the Gram pass", 1
+                    "Gram fit", local_s, remote_s, sent, size, "the Gram pass", 1, store_cpu
                 )
             if "newton" in args.parts:
 
@@ -131,7 +168,9 @@ def main(argv=None) -> int:
                 # the Newton iterations (n_iter_) do not each read the data: the fit reads
                 # it twice, the column statistics' pass and the data pass
                 n_iter = int(np.max(newton(here)().n_iter_))
-                local_s, remote_s, sent = _compare(newton(here), newton(there), repeats, server)
+                local_s, remote_s, sent, store_cpu = _compare(
+                    newton(here), newton(there), repeats, server
+                )
                 print(
                     "SparseELMClassifier(n_hidden=200, C=1) Newton fit, same cluster "
                     f"({n_iter} Newton iterations):"
@@ -144,6 +183,7 @@ def main(argv=None) -> int:
                     size,
                     "the column statistics' pass and the data pass",
                     2,
+                    store_cpu,
                 )
         if "score" in args.parts:
             model_file = tmp / "model.elm"
@@ -159,7 +199,7 @@ def main(argv=None) -> int:
 
                 return run
 
-            local_s, remote_s, sent = _compare(
+            local_s, remote_s, sent, store_cpu = _compare(
                 score(str(local), str(tmp / "scores")),
                 score(url, f"s3://{bucket}/scores"),
                 repeats,
@@ -174,6 +214,7 @@ def main(argv=None) -> int:
                 size,
                 "the scoring pass, the plan's footer reads included",
                 1,
+                store_cpu,
             )
     worst = max(ratios, key=ratios.get)
     print(f"largest ratio: {worst} {ratios[worst]:.2f} (target <= {TARGET})")
