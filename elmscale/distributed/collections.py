@@ -402,6 +402,35 @@ def as_source(X, y, client, *, name: str = "X"):
     return dataset, None, dataset.client
 
 
+def check_labels_in(dataset, y, *, purpose: str = "for fitting") -> None:
+    """A ParquetDataset's (or Dask collections') labels are its label column: ``y`` must
+    be None, and the column must be there."""
+    if y is not None:
+        raise ValueError(
+            "y must be None when X is a ParquetDataset: the labels come from its label "
+            f"column {dataset.label!r}"
+        )
+    if dataset.label is None:
+        raise ValueError(
+            f"{dataset.source}: the data set has no label column; expected labels {purpose}"
+        )
+
+
+def labelled_source(X, y, client, *, done: str = "fitted", purpose: str = "for fitting"):
+    """``(X, y, client)`` of a fit or a score: :func:`as_source`'s, a data set's labels
+    checked (:func:`check_labels_in`), and ``client`` refused with in-memory arrays, which
+    are ``done`` in this process."""
+    X, y, client = as_source(X, y, client)
+    if is_dataset(X):
+        check_labels_in(X, y, purpose=purpose)
+    elif client is not None:
+        raise ValueError(
+            "client is used with a ParquetDataset (elmscale.open_parquet) or Dask "
+            f"collections; in-memory arrays are {done} in this process"
+        )
+    return X, y, client
+
+
 # -- tasks where the partitions are -----------------------------------------------------------
 
 

@@ -345,25 +345,11 @@ class _BaseELM(BaseEstimator):
     def _any_gram(self, X, y, client, C_max: float, row_space: bool = True):
         """``(feature map, G, B)`` from arrays or, with ``client`` optional, a ParquetDataset
         or Dask collections (``row_space``: see ``_layer_gram``)."""
-        from elmscale.distributed.collections import as_source, is_dataset
+        from elmscale.distributed.collections import is_dataset, labelled_source
 
-        X, y, client = as_source(X, y, client)
+        X, y, client = labelled_source(X, y, client)
         if is_dataset(X):
-            if y is not None:
-                raise ValueError(
-                    "y must be None when X is a ParquetDataset: the labels come "
-                    f"from its label column {X.label!r}"
-                )
-            if X.label is None:
-                raise ValueError(
-                    f"{X.source}: the data set has no label column; expected labels for fitting"
-                )
             return self._dataset_gram(X, client, C_max)
-        if client is not None:
-            raise ValueError(
-                "client is used with a ParquetDataset (elmscale.open_parquet) or Dask "
-                "collections; in-memory arrays are fitted in this process"
-            )
         X, y = self._validate_X_y(X, y)
         return self._gram(X, self._encode_targets(y), C_max, row_space)
 

@@ -212,23 +212,11 @@ class _FeatureSelectingELM(
         """``(X, y)`` in memory: arrays as given, a data set's or Dask collections' rows
         gathered (see :meth:`fit`)."""
         from elmscale.distributed import dataset_ops
-        from elmscale.distributed.collections import as_source, is_dataset
+        from elmscale.distributed.collections import is_dataset, labelled_source
 
-        X, y, client = as_source(X, y, client)
+        X, y, client = labelled_source(X, y, client)
         if not is_dataset(X):
-            if client is not None:
-                raise ValueError(
-                    "client is used with a ParquetDataset (elmscale.open_parquet) or Dask "
-                    "collections; in-memory arrays are fitted in this process"
-                )
             return X, y
-        if y is not None:
-            raise ValueError(
-                "y must be None when X is a ParquetDataset: the labels come from its label "
-                f"column {X.label!r}"
-            )
-        if X.label is None:
-            raise ValueError(f"{X.source}: the data set has no label column; expected labels")
         return dataset_ops.gather_rows(X, client=client)
 
     def _assemble(self, X, pairs, results, rows_of):

@@ -220,16 +220,9 @@ class _BaseFLSASVM(BaseEstimator):
         selection in the candidates' space here; the rows never gathered.  A pool whose
         Gram does not fit ``cache_mb`` gathers the rows and runs the rows' steps."""
         from elmscale.distributed import dataset_ops
+        from elmscale.distributed.collections import check_labels_in
 
-        if y is not None:
-            raise ValueError(
-                "y must be None when X is a ParquetDataset: the labels come from its "
-                f"label column {dataset.label!r}"
-            )
-        if dataset.label is None:
-            raise ValueError(
-                f"{dataset.source}: the data set has no label column; expected labels for fitting"
-            )
+        check_labels_in(dataset, y)
         self._validate_params()
         stats = dataset_ops.column_stats(dataset, client=client)
         pool = self._candidate_rows(stats.n_rows)

@@ -69,23 +69,14 @@ class SourceScoreMixin:
         a ``distributed.Client``; collections default to Dask's default client), and only
         sums come back.
         """
-        from elmscale.distributed.collections import as_source, is_collection, is_dataset
+        from elmscale.distributed.collections import is_collection, is_dataset, labelled_source
 
-        if not (is_dataset(X) or is_collection(X) or is_collection(y)):
-            if client is not None:
-                raise ValueError(
-                    "client is used with a ParquetDataset (elmscale.open_parquet) or Dask "
-                    "collections; in-memory arrays are scored in this process"
-                )
-            return super().score(X, y, sample_weight=sample_weight)  # type: ignore[misc]
-        if sample_weight is not None:
+        in_rows_elsewhere = is_dataset(X) or is_collection(X) or is_collection(y)
+        if sample_weight is not None and in_rows_elsewhere:
             raise ValueError("sample_weight is not taken with a ParquetDataset or Dask collections")
-        dataset, y, client = as_source(X, y, client)
-        if y is not None:
-            raise ValueError(
-                "y must be None when X is a ParquetDataset: the labels come from its label "
-                f"column {dataset.label!r}"
-            )
+        dataset, y, client = labelled_source(X, y, client, done="scored", purpose="to score")
+        if not in_rows_elsewhere:
+            return super().score(X, y, sample_weight=sample_weight)  # type: ignore[misc]
         return score_dataset(
             self, dataset, client=client, n_threads=getattr(self, "n_threads", None)
         )
