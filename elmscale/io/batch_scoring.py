@@ -443,7 +443,7 @@ def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
     """Check that every worker of the Dask ``client`` sees the jobs' local output folders
     and local inputs as this process does, before anything is written: a probe file of
     random bytes written in each output folder (made if missing) must be there with the
-    same bytes, each input with the same size, on every worker (one task each).  The
+    same bytes, each input with the same size, on every worker (``client.run``).  The
     probes and the folders made for them are removed after, on error too.  Otherwise a
     :class:`DataError` names the folder or file and the worker: without a shared file
     system the workers would write the outputs onto their own disks (and the lock and the
@@ -452,7 +452,6 @@ def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
     folders = {str(job.target.parent): job.target.parent for job in jobs if job.target.is_local}
     if not inputs and not folders:
         return
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     probes: list[tuple[str, str, bytes | None, int | None]] = [
         ("input", source.path, None, source.local_path.stat().st_size) for source in inputs.values()
     ]
@@ -472,25 +471,14 @@ def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
             path = folders[name].child(probe.name).path
             probes.append(("folder", path, content, None))
             shown[path] = str(folders[name])
-        futures = {
-            address: client.submit(
-                _seen,
-                probes,
-                workers=[address],
-                allow_other_workers=False,
-                pure=False,
-                key=f"elmscale-probe-{uuid.uuid4().hex}",
-            )
-            for address in workers
-        }
-        unseen = dict(zip(futures, client.gather(list(futures.values()))))
+        unseen = client.run(_seen, probes)  # {worker address: what it did not see}
     finally:
         for probe in written:
             probe.unlink(missing_ok=True)
         for folder in made:
             with suppress(OSError):
                 folder.rmdir()
-    for address, missed in unseen.items():
+    for address, missed in sorted(unseen.items()):
         for kind, path in missed:
             if kind == "folder":
                 raise DataError(
