@@ -23,6 +23,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from elmscale.core.sparse_kernels import as_csr32, is_sparse
+
 #: Default number of rows per block: 16,384 rows x 1,000 float64 units = 128 MB.
 DEFAULT_BLOCK_ROWS = 16_384
 
@@ -35,6 +37,10 @@ def iter_row_blocks(n_rows: int, block_rows: int) -> Iterator[slice]:
 
 
 def _as_float32_rows(X: np.ndarray) -> np.ndarray:
+    """``X`` as float32 rows: C-contiguous, or a canonical float32 CSR matrix when ``X`` is
+    scipy sparse (CSR or CSC; ``core.sparse_kernels.as_csr32``), never densified."""
+    if is_sparse(X):
+        return as_csr32(X)
     return np.ascontiguousarray(X, dtype=np.float32)
 
 
@@ -71,8 +77,9 @@ class FeatureMap(Protocol):
 def check_width(X: np.ndarray, n_features: int, expected: str) -> np.ndarray:
     """``X`` if it is 2-D with ``n_features`` columns; else a ValueError saying how many it
     has and ``expected`` (what the map expects, e.g. "this mask expects 6")."""
-    if np.ndim(X) != 2 or np.shape(X)[1] != n_features:
-        have = np.shape(X)[-1] if np.ndim(X) == 2 else np.shape(X)
+    shape = X.shape if is_sparse(X) else np.shape(X)  # np.shape reads a sparse matrix as ()
+    if len(shape) != 2 or shape[1] != n_features:
+        have = shape[-1] if len(shape) == 2 else shape
         raise ValueError(f"X has {have} features; {expected}")
     return X
 

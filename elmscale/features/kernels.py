@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from elmscale.core import jit as _jit
+from elmscale.core import sparse_kernels as _sparse
 from elmscale.core.memory import empty_huge
 from elmscale.core.threads import parallel_rows
 from elmscale.features.base import (
@@ -26,6 +28,21 @@ KERNEL_KINDS = (*KERNELS, "mg")
 SCORE_PRECISIONS = ("single", "double")
 #: the kinds whose values ``precision="single"`` computes in float32 (the others in float64)
 FLOAT32_KINDS = ("gaussian", "laplacian")
+
+
+def _sparse_operands(A, B) -> tuple | None:
+    """``(a, b)`` as ``core.sparse_kernels.CsrRows`` when either block side is scipy sparse
+    (the dense one converted to CSR: a kernel of sparse rows reads both sides' nonzeros),
+    else None.  ``B is A`` gives the same rows twice."""
+    if not (_sparse.is_sparse(A) or _sparse.is_sparse(B)):
+        return None
+
+    def rows(X):
+        X = X if _sparse.is_sparse(X) else sp.csr_matrix(_as_float32_rows(X))
+        return _sparse.csr_rows(X)
+
+    a = rows(A)
+    return a, (a if B is A else rows(B))
 
 
 def _transposed32(B: np.ndarray) -> np.ndarray:
@@ -81,7 +98,20 @@ class Kernel:
     ) -> np.ndarray:
         """The kernel block ``K(A, B)``, ``(len(A), len(B))``, in ``dtype`` or written into
         ``out`` (C-contiguous, that shape).  ``B`` the same object as ``A``: K(A, A), its
-        upper half computed and mirrored.  Caller bounds the size."""
+        upper half computed and mirrored.  Caller bounds the size.  Either side scipy sparse
+        (CSR or CSC): the values from sparse dot products and squared row norms
+        (``core.sparse_kernels``), equal to the dense rows' to float64 rounding."""
+        sparse = _sparse_operands(A, B)
+        if sparse is not None:
+            a, b = sparse
+            shape = (a.sq_norms.shape[0], b.sq_norms.shape[0])
+            out = empty_huge(shape, dtype) if out is None else _check_out(out, shape, dtype)
+            params = self._params()
+            parallel_rows(
+                lambda start, stop: _sparse.sparse_kernel_rows(a, b, *params, out, start, stop),
+                shape[0],
+            )
+            return out
         symmetric = B is A
         A32 = _as_float32_rows(A)
         Bt = _transposed32(B)
@@ -100,15 +130,29 @@ class Kernel:
         """``K(A, B) @ coef`` without storing the kernel block (fused, rows side by side on
         the thread budget), the sums in float64.  ``precision="double"``: every kernel value
         in float64; ``"single"``: gaussian and laplacian values in float32 (about twice as
-        fast), within :func:`float32_error_bound` of the double ones."""
+        fast), within :func:`float32_error_bound` of the double ones.  Either side scipy
+        sparse: float64 values in both precisions (from sparse dot products)."""
         if precision not in SCORE_PRECISIONS:
             raise ValueError(f"precision must be one of {SCORE_PRECISIONS}; got {precision!r}")
-        A32 = _as_float32_rows(A)
-        Bt = _transposed32(B)
         coef2 = np.ascontiguousarray(coef, dtype=np.float64)
         squeeze = coef2.ndim == 1
         if squeeze:
             coef2 = coef2[:, None]
+        sparse = _sparse_operands(A, B)
+        if sparse is not None:
+            a, b = sparse
+            out = np.empty((a.sq_norms.shape[0], coef2.shape[1]), dtype=np.float64)
+            params = self._params()
+            coef_t = np.ascontiguousarray(coef2.T)
+            parallel_rows(
+                lambda start, stop: _sparse.sparse_kernel_rows_matvec(
+                    a, b, *params, coef_t, out, start, stop
+                ),
+                out.shape[0],
+            )
+            return out[:, 0] if squeeze else out
+        A32 = _as_float32_rows(A)
+        Bt = _transposed32(B)
         out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
         params = self._params()
         coef_t = np.ascontiguousarray(coef2.T)
@@ -128,7 +172,10 @@ class Kernel:
         per row, a bound on its distance from the double one (:func:`float32_error_bound`'s
         terms, from the float32 values themselves), in one pass; None for the kernels
         computed in float64 either way (polynomial, mg) or past the bound's reach (a
-        feature count whose float32 distances would be off by a third)."""
+        feature count whose float32 distances would be off by a third), or for sparse rows
+        (whose values are float64 in both precisions: the exact product is the check)."""
+        if _sparse.is_sparse(A) or _sparse.is_sparse(B):
+            return None
         A32 = _as_float32_rows(A)
         terms = _float32_bound_terms(self, A32.shape[1])
         if terms is None:
@@ -216,10 +263,14 @@ def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.n
     ``|a_i - b_j| / sigma``), evaluated in float64 (it costs a float64 kernel block: for
     checks, not for scoring).  Zero for polynomial and mg kernels, whose values both
     precisions compute in float64 alike.  Since ``K z = z exp(-z) <= 1/e``, it is at most
-    ``(EXP32_RELATIVE + (1.25 d + 6) 2^-24 / e + FLOAT32_EXP_FLOOR) sum_j |coef_j|``."""
+    ``(EXP32_RELATIVE + (1.25 d + 6) 2^-24 / e + FLOAT32_EXP_FLOOR) sum_j |coef_j|``.
+    Zero too where either side is scipy sparse: its values are float64 in both precisions."""
     coef2 = np.asarray(coef, dtype=np.float64)
     squeeze = coef2.ndim == 1
     coef2 = coef2[:, None] if squeeze else coef2
+    if _sparse.is_sparse(A) or _sparse.is_sparse(B):
+        out = np.zeros((A.shape[0], coef2.shape[1]))
+        return out[:, 0] if squeeze else out
     A64 = _as_float32_rows(A).astype(np.float64)
     B64 = _as_float32_rows(B).astype(np.float64)
     if kernel.kind not in FLOAT32_KINDS:
@@ -255,7 +306,8 @@ class KernelFeatures:
     """A kernel against basis rows as a feature map: ``h(x) = [K(x, b_1), ..., K(x, b_m)]``.
 
     ``n_outputs`` is the number of basis rows (kept as float32, the precision kernels read
-    their inputs in).  The kernel ELM's fitted model is ``KernelFeatures(kernel, X_fit_)``
+    their inputs in; a scipy sparse basis is kept as float32 CSR, and ``X`` may be sparse
+    either way).  The kernel ELM's fitted model is ``KernelFeatures(kernel, X_fit_)``
     with the dual weights as output weights; kernel boosting and forward selection grow a
     basis of chosen rows.  ``to_dict()`` holds the basis rows themselves (a list per row):
     it is as large as the basis.
@@ -295,12 +347,32 @@ class KernelFeatures:
         return self.kernel.block_matvec(self._check_X(X), self.basis, coef)
 
     def to_dict(self) -> dict:
-        return {
-            "type": "kernel",
-            "kernel": self.kernel.to_dict(),
-            "basis": self.basis.astype(np.float64).tolist(),
-        }
+        """The kernel and the basis rows: a list per row, or, for a sparse basis (CSR), its
+        shape and CSR arrays as lists (``"basis_csr"``), never densified."""
+        out = {"type": "kernel", "kernel": self.kernel.to_dict()}
+        if _sparse.is_sparse(self.basis):
+            b = self.basis
+            out["basis_csr"] = {
+                "shape": [int(b.shape[0]), int(b.shape[1])],
+                "indptr": b.indptr.astype(np.int64).tolist(),
+                "indices": b.indices.astype(np.int64).tolist(),
+                "data": b.data.astype(np.float64).tolist(),
+            }
+        else:
+            out["basis"] = self.basis.astype(np.float64).tolist()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> KernelFeatures:
+        if "basis_csr" in d:
+            c = d["basis_csr"]
+            basis = sp.csr_matrix(
+                (
+                    np.asarray(c["data"], np.float32),
+                    np.asarray(c["indices"], np.int32),
+                    np.asarray(c["indptr"], np.int64),
+                ),
+                shape=tuple(c["shape"]),
+            )
+            return cls(Kernel.from_dict(d["kernel"]), basis)
         return cls(Kernel.from_dict(d["kernel"]), np.asarray(d["basis"], dtype=np.float32))

@@ -1,0 +1,212 @@
+"""Kernel values of sparse rows (``scipy.sparse`` CSR), without densifying them.
+
+A kernel of the distance needs ``|x - z|^2``; from sparse rows it is ``|x|^2 + |z|^2 - 2 x.z``,
+the squared norms computed once per row and ``x.z`` as a sparse dot product: row ``x`` is
+scattered into a dense d-vector once (``_scatter``), and every row ``z`` it meets reads that
+vector at its own nonzeros only (``_csr_dot``), so a value costs ``nnz(z)`` and nothing is
+ever ``n x d``.  The polynomial kernel reads ``x.z`` itself.  Products and sums are float64
+from the float32 inputs (exact products), clipped at zero where rounding leaves a tiny
+negative distance; the value then goes through the dense path's own float64 kernel
+(``core.jit._distance_kernel``), so a sparse row's kernel values equal the dense row's to
+float64 rounding of the sums.
+
+The arrays a kernel reads (``CsrRows``): ``indptr`` (n + 1, int64), ``indices`` (int32,
+sorted within a row), ``data`` (float32) and ``sq_norms`` (float64), with the width
+``n_features``; :func:`csr_rows` makes them from any scipy sparse matrix.  The kernels run
+on a range of rows, serial, side by side on threads (``core.threads.parallel_rows``), as
+``core.jit``'s kernel blocks do.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+from elmscale.core.jit import _distance_kernel
+
+#: sparse formats the kernels take (others are refused with the formats named)
+SPARSE_FORMATS = ("csr", "csc")
+
+# The rows of a CSR matrix as the kernels read them (see the module's docstring)
+CsrRows = namedtuple("CsrRows", ["indptr", "indices", "data", "sq_norms", "n_features"])
+
+
+def is_sparse(X) -> bool:
+    """Whether ``X`` is a scipy sparse matrix or array."""
+    return sp.issparse(X)
+
+
+def as_csr32(X, name: str = "X") -> sp.csr_matrix:
+    """``X`` (scipy sparse, CSR or CSC) as a canonical float32 CSR matrix (sorted indices, no
+    duplicates, int32 or int64 indices), copied only where the format, dtype or order differ.
+    Another sparse format, or a value that is not finite, is a ValueError naming ``name``."""
+    if X.format not in SPARSE_FORMATS:
+        raise ValueError(
+            f"{name} is a sparse matrix in the {X.format!r} format; expected one of "
+            f"{SPARSE_FORMATS} (convert with {name}.tocsr())"
+        )
+    X = sp.csr_matrix(X, dtype=np.float32)
+    if not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()  # sorts the indices too
+    if not np.isfinite(X.data).all():
+        raise ValueError(f"{name} holds NaN or infinite values; expected finite numbers")
+    return X
+
+
+def csr_rows(X) -> CsrRows:
+    """A sparse matrix's rows as the kernels read them (``CsrRows``; see :func:`as_csr32`)."""
+    X = as_csr32(X)
+    data = X.data
+    sq_norms = np.empty(X.shape[0])
+    indptr = X.indptr.astype(np.int64)
+    csr_sq_norms(indptr, data, sq_norms)
+    return CsrRows(indptr, X.indices, data, sq_norms, int(X.shape[1]))
+
+
+#: a ``CsrRows`` of no rows: the source arrays of a Q whose rows are dense
+EMPTY_CSR = CsrRows(
+    np.zeros(1, np.int64),
+    np.empty(0, np.int32),
+    np.empty(0, np.float32),
+    np.empty(0, np.float64),
+    0,
+)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def csr_sq_norms(indptr, data, out):
+    """``out[i] = |row i|^2`` in float64 from float32 values."""
+    for i in range(out.shape[0]):
+        s = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[k])
+            s += v * v
+        out[i] = s
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _scatter(indptr, indices, data, i, dense):
+    """Row ``i``'s values into ``dense`` (zero elsewhere, as the caller keeps it)."""
+    for k in range(indptr[i], indptr[i + 1]):
+        dense[indices[k]] = data[k]
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _clear(indptr, indices, i, dense):
+    """``dense`` back to zeros after row ``i``'s scatter: its nonzeros only."""
+    for k in range(indptr[i], indptr[i + 1]):
+        dense[indices[k]] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _csr_dot(dense, indptr, indices, data, r):
+    """``x.z`` in float64: ``dense`` holds ``x``, ``z`` is row ``r``."""
+    s = 0.0
+    for k in range(indptr[r], indptr[r + 1]):
+        s += np.float64(data[k]) * np.float64(dense[indices[k]])
+    return s
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _values_from_dots(acc, m, sq_x, sq_rows, kind, sigma, degree, sigma_star, tau, kbuf):
+    """In place ``acc[j] = K`` from ``acc[j] = x.z_j`` (its first ``m`` entries): the
+    polynomial kernel from the products, the others from ``|x|^2 + |z_j|^2 - 2 x.z_j``
+    (``sq_rows[j] = |z_j|^2``), clipped at 0."""
+    if kind == 2:
+        for j in range(m):
+            base = 1.0 + acc[j]
+            v = 1.0
+            for _ in range(degree):
+                v *= base
+            acc[j] = v
+        return
+    for j in range(m):
+        acc[j] = max(sq_x + sq_rows[j] - 2.0 * acc[j], 0.0)
+    _distance_kernel(acc[:m], m, kind, sigma, sigma_star, tau, kbuf[:m])
+
+
+_COLUMNS = 1024  # columns at a time: the float64 scratch stays in L1
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def sparse_kernel_rows(a, b, kind, sigma, degree, sigma_star, tau, out, start, stop):
+    """``out[i, j] = K(a_i, b_j)`` for the rows ``i`` in ``[start, stop)`` of ``a`` and every
+    row of ``b`` (both ``CsrRows``): the sparse twin of ``core.jit.kernel_rows``; ``out``
+    float32 or float64, the values computed in float64."""
+    m = b.sq_norms.shape[0]
+    dense = np.zeros(a.n_features, np.float32)
+    acc = np.empty(min(m, _COLUMNS))
+    kbuf = np.empty(acc.shape[0], np.int64)
+    for i in range(start, stop):
+        _scatter(a.indptr, a.indices, a.data, i, dense)
+        for s in range(0, m, _COLUMNS):
+            e = min(s + _COLUMNS, m)
+            for j in range(s, e):
+                acc[j - s] = _csr_dot(dense, b.indptr, b.indices, b.data, j)
+            _values_from_dots(
+                acc, e - s, a.sq_norms[i], b.sq_norms[s:e], kind, sigma, degree, sigma_star,
+                tau, kbuf,
+            )  # fmt: skip
+            for j in range(s, e):
+                out[i, j] = acc[j - s]
+        _clear(a.indptr, a.indices, i, dense)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def sparse_kernel_rows_matvec(a, b, kind, sigma, degree, sigma_star, tau, coef_t, out, start, stop):
+    """``out[i, :] = sum_j K(a_i, b_j) coef_t[:, j]`` for the rows ``i`` in ``[start, stop)``
+    without storing the block (``core.jit.kernel_rows_matvec``'s sparse twin; float64 values
+    and sums)."""
+    m = b.sq_norms.shape[0]
+    n_out = coef_t.shape[0]
+    dense = np.zeros(a.n_features, np.float32)
+    acc = np.empty(min(m, _COLUMNS))
+    kbuf = np.empty(acc.shape[0], np.int64)
+    for i in range(start, stop):
+        _scatter(a.indptr, a.indices, a.data, i, dense)
+        for o in range(n_out):
+            out[i, o] = 0.0
+        for s in range(0, m, _COLUMNS):
+            e = min(s + _COLUMNS, m)
+            for j in range(s, e):
+                acc[j - s] = _csr_dot(dense, b.indptr, b.indices, b.data, j)
+            _values_from_dots(
+                acc, e - s, a.sq_norms[i], b.sq_norms[s:e], kind, sigma, degree, sigma_star,
+                tau, kbuf,
+            )  # fmt: skip
+            for o in range(n_out):
+                total = 0.0
+                for j in range(s, e):
+                    total += acc[j - s] * coef_t[o, j]
+                out[i, o] += total
+        _clear(a.indptr, a.indices, i, dense)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def csr_q_segment(rows, perm, t32, i, start, end, kind, sigma, degree, sigma_star, tau, out):
+    """``out[p] = t_i t_p K(x_perm[i], x_perm[p])`` (float32) for the solver's positions ``p``
+    in ``[start, end)``: the kernel solver's column from sparse rows (``rows``, ``CsrRows``,
+    in row order; ``perm`` maps the solver's positions to rows, as shrinking permutes them,
+    and ``t32`` is in the solver's order).  Row ``perm[i]`` is scattered once per call."""
+    dense = np.zeros(rows.n_features, np.float32)
+    ri = perm[i]
+    _scatter(rows.indptr, rows.indices, rows.data, ri, dense)
+    sq_x = rows.sq_norms[ri]
+    width = min(end - start, _COLUMNS)
+    acc = np.empty(max(width, 1))
+    sq = np.empty(acc.shape[0])
+    kbuf = np.empty(acc.shape[0], np.int64)
+    ti = t32[i]
+    for s in range(start, end, _COLUMNS):
+        e = min(s + _COLUMNS, end)
+        for p in range(s, e):
+            r = perm[p]
+            acc[p - s] = _csr_dot(dense, rows.indptr, rows.indices, rows.data, r)
+            sq[p - s] = rows.sq_norms[r]
+        _values_from_dots(acc, e - s, sq_x, sq, kind, sigma, degree, sigma_star, tau, kbuf)
+        for p in range(s, e):
+            out[p] = ti * t32[p] * acc[p - s]
