@@ -30,8 +30,9 @@ class Dataset:
     Attributes
     ----------
     X : ndarray of shape (n_samples, n_features), float64, or scipy.sparse.csr_matrix
-        The features.  Only :func:`~elmscale.data.text_formats.load_libsvm` with
-        ``dense=False`` gives a sparse matrix.
+        The features.  :func:`~elmscale.data.text_formats.load_libsvm` gives a CSR matrix
+        for a sparse file (``dense="auto"``, under 10 % of the cells nonzero) or when asked
+        (``dense=False``); the other readers give dense arrays.
     y : ndarray of shape (n_samples,) or None
         The labels as read: numbers as float64 or int64, strings as an object array of str;
         None when the file was read without a label column (``label=False``).
