@@ -64,7 +64,8 @@ def csr_rows(X) -> CsrRows:
     sq_norms = np.empty(X.shape[0])
     indptr = X.indptr.astype(np.int64)
     csr_sq_norms(indptr, data, sq_norms)
-    return CsrRows(indptr, X.indices, data, sq_norms, int(X.shape[1]))
+    # column numbers fit int32 (one compiled type for every matrix); row offsets may not
+    return CsrRows(indptr, X.indices.astype(np.int32), data, sq_norms, int(X.shape[1]))
 
 
 #: a ``CsrRows`` of no rows: the source arrays of a Q whose rows are dense

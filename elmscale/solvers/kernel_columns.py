@@ -9,6 +9,7 @@ import numpy as np
 from numba import njit
 
 from elmscale.core.jit import SEGMENT_BLOCK, q_segment
+from elmscale.core.sparse_kernels import EMPTY_CSR, csr_q_segment
 from elmscale.solvers.kernel_passes import BLOCK
 
 
@@ -33,6 +34,9 @@ def column_dtype(largest_diagonal, tol):
 # branch in ``column_segment``; the cache and the steps stay as they are.
 SOURCE_ROWS = 0  # K computed from the rows: ``Xt`` (d x n, float32), kind / sigma / degree
 SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X's order)
+# K computed from sparse rows: ``csr`` (a ``core.sparse_kernels.CsrRows``, in row order, read
+# through ``perm``; ``Xt`` is then (0, n): nothing dense to permute), kind / sigma / degree
+SOURCE_CSR = 2
 QMatrix = namedtuple(
     "QMatrix",
     [
@@ -49,7 +53,9 @@ QMatrix = namedtuple(
         "diag",
         "dinv",
         "unit_diag",
+        "csr",
     ],
+    defaults=(EMPTY_CSR,),  # a Q of dense rows or a kept K reads no sparse rows
 )
 
 
@@ -87,9 +93,25 @@ def step_scratch(d):
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def column_segment(q, i, start, end, scratch, out):
     """Q's column i over positions ``[start, end)`` (``q`` a ``QMatrix``), from its
-    source: read from the kept Gram matrix, or computed from the rows (``q_segment``)."""
+    source: read from the kept Gram matrix, computed from sparse rows (``csr_q_segment``),
+    or computed from the dense rows (``q_segment``)."""
     if q.source == SOURCE_GRAM:
         gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
+    elif q.source == SOURCE_CSR:
+        csr_q_segment(
+            q.csr,
+            q.perm,
+            q.t32,
+            i,
+            start,
+            end,
+            q.kind,
+            q.sigma,
+            q.degree,
+            q.sigma_star,
+            q.tau,
+            out,
+        )
     else:
         q_segment(
             q.Xt,
