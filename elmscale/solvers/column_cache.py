@@ -9,6 +9,7 @@ import numpy as np
 from numba import njit
 
 from elmscale.core.memory import empty_huge
+from elmscale.core.sparse_kernels import EMPTY_CSR, csr_rows, is_sparse
 from elmscale.features.kernels import Kernel
 from elmscale.solvers.dual_common import TAU
 from elmscale.solvers.kernel_columns import column_dtype
@@ -42,7 +43,10 @@ class KernelSolverState:
     """
 
     def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
-        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        # sparse rows stay CSR (read through perm by Q's SOURCE_CSR); Xt is then (0, n)
+        self.csr = csr_rows(X) if is_sparse(X) else EMPTY_CSR
+        X32 = np.empty((X.shape[0], 0), np.float32) if is_sparse(X) else X
+        X32 = np.ascontiguousarray(X32, dtype=np.float32)
         n = X32.shape[0]
         self.key = kernel_key(n, kernel)
         self.perm = np.arange(n)  # perm[p]: the row at the solver's position p
@@ -50,7 +54,8 @@ class KernelSolverState:
         self.tp = np.ascontiguousarray(t, dtype=np.float32)  # +-1, exact in float32
         if kernel.kind == "polynomial":
             X64 = X32.astype(np.float64)
-            diag = (1.0 + np.einsum("ij,ij->i", X64, X64)) ** int(kernel.degree)
+            sq = self.csr.sq_norms if is_sparse(X) else np.einsum("ij,ij->i", X64, X64)
+            diag = (1.0 + sq) ** int(kernel.degree)
         else:
             diag = np.ones(n)
         self.dinv = 1.0 / np.maximum(diag, TAU)
