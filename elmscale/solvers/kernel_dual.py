@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from elmscale.core.jit import KERNEL_CODES, signed_block, weighted_row_sum
+from elmscale.core.sparse_kernels import as_csr32, is_sparse
 from elmscale.core.threads import available_cores
 from elmscale.features.kernels import Kernel
 from elmscale.solvers.column_cache import KernelSolverState, fetch_column, kernel_key
@@ -28,7 +29,13 @@ from elmscale.solvers.dual_common import (
     new_record,
 )
 from elmscale.solvers.exact_tail import box_qp_signed, tail_solution
-from elmscale.solvers.kernel_columns import SOURCE_GRAM, SOURCE_ROWS, QMatrix, step_scratch
+from elmscale.solvers.kernel_columns import (
+    SOURCE_CSR,
+    SOURCE_GRAM,
+    SOURCE_ROWS,
+    QMatrix,
+    step_scratch,
+)
 from elmscale.solvers.kernel_passes import (
     FREE,
     LOWER_BOUND,
@@ -590,7 +597,7 @@ def _arguments(X, t, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper
     """The arguments as the solver takes them (``_Arguments``): the rows float32, the labels
     and ``gram`` float64 (its shape checked), the defaults of ``tail_size``,
     ``face_qp_max_free`` and ``helper`` chosen, ``max_iter`` capped (``kernel_step_cap``)."""
-    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    X32 = as_csr32(X) if is_sparse(X) else np.ascontiguousarray(X, dtype=np.float32)
     t64 = np.ascontiguousarray(t, dtype=np.float64)
     n = X32.shape[0]
     if gram is not None:
@@ -698,8 +705,9 @@ def _solver_solution(start, perm, C):
 def _q_matrix(state, kernel: Kernel, gram):
     """Q as the phases' column source (``QMatrix``): the kept K when given, else the rows
     (``state``'s, in the solver's order) and the kernel's parameters."""
+    sparse = gram is None and state.csr.n_features > 0
     return QMatrix(
-        SOURCE_ROWS if gram is None else SOURCE_GRAM,
+        SOURCE_GRAM if gram is not None else (SOURCE_CSR if sparse else SOURCE_ROWS),
         state.Xt,
         state.tp,
         state.perm,
@@ -712,6 +720,7 @@ def _q_matrix(state, kernel: Kernel, gram):
         state.diag,
         state.dinv,
         state.unit_diag,
+        state.csr,
     )
 
 
