@@ -57,6 +57,14 @@ def as_csr32(X, name: str = "X") -> sp.csr_matrix:
     return X
 
 
+def float32_rows(X):
+    """``X`` as the kernels and layers read rows: a canonical float32 CSR matrix when it is
+    scipy sparse (:func:`as_csr32`, never densified), else a C-contiguous float32 array."""
+    if is_sparse(X):
+        return as_csr32(X)
+    return np.ascontiguousarray(X, dtype=np.float32)
+
+
 def csr_rows(X) -> CsrRows:
     """A sparse matrix's rows as the kernels read them (``CsrRows``; see :func:`as_csr32`)."""
     X = as_csr32(X)

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from elmscale.core.sparse_kernels import as_csr32, is_sparse
+from elmscale.core.sparse_kernels import float32_rows, is_sparse
 
 #: Default number of rows per block: 16,384 rows x 1,000 float64 units = 128 MB.
 DEFAULT_BLOCK_ROWS = 16_384
@@ -39,9 +39,7 @@ def iter_row_blocks(n_rows: int, block_rows: int) -> Iterator[slice]:
 def _as_float32_rows(X: np.ndarray) -> np.ndarray:
     """``X`` as float32 rows: C-contiguous, or a canonical float32 CSR matrix when ``X`` is
     scipy sparse (CSR or CSC; ``core.sparse_kernels.as_csr32``), never densified."""
-    if is_sparse(X):
-        return as_csr32(X)
-    return np.ascontiguousarray(X, dtype=np.float32)
+    return float32_rows(X)
 
 
 @runtime_checkable

@@ -23,6 +23,7 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold
 from sklearn.utils.validation import check_is_fitted
 
+from elmscale.core.sparse_kernels import is_sparse
 from elmscale.distributed.collections import lazy_on_collections
 from elmscale.linalg.calibration import calibrated_proba, platt_fit, problem_targets
 
@@ -120,7 +121,8 @@ class ProbabilityMixin:
         from elmscale.distributed.executors import make_executor
 
         self._check_calibration_data(X)
-        X, y = np.asarray(X), np.asarray(y)
+        X = X if is_sparse(X) else np.asarray(X)  # sparse rows stay sparse in the folds
+        y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
         classes = self.classes_

@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from elmscale.core.sparse_kernels import SPARSE_FORMATS, float32_rows, is_sparse
 from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.distributed.collections import lazy_on_collections
 from elmscale.distributed.executors import make_executor
@@ -303,7 +304,9 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
 
     def _class_indices(self, X, y):
         """``(X, y's class indices)`` validated, ``classes_`` set; at least 2 classes."""
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = validate_data(
+            self, X, y, dtype=[np.float64, np.float32], accept_sparse=SPARSE_FORMATS
+        )
         check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
@@ -330,7 +333,7 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
     def _prepare(self, X, y):
         X, y_idx = self._class_indices(X, y)
         n_classes = len(self.classes_)
-        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        X32 = float32_rows(X)  # sparse rows stay CSR
         description, seed = self._feature_map_description(X.shape[1])
         feature_map = mapping_from_dict(description)
         pairs = one_vs_one_pairs(n_classes)
@@ -427,7 +430,7 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
             return out
 
         shared = {
-            "X": np.ascontiguousarray(X, dtype=np.float32),
+            "X": float32_rows(X),
             "y_idx": y_idx,
             "splits": splits,
             "settings": resolved,
@@ -665,6 +668,11 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
             classes = self.classes_
         else:
             X, y_idx = self._class_indices(X, y)
+            if is_sparse(X):
+                raise ValueError(
+                    "solver='working_set' reads dense rows; got a sparse X: give "
+                    "solver='dual' or 'auto', which solve sparse rows as they are"
+                )
             X32 = np.ascontiguousarray(X, dtype=np.float32)
             threads = resolve_n_threads(self.n_threads)
             units = array_units(X32, y_idx, n_blocks or threads)
@@ -971,7 +979,9 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
 
     def _pair_scores(self, X) -> np.ndarray:
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_data(
+            self, X, dtype=[np.float64, np.float32], accept_sparse=SPARSE_FORMATS, reset=False
+        )
         out = np.empty((X.shape[0], len(self.pairs_)))
         with thread_budget(self.n_threads):
             if self.hidden is not None:
