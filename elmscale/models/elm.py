@@ -32,6 +32,7 @@ from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from elmscale.core.sparse_kernels import SPARSE_FORMATS
 from elmscale.core.threads import thread_budget
 from elmscale.distributed.collections import lazy_on_collections
 from elmscale.features.base import FeatureMap, iter_row_blocks
@@ -179,6 +180,7 @@ class _BaseELM(BaseEstimator):
             X,
             y,
             dtype=[np.float64, np.float32],
+            accept_sparse=SPARSE_FORMATS,
             multi_output=is_regressor,
             y_numeric=is_regressor,
         )
@@ -220,7 +222,7 @@ class _BaseELM(BaseEstimator):
         """``precision``, or for "auto" the choice for ``n_rows`` rows like the first of ``X``."""
         if self._precision_setting() != "auto":
             return self._precision_setting()
-        sample = layer.transform(X[: min(len(X), _PRECISION_SAMPLE_ROWS)])
+        sample = layer.transform(X[: min(X.shape[0], _PRECISION_SAMPLE_ROWS)])
         mean_square = float(np.mean(np.square(sample, dtype=np.float64)))
         return choose_precision(mean_square * (X.shape[0] if n_rows is None else n_rows), C_max)
 
@@ -463,7 +465,9 @@ class _BaseELM(BaseEstimator):
     def _raw_output(self, X) -> np.ndarray:
         """``f(X)`` with shape (n_samples, n_outputs), in row blocks."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_data(
+            self, X, dtype=[np.float64, np.float32], accept_sparse=SPARSE_FORMATS, reset=False
+        )
         features = self.feature_map_
         coef = self._output_weights().reshape(features.n_outputs, -1)
         out = np.empty((X.shape[0], coef.shape[1]), dtype=np.float64)
