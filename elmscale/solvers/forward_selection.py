@@ -409,8 +409,8 @@ def residual_sums(
     kernel product fused, :meth:`Kernel.block_matvec`, never stored).  Sums over blocks of
     rows, or Parquet units, add up."""
     Y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)
-    coef = np.asarray(coef, dtype=np.float64).reshape(len(points), Y.shape[1])
-    fitted = np.zeros_like(Y) if len(points) == 0 else kernel.block_matvec(X, points, coef)
+    coef = np.asarray(coef, dtype=np.float64).reshape(points.shape[0], Y.shape[1])
+    fitted = np.zeros_like(Y) if points.shape[0] == 0 else kernel.block_matvec(X, points, coef)
     residual = Y - fitted - np.asarray(intercept, dtype=np.float64)[None, :]
     return np.einsum("ij,ij->j", residual, residual)
 
