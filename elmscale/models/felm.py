@@ -29,9 +29,11 @@ from sklearn.feature_selection import SelectorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from elmscale.core.sparse_kernels import SPARSE_FORMATS, is_sparse
 from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.distributed.collections import lazy_on_collections
 from elmscale.distributed.executors import make_executor
+from elmscale.features.base import iter_row_blocks
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HIDDEN_KINDS, HiddenLayer
 from elmscale.linalg.targets import one_vs_one_pairs
@@ -145,7 +147,10 @@ class _FeatureSelectingELM(
         the bit.
         """
         X, y = self._rows(X, y, client)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = validate_data(
+            self, X, y, dtype=[np.float64, np.float32], accept_sparse=SPARSE_FORMATS
+        )
+        X = _dense_for_selection(X)
         check_class_labels(y)
         self.classes_, y_idx = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
@@ -254,9 +259,20 @@ class _FeatureSelectingELM(
     def _checked_pair_scores(self, X) -> np.ndarray:
         """``_pair_scores`` of validated rows, on the estimator's threads."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        X = validate_data(
+            self, X, dtype=[np.float64, np.float32], accept_sparse=SPARSE_FORMATS, reset=False
+        )
         with thread_budget(self.n_threads):
-            return self._pair_scores(np.asarray(X, dtype=np.float64))
+            if not is_sparse(X):
+                return self._pair_scores(np.asarray(X, dtype=np.float64))
+            # sparse rows scored a block at a time, each block dense (the masks pick columns)
+            rows_per_block = max(1, DENSE_SELECTION_BYTES // (8 * max(1, X.shape[1])))
+            return np.concatenate(
+                [
+                    self._pair_scores(X[rows].toarray().astype(np.float64))
+                    for rows in iter_row_blocks(X.shape[0], rows_per_block)
+                ]
+            )
 
     @lazy_on_collections
     def decision_function(self, X) -> np.ndarray:
@@ -274,6 +290,29 @@ class _FeatureSelectingELM(
         tags.estimator_type = "classifier"
         tags.target_tags.required = True
         return tags
+
+
+#: The largest dense copy (bytes, float64) of sparse rows that FELM / FKELM make: their
+#: selection flips single input features, reading and moving dense feature columns of every
+#: row (rank-1 terms per flip), so sparse rows are densified up to this size and refused above
+DENSE_SELECTION_BYTES = 256 * 2**20
+
+
+def _dense_for_selection(X):
+    """``X`` as given when dense; sparse rows as a dense array when within
+    ``DENSE_SELECTION_BYTES``, else a ValueError naming ``X`` and why."""
+    if not is_sparse(X):
+        return X
+    n_bytes = 8 * X.shape[0] * X.shape[1]
+    if n_bytes > DENSE_SELECTION_BYTES:
+        raise ValueError(
+            f"X is sparse, {X.shape[0]:,} x {X.shape[1]:,}: feature selection (FELM, FKELM) "
+            f"flips single features and reads dense feature columns, and X dense would take "
+            f"{n_bytes / 2**20:,.0f} MB (more than {DENSE_SELECTION_BYTES // 2**20} MB); "
+            "select features on fewer rows or columns, or use SparseELMClassifier or "
+            "ELMClassifier, which fit sparse rows as they are"
+        )
+    return X.toarray()
 
 
 @dataclass(kw_only=True, eq=False, repr=False)

@@ -34,6 +34,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_co
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from elmscale.core.sparse_kernels import SPARSE_FORMATS
 from elmscale.core.threads import thread_budget
 from elmscale.distributed.collections import lazy_on_collections
 from elmscale.features.kernels import KERNELS, Kernel
@@ -150,6 +151,7 @@ class _BaseFLSASVM(BaseEstimator):
             y,
             dtype=np.float32,
             order="C",
+            accept_sparse=SPARSE_FORMATS,
             multi_output=is_regressor,
             y_numeric=is_regressor,
         )
@@ -321,7 +323,9 @@ class _BaseFLSASVM(BaseEstimator):
     # -- scoring ---------------------------------------------------------------------------
     def _raw_output(self, X) -> np.ndarray:
         check_is_fitted(self, ("support_vectors_", "dual_coef_"))
-        X = validate_data(self, X, dtype=np.float32, order="C", reset=False)
+        X = validate_data(
+            self, X, dtype=np.float32, order="C", accept_sparse=SPARSE_FORMATS, reset=False
+        )
         alpha = np.asarray(self.dual_coef_, dtype=np.float64)
         alpha2 = alpha[:, None] if alpha.ndim == 1 else alpha
         b = np.atleast_1d(np.asarray(self.intercept_, dtype=np.float64))
