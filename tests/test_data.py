@@ -602,8 +602,8 @@ def test_parquet_directory_with_mismatched_files(tmp_path):
 def test_sparse_features_written_dense(tmp_path):
     X = sp.csr_matrix(np.array([[0.0, 1.5], [2.0, 0.0], [0.0, 0.0]]))
     ds = Dataset(X=X, y=np.array([1.0, -1.0, 1.0]), feature_names=["f1", "f2"], source="mem")
-    back = load_parquet(write_parquet(ds, tmp_path / "s.parquet"))
-    np.testing.assert_array_equal(back.X, X.toarray())
+    back = load_parquet(write_parquet(ds, tmp_path / "s.parquet", layout="columns"))
+    np.testing.assert_array_equal(back.X, X.toarray())  # asked for columns: read dense
     assert back.y.dtype == np.float64 and list(back.y) == [1.0, -1.0, 1.0]
 
 

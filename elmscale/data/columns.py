@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from elmscale.core.errors import DataError
+from elmscale.data.sparse_rows import is_vector_type
 
 PathLike = str | os.PathLike[str]
 
@@ -73,6 +74,14 @@ def is_numeric_type(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
+def vector_column(schema: pa.Schema, features: Sequence[str]) -> str | None:
+    """The column of sparse rows among the chosen ``features`` (then the only one), or
+    None for numeric columns (:mod:`elmscale.data.sparse_rows`)."""
+    if len(features) == 1 and is_vector_type(schema.field(features[0]).type):
+        return features[0]
+    return None
+
+
 def parquet_columns(
     schema: pa.Schema,
     label: LabelSpec | None,
@@ -81,7 +90,9 @@ def parquet_columns(
     first_file: str,
 ) -> tuple[list[str], str | None, int | None]:
     """Feature names, label name and label position chosen in a Parquet schema (see
-    :func:`load_parquet` for ``label`` and ``features``); errors name ``src``."""
+    :func:`load_parquet` for ``label`` and ``features``); errors name ``src``.  A column of
+    sparse rows (:mod:`elmscale.data.sparse_rows`) is the features when ``features`` is
+    None (one such column only), or when named alone."""
     names = list(schema.names)
     if not names:
         raise DataError(f"{first_file}: no columns; expected feature and label columns")
@@ -90,7 +101,14 @@ def parquet_columns(
     ypos = _resolve_label(label, names, list(range(len(names))), src)
     yname = None if ypos is None else names[ypos]
     others = [n for n in names if n != yname]
-    if features is None:
+    vectors = [n for n in others if is_vector_type(schema.field(n).type)]
+    if features is None and len(vectors) > 1:
+        raise DataError(
+            f"{src}: columns {vectors} all hold sparse rows; expected features= naming one"
+        )
+    if features is None and vectors:
+        fnames = vectors  # Spark ML's convention: one vector column holds the features
+    elif features is None:
         fnames = [n for n in others if is_numeric_type(schema.field(n).type)]
     elif isinstance(features, str):
         fnames = [n for n in others if fnmatch.fnmatchcase(n, features)]
@@ -114,9 +132,15 @@ def parquet_columns(
             f"{src}: no numeric feature column besides the label '{yname}'; "
             "expected numeric features"
         )
+    chosen_vectors = [n for n in fnames if n in vectors]
+    if chosen_vectors and len(fnames) > 1:
+        raise DataError(
+            f"{src}: features {fnames} mix the sparse-row column '{chosen_vectors[0]}' with "
+            "other columns; expected the vector column alone"
+        )
     for n in fnames:
         t = schema.field(n).type
-        if not is_numeric_type(t):
+        if not is_numeric_type(t) and n not in vectors:
             raise DataError(
                 f"{src}: {_describe(n, names.index(n))} has type {t}; "
                 "expected a numeric feature column"

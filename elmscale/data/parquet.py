@@ -30,9 +30,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 
 from elmscale.core.errors import DataError
-from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type, parquet_columns
+from elmscale.data.columns import (
+    PARQUET_SUFFIXES,
+    is_numeric_type,
+    parquet_columns,
+    vector_column,
+)
+from elmscale.data.sparse_rows import csr_from_vectors, vector_width
 from elmscale.data.storage import Location, Store, locate, scrub, storage_errors
 
 __all__ = ["ParquetDataset", "WorkUnit", "open_parquet"]
@@ -182,7 +189,9 @@ class WorkUnit:
     a footer from a store in one request of exactly its bytes (without: pyarrow's
     speculative read of the file's last 64 KiB).  ``sizes``: ``(file, bytes)``, each of
     its files' size, so that a worker opens an object without asking its size (a HEAD
-    request per unit saved).
+    request per unit saved).  ``sparse_width``: None for numeric feature columns; else
+    ``features`` is one column of sparse rows of that many features
+    (:mod:`elmscale.data.sparse_rows`), and :meth:`read` gives a CSR block.
     """
 
     index: int
@@ -196,13 +205,22 @@ class WorkUnit:
     store: Store | None = None
     footers: tuple[tuple[str, int], ...] | None = None
     sizes: tuple[tuple[str, int], ...] | None = None
+    sparse_width: int | None = None
+
+    @property
+    def n_features(self) -> int:
+        """Columns of :meth:`read`'s ``X``."""
+        return len(self.features) if self.sparse_width is None else self.sparse_width
 
     def read(self, *, with_labels: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        """``(X, y)``: features as a C-contiguous float32 ``(n_rows, n_features)`` array, and
-        the labels as stored (numbers, or an object array of str); ``y`` is None without a
-        label column or when ``with_labels`` is False.
+        """``(X, y)``: features as a C-contiguous float32 ``(n_rows, n_features)`` array (a
+        float32 CSR matrix with sorted indices for a column of sparse rows), and the labels
+        as stored (numbers, or an object array of str); ``y`` is None without a label
+        column or when ``with_labels`` is False.
         """
-        X = np.empty((self.n_rows, len(self.features)), dtype=np.float32)
+        sparse = self.sparse_width is not None
+        X = None if sparse else np.empty((self.n_rows, len(self.features)), dtype=np.float32)
+        blocks = []
         labels = []
         want_labels = with_labels and self.label is not None
         columns = list(self.features) + ([self.label] if want_labels else [])
@@ -212,11 +230,19 @@ class WorkUnit:
             for file, group, offset, length in self.pieces:
                 table = self._row_group(file, group, offset, length, columns, files, opened)
                 table = table.slice(offset, length)
-                self._put_features(table, X, row, file, group)
+                if sparse:
+                    blocks.append(self._sparse_rows(table, file, group, offset))
+                else:
+                    self._put_features(table, X, row, file, group)
                 if want_labels:
                     labels.append(self._labels(table.column(self.label), file, group))
                 row += length
-        if self.scale is not None:
+        if sparse:
+            X = _stacked(blocks, self.sparse_width)
+            if self.scale is not None:  # no shift: ParquetDataset.scaled refuses one
+                X = X @ sp.diags(np.asarray(self.scale, dtype=np.float32), format="csr")
+                X.sort_indices()
+        elif self.scale is not None:
             X *= np.asarray(self.scale, dtype=np.float32)
             X += np.asarray(self.shift, dtype=np.float32)
         y = None
@@ -280,6 +306,12 @@ class WorkUnit:
                 )
             X[row : row + length, j] = values
 
+    def _sparse_rows(self, table: pa.Table, file, group: int, offset: int) -> sp.csr_matrix:
+        """The table's column of sparse rows as a checked float32 CSR block."""
+        (name,) = self.features
+        where = f"{file}: column '{name}', row group {group}"
+        return csr_from_vectors(table.column(name), self.sparse_width, where, first_row=offset)
+
     def head(self, n_rows: int) -> WorkUnit:
         """The unit of this unit's first ``n_rows`` rows (all of them if it has fewer)."""
         n_rows = max(0, min(int(n_rows), self.n_rows))
@@ -325,6 +357,9 @@ class ParquetDataset:
         handed to the units that read it; None: unknown (pyarrow finds them).
     file_sizes : for each file, its bytes (from :func:`open_parquet`), handed to the units
         that read it; None: unknown (a store is asked).
+    sparse_width : None for numeric feature columns; else ``features`` is one column of
+        sparse rows (Spark ML's vector layout, :mod:`elmscale.data.sparse_rows`) of this
+        many features, and every unit reads a float32 CSR block.
     """
 
     source: str
@@ -338,6 +373,7 @@ class ParquetDataset:
     store: Store | None = None
     footer_sizes: tuple[int, ...] | None = None
     file_sizes: tuple[int, ...] | None = None
+    sparse_width: int | None = None
 
     @property
     def n_rows(self) -> int:
@@ -345,28 +381,35 @@ class ParquetDataset:
 
     @property
     def n_features(self) -> int:
-        return len(self.features)
+        return len(self.features) if self.sparse_width is None else self.sparse_width
 
     def __repr__(self) -> str:
         return (
             f"ParquetDataset({self.source!r}, {len(self.files)} file(s), "
             f"{self.n_rows:,} rows, {self.n_features} features, label={self.label!r}"
+            f"{', sparse rows' if self.sparse_width is not None else ''}"
             f"{', scaled' if self.scale is not None else ''})"
         )
 
     def scaled(self, scaler) -> ParquetDataset:
-        """The same rows with ``scaler`` (a fitted ``Scaler`` / ``MinMaxScaler``) applied."""
+        """The same rows with ``scaler`` (a fitted ``Scaler`` / ``MinMaxScaler``, or for
+        sparse rows a ``MaxAbsScaler``, which keeps their zeros) applied."""
         scale = np.asarray(scaler.scale_, dtype=np.float64)
+        if hasattr(scaler, "max_abs_") and not hasattr(scaler, "min_"):
+            scale = 1.0 / scale  # MaxAbsScaler divides by its scale_
         if scale.shape != (self.n_features,):
             raise DataError(
                 f"{self.source}: the scaler has {scale.size} columns; expected "
                 f"{self.n_features} (the data set's features)"
             )
-        return replace(
-            self,
-            scale=tuple(scale.tolist()),
-            shift=tuple(np.asarray(scaler.min_, dtype=np.float64).tolist()),
-        )
+        shift = np.asarray(getattr(scaler, "min_", np.zeros_like(scale)), dtype=np.float64)
+        if self.sparse_width is not None and np.any(shift != 0):
+            raise DataError(
+                f"{self.source}: the scaler shifts the features (min-max scaling with an "
+                "offset), which fills a sparse row's zeros; expected a scaler without shift "
+                "(sklearn's MaxAbsScaler) for sparse rows"
+            )
+        return replace(self, scale=tuple(scale.tolist()), shift=tuple(shift.tolist()))
 
     def with_units(self, n_units: int | None) -> ParquetDataset:
         """The same data set cut into ``n_units`` units by default (None: per row group)."""
@@ -426,6 +469,7 @@ class ParquetDataset:
                     store=self.store,
                     footers=_footers_of(pieces, footer_of),
                     sizes=_footers_of(pieces, size_of),
+                    sparse_width=self.sparse_width,
                 )
             )
         return units
@@ -434,9 +478,21 @@ class ParquetDataset:
         """All rows in memory (for small sets and tests): ``(X float32, y)``, read unit by
         unit here (:func:`elmscale.dataplane.gather_rows` reads them on a cluster)."""
         parts = [unit.read() for unit in self.units()]
-        X = np.concatenate([p[0] for p in parts])
+        if self.sparse_width is not None:
+            X = _stacked([p[0] for p in parts], self.sparse_width)
+        else:
+            X = np.concatenate([p[0] for p in parts])
         y = None if self.label is None else np.concatenate([p[1] for p in parts])
         return X, y
+
+
+def _stacked(blocks: list[sp.csr_matrix], width: int) -> sp.csr_matrix:
+    """CSR blocks one under the other (none: an empty block of ``width`` columns)."""
+    if not blocks:
+        return sp.csr_matrix((0, width), dtype=np.float32)
+    X = blocks[0] if len(blocks) == 1 else sp.vstack(blocks, format="csr", dtype=np.float32)
+    X.has_sorted_indices = True  # each block's are, and vstack keeps them
+    return X
 
 
 def _footers_of(pieces, footer_of: dict[str, int]) -> tuple[tuple[str, int], ...] | None:
@@ -475,6 +531,7 @@ def open_parquet(
     footers, sizes = zip(*(_footer(f, store) for f in files))
     schema = footers[0].schema.to_arrow_schema()
     chosen, label_name, _ = parquet_columns(schema, label, features, files[0], files[0])
+    vector = vector_column(schema, chosen)
     wanted = chosen + ([label_name] if label_name is not None else [])
     row_groups = []
     for file, footer in zip(files, footers):
@@ -487,13 +544,20 @@ def open_parquet(
                 )
         for name in chosen:
             kind = file_schema.field(name).type
-            if not is_numeric_type(kind):
+            if vector is not None:
+                if vector_column(file_schema, [name]) is None:
+                    raise DataError(
+                        f"{file}: column '{name}' has type {kind}; expected the sparse rows "
+                        f"that {files[0]} holds in it"
+                    )
+            elif not is_numeric_type(kind):
                 raise DataError(
                     f"{file}: feature column '{name}' has type {kind}; expected a numeric column"
                 )
         if footer.num_rows == 0:
             raise DataError(f"{file}: holds no rows; expected at least one row per file")
         row_groups.append(tuple(footer.row_group(g).num_rows for g in range(footer.num_row_groups)))
+    width = None if vector is None else _one_width(files, footers, vector, where)
     return ParquetDataset(
         source=str(where),
         files=tuple(files),
@@ -503,4 +567,21 @@ def open_parquet(
         store=store,
         footer_sizes=tuple(int(footer.serialized_size) for footer in footers),
         file_sizes=tuple(int(size) for size in sizes),
+        sparse_width=width,
     )
+
+
+def _one_width(files, footers, column: str, where: Location) -> int:
+    """The width of the sparse rows of ``column``, the same in every file (from the
+    footers' statistics; a file without them has the column read here)."""
+    fs = None if where.is_local else where.fs
+    widths = {}
+    for file, footer in zip(files, footers):
+        path = file if where.is_local else where.fs._strip_protocol(file)
+        widths[file] = vector_width(footer, column, file, fs=fs, path=path)
+    if len(set(widths.values())) > 1:
+        raise DataError(
+            f"{where}: column '{column}' holds rows of different widths in different files "
+            f"({widths}); expected one width"
+        )
+    return next(iter(widths.values()))

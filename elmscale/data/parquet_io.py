@@ -2,8 +2,9 @@
 :func:`write_parquet`).
 
 A data set is one file or a directory of ``*.parquet`` / ``*.pq`` files read in name order.
-Files written here hold one float32 column per feature (no dictionary encoding, zstd), then
-the label column in its own type; row groups of 128k-1M rows (work units for distributed
+Files written here hold one float32 column per feature (no dictionary encoding, zstd), or
+for sparse rows one column in Spark ML's vector layout (:mod:`elmscale.data.sparse_rows`),
+then the label column in its own type; row groups of 128k-1M rows (work units for distributed
 readers); written to a temporary name and renamed, so a failed write leaves nothing.  Paths
 may be fsspec URLs with ``storage_options`` (:mod:`elmscale.data.storage`; an object is put
 whole when complete).
@@ -34,8 +35,10 @@ from elmscale.data.columns import (
     _describe,
     is_numeric_type,
     parquet_columns,
+    vector_column,
 )
 from elmscale.data.dataset import Dataset, MissingPolicy, _assemble, _check_missing_policy
+from elmscale.data.sparse_rows import VECTOR_TYPE, csr_from_vectors, vector_array, vector_width
 from elmscale.data.storage import Location, locate, storage_errors, write_whole
 
 #: Row-group size bounds (rows) for :func:`write_parquet`.
@@ -96,9 +99,15 @@ def load_parquet(
     path : a file or a directory, local or an fsspec URL (with ``storage_options``).
     label : the label column: a name, a position, "first" or "last"; None (default) takes the
         column "label" if there is one, else the last column; False: no label column.
-    features : None: every other numeric column; a list of names; or a glob pattern such as
-        "f*" matched against the column names (in file order).
+    features : None: every other numeric column, or the column of sparse rows if there is
+        one; a list of names; or a glob pattern such as "f*" matched against the column
+        names (in file order).
     missing : nulls / NaN: "error" or "drop", as in :func:`load_csv`.
+
+    A column of sparse rows (Spark ML's vector layout, :mod:`elmscale.data.sparse_rows`)
+    gives ``X`` as a CSR matrix (float64 values as stored, sorted indices) with feature
+    names "f1".."fd"; a bad row is an error naming the file, the column and the row (no
+    row is dropped for it).
     """
     where = locate(path, storage_options)
     files = _parquet_files(where)
@@ -130,11 +139,14 @@ def load_parquet(
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     except pa.ArrowInvalid as exc:
         raise DataError(f"{src}: the files' schemas differ ({exc}); expected one schema") from exc
+    if table.num_rows == 0:
+        raise DataError(f"{src}: no rows; expected at least one row")
+    vector = vector_column(schema, fnames)
+    if vector is not None:
+        return _sparse_dataset(files, tables, where, vector, yname, ypos, missing)
     columns = [
         pc.cast(table.column(n), pa.float64()).to_numpy(zero_copy_only=False) for n in fnames
     ]
-    if table.num_rows == 0:
-        raise DataError(f"{src}: no rows; expected at least one row")
     if yname is None:
         return _assemble(
             source=src,
@@ -146,7 +158,22 @@ def load_parquet(
             missing=missing,
             na_note=" (null or NaN)",
         )
-    ycol = table.column(yname)
+    y, y_missing = _label_values(table.column(yname))
+    return _assemble(
+        source=src,
+        columns=columns,
+        names=fnames,
+        y=y,
+        y_missing=y_missing,
+        label_desc=_describe(yname, ypos),
+        missing=missing,
+        na_note=" (null or NaN)",
+    )
+
+
+def _label_values(ycol: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A label column's values (numbers as numbers, else an object array) and where they
+    are missing (null or NaN)."""
     y_missing = ycol.is_null().to_numpy(zero_copy_only=False)
     if pa.types.is_dictionary(ycol.type):
         ycol = pc.cast(ycol, ycol.type.value_type)
@@ -159,18 +186,61 @@ def load_parquet(
             y_missing = y_missing | np.isnan(y)
     else:
         y = np.array(ycol.to_pylist(), dtype=object)
-    if table.num_rows == 0:
-        raise DataError(f"{src}: no rows; expected at least one row")
-    return _assemble(
-        source=src,
-        columns=columns,
-        names=fnames,
-        y=y,
-        y_missing=y_missing,
-        label_desc=_describe(yname, ypos),
-        missing=missing,
-        na_note=" (null or NaN)",
-    )
+    return y, y_missing
+
+
+def _sparse_dataset(
+    files: list[str],
+    tables: list[pa.Table],
+    where: Location,
+    column: str,
+    yname: str | None,
+    ypos: int | None,
+    missing: MissingPolicy,
+) -> Dataset:
+    """:func:`load_parquet` of a column of sparse rows: a float64 CSR ``X``, each file's
+    rows checked against the width they all share."""
+    src = str(where)
+    fs = None if where.is_local else where.fs
+    widths = []
+    for f in files:
+        try:
+            footer = pq.read_metadata(f, filesystem=fs)
+        except (pa.ArrowException, OSError) as exc:
+            raise _parquet_error(where.url_of(f), exc) from exc
+        widths.append(vector_width(footer, column, where.url_of(f), fs=fs, path=f))
+    if len(set(widths)) > 1:
+        raise DataError(
+            f"{src}: column '{column}' holds rows of widths {sorted(set(widths))} in different "
+            "files; expected one width"
+        )
+    width = widths[0]
+    blocks = [
+        csr_from_vectors(
+            t.column(column), width, f"{where.url_of(f)}: column '{column}'", dtype=np.float64
+        )
+        for f, t in zip(files, tables)
+    ]
+    X = sp.vstack(blocks, format="csr", dtype=np.float64)
+    names = [f"f{j + 1}" for j in range(width)]
+    if yname is None:
+        return Dataset(X=X, y=None, feature_names=names, source=src)
+    ycols = [t.column(yname) for t in tables]
+    y, y_missing = _label_values(pa.chunked_array([c for col in ycols for c in col.chunks]))
+    n_missing = int(y_missing.sum())
+    if n_missing and missing == "error":
+        row = int(np.flatnonzero(y_missing)[0])
+        raise DataError(
+            f"{src}: {n_missing} missing value(s) (null or NaN) in label "
+            f"{_describe(yname, ypos)} (first in row {row + 1}); expected numbers, or pass "
+            "missing='drop' to drop those rows"
+        )
+    if n_missing:
+        keep = ~y_missing
+        X, y = X[keep], y[keep]
+        if X.shape[0] == 0:
+            raise DataError(f"{src}: no data rows left; expected at least one complete row")
+    return Dataset(X=X, y=y, feature_names=names, source=src, n_dropped=n_missing)
 
 
 def _row_group_sizes(n_rows: int, row_group_size: int) -> list[int]:
@@ -213,8 +283,11 @@ def write_parquet(
     row_group_size: int = 262_144,
     compression: str = "zstd",
     storage_options: dict | None = None,
+    layout: str = "auto",
+    sparse_column: str = "features",
 ) -> Path | Location:
-    """Write features (float32 columns) and labels to one Parquet file, atomically.
+    """Write features (float32 columns, or one column of sparse rows) and labels to one
+    Parquet file, atomically.
 
     Parameters
     ----------
@@ -228,8 +301,15 @@ def write_parquet(
     row_group_size : rows per row group, clipped to [131072, 1048576]; the rows are split into
         near-equal groups within that range (one group when the data are smaller).
     compression : Parquet codec.
+    layout : "auto" (default): a sparse ``X`` as one column of sparse rows, a dense one as
+        a column per feature; "columns" or "sparse" force one.  Sparse rows are Spark ML's
+        vector layout (:mod:`elmscale.data.sparse_rows`: a struct of type, size,
+        indices, values; float64 values, indices sorted), which :func:`load_parquet` and
+        :func:`~elmscale.data.parquet.open_parquet` read back as CSR.
+    sparse_column : the name of that column (Spark ML's default ``features``); the feature
+        names are not written then.
 
-    Features are float32 without dictionary encoding.  The file is written under a temporary
+    Feature columns are float32 without dictionary encoding.  The file is written under a temporary
     name in the same directory and renamed at the end: on any error nothing is left behind
     (and an existing file at ``path`` is untouched).  Returns the path written (a URL's
     :class:`~elmscale.data.storage.Location`).
@@ -238,13 +318,22 @@ def write_parquet(
     src = str(where)
     X, y, feature_names = _unpack(dataset_or_X, y, feature_names)
     X = _feature_matrix(X, src)
-    names = _column_names(feature_names, X.shape[1], src)
+    if layout not in ("auto", "columns", "sparse"):
+        raise DataError(
+            f"{src}: parameter layout={layout!r}; expected 'auto', 'columns' or 'sparse'"
+        )
+    sparse_rows = layout == "sparse" or (layout == "auto" and sp.issparse(X))
+    if sparse_rows:
+        X = sp.csr_matrix(X)
+        names = [str(sparse_column)]
+    else:
+        names = _column_names(feature_names, X.shape[1], src)
     y_arr = None if y is None else _label_column(y, X.shape[0], label_name, names, src)
     if int(row_group_size) < 1:
         raise DataError(
             f"{src}: parameter row_group_size={row_group_size}; expected a positive integer"
         )
-    schema = _schema(names, label_name, y_arr)
+    schema = _schema(names, label_name, y_arr, sparse_rows)
     return write_whole(
         where, lambda tmp: _write_row_groups(tmp, X, y_arr, schema, row_group_size, compression)
     )
@@ -310,9 +399,15 @@ def _label_column(
     return _label_array(y_np, src)
 
 
-def _schema(names: list[str], label_name: str, y_arr: pa.Array | None) -> pa.Schema:
-    """One float32 field per feature, then the label's field in its own type."""
-    fields = [pa.field(nm, pa.float32()) for nm in names]
+def _schema(
+    names: list[str], label_name: str, y_arr: pa.Array | None, sparse_rows: bool = False
+) -> pa.Schema:
+    """One float32 field per feature (or one field of sparse rows), then the label's field
+    in its own type."""
+    if sparse_rows:
+        fields = [pa.field(names[0], VECTOR_TYPE)]
+    else:
+        fields = [pa.field(nm, pa.float32()) for nm in names]
     if y_arr is not None:
         fields.append(pa.field(label_name, y_arr.type))
     return pa.schema(fields)
@@ -341,9 +436,12 @@ def _write_row_groups(
         start = 0
         for size in _row_group_sizes(n, row_group_size):
             block = X[start : start + size]
-            block = block.toarray() if sp.issparse(block) else block
-            cols = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)
-            arrays = [pa.array(cols[j]) for j in range(d)]
+            if pa.types.is_struct(schema.field(0).type):
+                arrays = [vector_array(block)]
+            else:
+                block = block.toarray() if sp.issparse(block) else block
+                cols = np.ascontiguousarray(np.asarray(block, dtype=np.float32).T)
+                arrays = [pa.array(cols[j]) for j in range(d)]
             if y_arr is not None:
                 arrays.append(y_arr.slice(start, size))
             writer.write_table(pa.Table.from_arrays(arrays, schema=schema), row_group_size=size)

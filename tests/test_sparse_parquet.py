@@ -1,0 +1,178 @@
+"""Sparse rows in Parquet (issue 52 item 4): Spark ML's vector layout (a struct of type,
+size, indices, values), written from CSR by ``write_parquet``, read back whole by
+``load_parquet`` and per work unit by ``open_parquet`` as CSR blocks; a file written by
+plain pyarrow in the layout is read; bad layouts are errors naming the file and column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+
+from elmscale.core.errors import DataError
+from elmscale.data import load, load_parquet, open_parquet, write_parquet
+from elmscale.data.sparse_rows import VECTOR_TYPE
+
+
+def _csr(n_rows=500, width=2000, density=0.01, seed=0) -> sp.csr_matrix:
+    X = sp.random(n_rows, width, density=density, format="csr", random_state=seed)
+    X.data = np.round(X.data * 64 - 32) / 16 + 1 / 32  # float32-exact, never zero
+    X.data = X.data.astype(np.float64)
+    X = sp.diags((np.arange(n_rows) != 3).astype(np.float64)) @ X  # row 3 empty
+    X.eliminate_zeros()
+    return X
+
+
+def _labels(n):
+    return np.where(np.arange(n) % 3 == 0, 1.0, -1.0)
+
+
+def test_csr_round_trips_exactly_whole_and_per_unit(tmp_path):
+    X, y = _csr(), _labels(500)
+    path = write_parquet(X, tmp_path / "rows.parquet", y=y)
+    schema = pq.read_schema(path)
+    assert schema.names == ["features", "label"] and schema.field(0).type == VECTOR_TYPE
+    whole = load(path)  # whole, float64 as written
+    assert sp.isspmatrix_csr(whole.X) and whole.X.has_sorted_indices
+    assert whole.X.dtype == np.float64 and repr(whole).endswith("sparse)")
+    assert (whole.X != X).nnz == 0 and np.array_equal(whole.y, y)
+    dataset = open_parquet(path)
+    assert dataset.n_features == 2000 and dataset.features == ("features",)
+    assert "sparse rows" in repr(dataset)
+    units = dataset.units(7)  # ranges that cut through the row group
+    blocks = [unit.read() for unit in units]
+    for unit, (block, labels) in zip(units, blocks):
+        assert sp.isspmatrix_csr(block) and block.dtype == np.float32
+        assert block.has_sorted_indices and block.shape == (unit.n_rows, 2000)
+        assert unit.n_features == 2000
+        rows = slice(unit.start, unit.start + unit.n_rows)
+        assert (block != X[rows].astype(np.float32)).nnz == 0
+        np.testing.assert_array_equal(labels, y[rows])
+    head = units[2].head(5).read()[0]
+    assert (head != X[units[2].start : units[2].start + 5].astype(np.float32)).nnz == 0
+    X_read, y_read = dataset.read()
+    assert (X_read != X.astype(np.float32)).nnz == 0 and np.array_equal(y_read, y)
+
+
+def test_several_row_groups_and_files(tmp_path):
+    X, y = _csr(n_rows=300_000, width=50, density=0.02), _labels(300_000)
+    folder = tmp_path / "parts"
+    write_parquet(X[:270_000], folder / "a.parquet", y=y[:270_000], row_group_size=131_072)
+    write_parquet(X[270_000:], folder / "b.parquet", y=y[270_000:])
+    dataset = open_parquet(folder)
+    assert [len(g) for g in dataset.row_groups] == [2, 1]
+    X_read, y_read = dataset.read()
+    assert (X_read != X.astype(np.float32)).nnz == 0 and np.array_equal(y_read, y)
+
+
+def _plain_pyarrow_file(path, rows, label=(1.0, -1.0, 1.0), size=6, with_type=True):
+    """A file written by pyarrow alone in the layout, as Spark's VectorUDT stores rows."""
+    fields = [
+        ("size", pa.int32()),
+        ("indices", pa.list_(pa.int32())),
+        ("values", pa.list_(pa.float64())),
+    ]
+    if with_type:
+        fields.insert(0, ("type", pa.int8()))
+    records = []
+    for indices, values in rows:
+        record = {"size": size, "indices": indices, "values": values}
+        if with_type:
+            record["type"] = 0
+        records.append(record)
+    vectors = pa.array(records, type=pa.struct(fields))
+    pq.write_table(pa.table({"label": list(label), "features": vectors}), path)
+    return path
+
+
+def test_a_file_written_by_plain_pyarrow_is_read(tmp_path):
+    rows = [([0, 4], [1.5, -2.0]), ([], []), ([1, 2, 5], [0.25, 3.0, -1.0])]
+    expected = np.zeros((3, 6))
+    for r, (indices, values) in enumerate(rows):
+        expected[r, indices] = values
+    for with_type in (True, False):
+        path = _plain_pyarrow_file(
+            tmp_path / f"spark{with_type}.parquet", rows, with_type=with_type
+        )
+        whole = load_parquet(path)
+        np.testing.assert_array_equal(whole.X.toarray(), expected)
+        np.testing.assert_array_equal(whole.y, [1.0, -1.0, 1.0])
+        X, y = open_parquet(path).read()
+        np.testing.assert_array_equal(X.toarray(), expected)
+
+
+def test_dense_rows_of_the_layout_are_read(tmp_path):
+    """Spark writes a DenseVector as type 1, no size or indices, every value."""
+    vectors = pa.array(
+        [
+            {"type": 0, "size": 3, "indices": [2], "values": [4.0]},
+            {"type": 1, "size": None, "indices": None, "values": [1.0, 0.0, -1.0]},
+        ],
+        type=VECTOR_TYPE,
+    )
+    path = tmp_path / "mixed.parquet"
+    pq.write_table(pa.table({"features": vectors, "label": [0, 1]}), path)
+    X, _ = open_parquet(path).read()
+    np.testing.assert_array_equal(X.toarray(), [[0, 0, 4], [1, 0, -1]])
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([([0, 6], [1.0, 2.0])], r"row 1: index 6 out of range 0\.\.5"),
+        ([([0], [1.0]), ([3, 1], [1.0, 2.0])], r"row 2: indices not strictly increasing"),
+        ([([2, 2], [1.0, 2.0])], r"row 1: indices not strictly increasing \(2 then 2\)"),
+        ([([0, 1], [1.0])], r"row 1: 2 indices but 1 values"),
+        ([([0], [float("nan")])], r"row 1: NaN or inf"),
+    ],
+)
+def test_bad_layouts_name_the_file_and_column(tmp_path, rows, message):
+    path = _plain_pyarrow_file(tmp_path / "bad.parquet", rows, label=[1.0] * len(rows))
+    for read in (lambda: open_parquet(path).read(), lambda: load_parquet(path)):
+        with pytest.raises(DataError, match=message) as caught:
+            read()
+        assert str(path) in str(caught.value) and "column 'features'" in str(caught.value)
+
+
+def test_rows_of_different_widths_are_refused(tmp_path):
+    vectors = pa.array(
+        [
+            {"type": 0, "size": 4, "indices": [0], "values": [1.0]},
+            {"type": 0, "size": 5, "indices": [0], "values": [1.0]},
+        ],
+        type=VECTOR_TYPE,
+    )
+    path = tmp_path / "widths.parquet"
+    pq.write_table(pa.table({"features": vectors, "label": [0, 1]}), path)
+    with pytest.raises(
+        DataError, match=r"widths\.parquet: column 'features': rows of widths 4 to 5"
+    ):
+        open_parquet(path)
+
+
+def test_a_sparse_column_mixed_with_numeric_features_is_refused(tmp_path):
+    path = write_parquet(_csr(20, 10, 0.2), tmp_path / "r.parquet", y=_labels(20))
+    table = pq.read_table(path).append_column("x", pa.array(np.ones(20)))
+    pq.write_table(table, path)
+    assert open_parquet(path).n_features == 10  # the vector column by default
+    with pytest.raises(DataError, match="mix the sparse-row column 'features'"):
+        open_parquet(path, features=["features", "x"])
+    assert open_parquet(path, features=["x"]).n_features == 1  # numeric columns still chosen
+
+
+def test_a_shifting_scaler_is_refused_and_a_pure_scale_applied(tmp_path):
+    from sklearn.preprocessing import MaxAbsScaler
+
+    from elmscale.data import Scaler
+
+    X, y = _csr(50, 8, 0.3), _labels(50)
+    dataset = open_parquet(write_parquet(X, tmp_path / "s.parquet", y=y))
+    with pytest.raises(DataError, match="fills a sparse row's zeros"):
+        dataset.scaled(Scaler().fit(X))
+    scaler = MaxAbsScaler().fit(X)
+    scaled, _ = dataset.scaled(scaler).read()
+    np.testing.assert_allclose(
+        scaled.toarray(), scaler.transform(X).toarray().astype(np.float32), rtol=1e-6
+    )
