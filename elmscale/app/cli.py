@@ -28,7 +28,6 @@ import numpy as np
 
 from elmscale import registry
 from elmscale.core.pipelines import final_estimator
-from elmscale.data.columns import PARQUET_SUFFIXES
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a job ended by Ctrl-C
@@ -183,6 +182,7 @@ def _write_table_atomically(columns: dict, path: str, options: dict | None = Non
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    from elmscale.data.columns import PARQUET_SUFFIXES
     from elmscale.data.storage import locate, write_whole
 
     table = pa.table(columns)
