@@ -486,6 +486,25 @@ class ParquetDataset:
         return X, y
 
 
+def stack_rows(blocks: list) -> np.ndarray | sp.csr_matrix:
+    """Units' row blocks one under the other: dense arrays concatenated, CSR blocks (a
+    data set of sparse rows) stacked as CSR."""
+    if any(sp.issparse(block) for block in blocks):
+        return _stacked(
+            [sp.csr_matrix(block, dtype=np.float32) for block in blocks], blocks[0].shape[1]
+        )
+    return np.concatenate(blocks)
+
+
+def column_extremes(X) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's minimum and maximum (float64) of a dense or sparse block (a sparse
+    column's zeros count)."""
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    if sp.issparse(lo):
+        lo, hi = lo.toarray().ravel(), hi.toarray().ravel()
+    return np.asarray(lo, dtype=np.float64).ravel(), np.asarray(hi, dtype=np.float64).ravel()
+
+
 def _stacked(blocks: list[sp.csr_matrix], width: int) -> sp.csr_matrix:
     """CSR blocks one under the other (none: an empty block of ``width`` columns)."""
     if not blocks:

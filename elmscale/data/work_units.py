@@ -5,10 +5,12 @@ kernel rows, fold scores, the Newton passes, the working set's blocks) takes a u
 calls ``unit.read()``; nothing else of the unit is read but these fields:
 
 * ``index`` (its number), ``start`` (its first row's number in the data set), ``n_rows``;
-* ``features`` / ``label`` (column names), ``scale`` / ``shift`` (an affine map of the
-  features, or None);
-* ``read(with_labels=True)`` -> ``(X float32 C-contiguous (n_rows, n_features), y or
-  None)``, and ``head(n)``: the unit of its first ``n`` rows;
+* ``features`` / ``label`` (column names), ``n_features`` (the width of ``X``: a Parquet
+  unit of sparse rows has one column of them), ``scale`` / ``shift`` (an affine map of
+  the features, or None);
+* ``read(with_labels=True)`` -> ``(X float32 C-contiguous (n_rows, n_features), or a
+  float32 CSR block for sparse rows, y or None)``, and ``head(n)``: the unit of its
+  first ``n`` rows;
 * ``pieces``: ``((what, part, offset, length), ...)``, whose first name an error names.
 
 The kinds:
@@ -60,6 +62,11 @@ class PartitionUnit:
     scale: tuple[float, ...] | None = None
     shift: tuple[float, ...] | None = None
     rows: tuple | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def n_features(self) -> int:
+        """Columns of :meth:`read`'s ``X``."""
+        return len(self.features)
 
     @property
     def pieces(self) -> tuple[tuple[str, int, int, int], ...]:
