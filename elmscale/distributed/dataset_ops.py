@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from elmscale.data.parquet import ParquetDataset
+from elmscale.core.sparse_kernels import float32_rows
+from elmscale.data.parquet import ParquetDataset, stack_rows
 from elmscale.distributed.collections import is_dataset, model_for_tasks
 from elmscale.distributed.executors import broadcast, map_units, reduce_units
 from elmscale.distributed.units import (
@@ -203,7 +204,7 @@ def gather_rows(
     parts = map_units(
         unit_rows, units, client=client, threads_per_task=None if client is not None else n_threads
     )
-    X = np.concatenate([p[0] for p in parts])
+    X = stack_rows([p[0] for p in parts])  # CSR for a data set of sparse rows
     y = None if dataset.label is None else np.concatenate([p[1] for p in parts])
     return X, y
 
@@ -239,7 +240,7 @@ def candidate_gram(
     """The candidates' Gram of forward selection (``K'K``, ``K'Y``, ``K'1`` and the
     targets' sums, ``K = K(rows, points)``) over every row, each unit's on its worker: one
     pass, and only M x M numbers back from each unit."""
-    points = np.ascontiguousarray(points, dtype=np.float32)
+    points = float32_rows(points)  # a CSR basis (sparse rows) stays CSR
     return reduce_units(
         unit_candidate_gram,
         _units(dataset, client),
@@ -272,7 +273,7 @@ def residual_sums(
         add_arrays,
         client=client,
         threads_per_task=None if client is not None else n_threads,
-        points=broadcast(np.ascontiguousarray(points, dtype=np.float32), client),
+        points=broadcast(float32_rows(points), client),
         coef=broadcast(np.ascontiguousarray(coef, dtype=np.float64), client),
         intercept=np.asarray(intercept, dtype=np.float64),
         kernel=kernel.to_dict(),
@@ -290,8 +291,8 @@ def kernel_matrix(
 ) -> np.ndarray:
     """``K(every row of dataset, points)``, float64, computed on row blocks of at most
     ``KERNEL_BLOCK_BYTES`` each (so a task's result stays small)."""
-    points = np.ascontiguousarray(points, dtype=np.float32)
-    block_rows = max(1, KERNEL_BLOCK_BYTES // (8 * max(len(points), 1)))
+    points = float32_rows(points)  # a CSR basis (sparse rows) stays CSR
+    block_rows = max(1, KERNEL_BLOCK_BYTES // (8 * max(points.shape[0], 1)))
     n_units = max(len(_check_dataset(dataset).units()), -(-dataset.n_rows // block_rows))
     return _in_row_order(
         unit_kernel_rows,
@@ -316,7 +317,7 @@ def kernel_matvec(
     """``K(every row of dataset, points) @ coef``, float64, in row order: each unit's
     product on its worker, fused (the kernel block is never stored), only the product back
     (the divide-and-conquer kernel solve's partition and starting gradient)."""
-    points = np.ascontiguousarray(points, dtype=np.float32)
+    points = float32_rows(points)  # a CSR basis (sparse rows) stays CSR
     return _in_row_order(
         unit_kernel_matvec,
         dataset,

@@ -32,7 +32,7 @@ import numpy as np
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.seeding import GAMMA, mix64
 from elmscale.core.threads import thread_budget
-from elmscale.data.parquet import WorkUnit
+from elmscale.data.parquet import WorkUnit, column_extremes
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.gram import Gram, accumulate_gram
@@ -123,13 +123,7 @@ def unit_column_stats(unit: WorkUnit, *, n_threads: int = 1) -> ColumnStats:
             classes, counts = np.empty(0), np.empty(0, dtype=np.int64)
         else:
             classes, counts = np.unique(y, return_counts=True)
-        return ColumnStats(
-            unit.n_rows,
-            X.min(axis=0).astype(np.float64),
-            X.max(axis=0).astype(np.float64),
-            classes,
-            counts,
-        )
+        return ColumnStats(unit.n_rows, *column_extremes(X), classes, counts)
 
 
 def unit_gram(
@@ -182,7 +176,7 @@ def unit_rows_at(unit: WorkUnit, rows: np.ndarray, *, n_threads: int = 1) -> np.
     with thread_budget(n_threads):
         lo, hi = np.searchsorted(rows, [unit.start, unit.start + unit.n_rows])
         if lo == hi:
-            return np.empty((0, len(unit.features)), dtype=np.float32)
+            return np.empty((0, unit.n_features), dtype=np.float32)
         X, _ = unit.read(with_labels=False)
         return X[rows[lo:hi] - unit.start]
 
