@@ -49,6 +49,7 @@ import numpy as np
 from elmscale.core.jit import add_weighted_columns, q_columns
 from elmscale.core.threads import parallel_rows
 from elmscale.features.kernels import Kernel
+from elmscale.solvers.block_columns import BlockRows
 from elmscale.solvers.exact_tail import box_greedy_steps, box_qp_signed
 
 __all__ = [
@@ -243,7 +244,7 @@ class _PairRows:
     """One pair's rows of a block, the active ones first (positions ``[0, n_active)``):
     row numbers, classes, features transposed (d x n, float32), labels, alpha, gradient."""
 
-    def __init__(self, X32, ids, cls, pair, budget):
+    def __init__(self, X32, ids, cls, pair, budget, kernel=None):
         a, b = pair
         pick = (cls == a) | (cls == b)
         self.ids = ids[pick]
@@ -255,6 +256,8 @@ class _PairRows:
         self.g = np.full(n, -1.0)
         self.n_active = n
         self.cache = _ColumnLRU(n, budget)
+        # kernel columns in blocks (one GEMM each: ``block_columns``) when given a kernel
+        self.block = None if kernel is None else BlockRows(kernel, X32[pick], self.t)
         self._index()
 
     def _index(self):
@@ -275,6 +278,8 @@ class _PairRows:
         for name in ("ids", "cls", "t", "alpha", "g"):
             setattr(self, name, getattr(self, name)[order])
         self.Xt = np.ascontiguousarray(self.Xt[:, order])
+        if self.block is not None:
+            self.block.permute(order)
         self._index()
 
     def _candidates(self, at, v) -> Candidates:
@@ -329,12 +334,17 @@ class _PairRows:
             XB = np.ascontiguousarray(update.X[part][missing])
             tB = np.ascontiguousarray(update.t[part][missing])
             sB = np.ascontiguousarray(slots[missing])
-            parallel_rows(
-                lambda lo, hi: q_columns(self.Xt, self.t, na, XB, tB, sB, lo, hi, *params, cols),
-                missing.size,
-                n_threads,
-                min_rows=1,
-            )
+            if self.block is not None:
+                self.block.columns(XB, tB, na, cols, sB, n_threads)
+            else:
+                parallel_rows(
+                    lambda lo, hi: q_columns(
+                        self.Xt, self.t, na, XB, tB, sB, lo, hi, *params, cols
+                    ),
+                    missing.size,
+                    n_threads,
+                    min_rows=1,
+                )
         delta = np.ascontiguousarray(update.delta[part])
         parallel_rows(
             lambda lo, hi: add_weighted_columns(cols, slots, delta, self.g, lo, hi),
@@ -370,7 +380,9 @@ class _PairRows:
         f = np.zeros(n)
         if coef.size and n:
             sv = support.X[support.members[p]]
-            if precise:
+            if self.block is not None:
+                f = self.block.matvec(sv, coef, precise=precise, n_threads=n_threads)
+            elif precise:
                 f = kernel.block_matvec(np.ascontiguousarray(self.Xt.T), sv, coef)
             else:
                 self._float32_product(sv, coef, params, n_threads, f)
@@ -413,10 +425,14 @@ class RowBlock:
     ``X32`` (n, d) float32 rows numbered ``ids`` (sorted), ``cls`` their class indices,
     ``pairs`` the one-vs-one pairs (class indices; the first is t = +1), ``kernel`` its
     ``to_dict()``, ``cache_mb`` the column caches' budget (split over the pairs by rows),
-    ``n_threads`` the threads its products run on.
+    ``n_threads`` the threads its products run on; ``block_columns``: Q's columns and the
+    exact checks' products computed in blocks, one GEMM each (``block_columns.BlockRows``,
+    the one-process working-set mode's: ``solvers.thunder``), else column by column.
     """
 
-    def __init__(self, X32, ids, cls, pairs, kernel: dict, C, cache_mb, n_threads=1):
+    def __init__(
+        self, X32, ids, cls, pairs, kernel: dict, C, cache_mb, n_threads=1, block_columns=False
+    ):
         self.kernel = Kernel.from_dict(kernel)
         self.params = self.kernel._params()
         self.C = float(C)
@@ -427,7 +443,14 @@ class RowBlock:
         picks = [np.count_nonzero((cls == a) | (cls == b)) for a, b in pairs]
         total = max(sum(picks), 1)
         self.pairs = [
-            _PairRows(X32, ids, cls, pair, cache_mb * 2**20 * n / total)
+            _PairRows(
+                X32,
+                ids,
+                cls,
+                pair,
+                cache_mb * 2**20 * n / total,
+                self.kernel if block_columns else None,
+            )
             for pair, n in zip(pairs, picks)
         ]
         self.n_rows = int(ids.size)
@@ -523,12 +546,17 @@ class WorkingSetResult(NamedTuple):
     rebuilt: int
 
 
-def subproblem_kernel(kernel: Kernel, X):
+def subproblem_kernel(kernel: Kernel, X, block_columns=False):
     """``K(X, X)`` of the working set's rows in float64 from the float32 values the blocks'
     columns hold (``q_columns``, 2.5x faster than float64 kernel values), so that the
-    subproblem and the gradients it updates see the same Q."""
+    subproblem and the gradients it updates see the same Q; ``block_columns``: as
+    ``BlockRows`` computes them (the blocks' columns then are)."""
     m = X.shape[0]
     X = np.ascontiguousarray(X, dtype=np.float32)
+    if block_columns:
+        K32 = np.empty((m, m), np.float32)
+        BlockRows(kernel, X).columns(X, np.ones(m, np.float32), m, K32)
+        return K32.astype(np.float64)
     Xt = np.ascontiguousarray(X.T)
     ones = np.ones(m, np.float32)
     slots = np.arange(m, dtype=np.int64)
@@ -542,7 +570,7 @@ def subproblem_kernel(kernel: Kernel, X):
     return K32.astype(np.float64)
 
 
-def solve_subproblem(kernel: Kernel, c: Candidates, t, C, tol):
+def solve_subproblem(kernel: Kernel, c: Candidates, t, C, tol, block_columns=False):
     """The working set's variables minimising the dual, the others fixed, to ``tol / 10``:
     exact one-variable steps on the largest violation (``box_greedy_steps``, on their q x q
     block of Q), from their alpha and gradient; ``box_qp`` (the exact tail's active-set
@@ -550,7 +578,7 @@ def solve_subproblem(kernel: Kernel, c: Candidates, t, C, tol):
     Measured on 30,000 generated rows, q = 512: the steps 0.73 s in all, ``box_qp`` from
     the start 8.4 s, to the same optimum within tol."""
     m = c.ids.size
-    K = subproblem_kernel(kernel, c.X)
+    K = subproblem_kernel(kernel, c.X, block_columns)
     t = np.asarray(t, np.float64)
     new = c.alpha.copy()
     grad = c.g.copy()
@@ -576,13 +604,16 @@ def solve_working_set(
     max_iter=-1,
     shrink_every=SHRINK_EVERY,
     on_iteration=None,
+    block_columns=False,
 ) -> WorkingSetResult:
     """Solve every one-vs-one pair of ``pairs`` on ``blocks``: an object with
     ``step(updates, shrink, q)`` and ``exact(support, which, q)``, each returning the list
     of every block's answer in block order (``RowBlock``'s methods, run where the blocks
     live), and ``rebuilt`` (blocks rebuilt so far).  See the module's docstring.
     ``max_iter`` caps the iterations per pair (< 0: ``DEFAULT_MAX_ITERATIONS``);
-    ``on_iteration(iteration, seconds)`` is called after each exchange."""
+    ``on_iteration(iteration, seconds)`` is called after each exchange; ``block_columns``:
+    the subproblems' kernels as the blocks' ``BlockRows`` compute Q (the blocks built
+    with ``block_columns=True``)."""
     C, tol, q = float(C), float(tol), check_q(q)
     cap = DEFAULT_MAX_ITERATIONS if max_iter < 0 else int(max_iter)
     n_pairs = len(pairs)
@@ -681,7 +712,7 @@ def solve_working_set(
                 continue
             a = pairs[p][0]
             t = np.where(c.cls == a, 1.0, -1.0)
-            new, gain = solve_subproblem(kernel, c, t, C, tol)
+            new, gain = solve_subproblem(kernel, c, t, C, tol, block_columns)
             objective[p] += gain  # (exact at each exact check; NaN before the first)
             slots = seen.add(c)
             changed = np.flatnonzero(new != c.alpha)

@@ -1,0 +1,70 @@
+"""Kernel values from inner products computed elsewhere (a BLAS GEMM): the second half of
+a block of kernel columns (``elmscale.solvers.block_columns``).  The first half, the
+products ``B A'`` of the block's rows ``B`` against the rows ``A``, is one float64 GEMM;
+here, row by row of the block, the squared distance ``|b|^2 + |a|^2 - 2 b.a`` and the
+kernel's value, as ``core.jit``'s per-column kernels compute them from the distance."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from elmscale.core.jit import _distance_kernel, _vexp32
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def signed_columns32(
+    dots, sq_b, sq_a, t_b, t_a, kind, sigma, sigma_star, tau, out, slots, start, stop
+):
+    """``out[slots[k], j] = t_b[k] t_a[j] K(b_k, a_j)`` (float32) for the block's rows ``k`` in
+    ``[start, stop)``, from ``dots[k, j] = b_k . a_j`` (float64, (m, n)) and the squared
+    norms ``sq_b``, ``sq_a`` (float64): the distance in float64 (clipped at 0), the exp's
+    argument rounded to float32 and the float32 exp (``core.jit._vexp32``, the per-column
+    kernel's) for gaussian (``kind`` 0) and laplacian (1); mg (3) in float64, rounded."""
+    n = dots.shape[1]
+    acc32 = np.empty(n, np.float32)
+    kbuf32 = np.empty(n, np.int32)
+    acc64 = np.empty(n, np.float64)
+    kbuf64 = np.empty(n, np.int64)
+    for k in range(start, stop):
+        sb = sq_b[k]
+        row = dots[k]
+        for j in range(n):
+            acc64[j] = max(sb + sq_a[j] - 2.0 * row[j], 0.0)
+        if kind == 0:
+            scale = -1.0 / (2.0 * sigma * sigma)
+            for j in range(n):
+                acc32[j] = np.float32(acc64[j] * scale)
+            _vexp32(acc32, kbuf32)
+        elif kind == 1:
+            scale = -1.0 / sigma
+            for j in range(n):
+                acc32[j] = np.float32(np.sqrt(acc64[j]) * scale)
+            _vexp32(acc32, kbuf32)
+        else:
+            _distance_kernel(acc64, n, kind, sigma, sigma_star, tau, kbuf64)
+            for j in range(n):
+                acc32[j] = np.float32(acc64[j])
+        tk = t_b[k]
+        o = out[slots[k]]
+        for j in range(n):
+            o[j] = tk * t_a[j] * acc32[j]
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def distance_values64(dots, sq_b, sq_a, kind, sigma, sigma_star, tau, out, start, stop):
+    """``out[k, j] = K(b_k, a_j)`` in float64 for the block's rows ``k`` in ``[start,
+    stop)``, from the products and squared norms as ``signed_columns32`` (the exact
+    checks' values: ``core.jit._distance_kernel``, the float64 exp)."""
+    n = dots.shape[1]
+    acc = np.empty(n, np.float64)
+    kbuf = np.empty(n, np.int64)
+    for k in range(start, stop):
+        sb = sq_b[k]
+        row = dots[k]
+        for j in range(n):
+            acc[j] = max(sb + sq_a[j] - 2.0 * row[j], 0.0)
+        _distance_kernel(acc, n, kind, sigma, sigma_star, tau, kbuf)
+        o = out[k]
+        for j in range(n):
+            o[j] = acc[j]
