@@ -73,7 +73,8 @@ def csr_rows(X) -> CsrRows:
     indptr = X.indptr.astype(np.int64)
     csr_sq_norms(indptr, data, sq_norms)
     # column numbers fit int32 (one compiled type for every matrix); row offsets may not
-    return CsrRows(indptr, X.indices.astype(np.int32), data, sq_norms, int(X.shape[1]))
+    indices = X.indices.astype(np.int32, copy=False)
+    return CsrRows(indptr, indices, data, sq_norms, int(X.shape[1]))
 
 
 #: a ``CsrRows`` of no rows: the source arrays of a Q whose rows are dense

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from elmscale.core.sparse_kernels import is_sparse
 from elmscale.features.base import DEFAULT_BLOCK_ROWS, feature_map_from_dict, iter_row_blocks
 from elmscale.features.kernels import Kernel
 from elmscale.features.layers import HiddenLayer
@@ -217,7 +218,10 @@ def pair_path(
     or in a Ray task alike.
     """
     rows, t = pair
-    Xp = X[rows]
+    # sparse rows of a binary problem (every row, in order) are read in place: a CSR
+    # fancy index copies them all, which the high-dimensional fits cannot spare
+    every_row = is_sparse(X) and rows.size == X.shape[0] and np.all(rows == np.arange(rows.size))
+    Xp = X if every_row else X[rows]
     kernel = is_kernel(feature_map)
     H = None if kernel else feature_map.transform(Xp)
     gram, gram_rows = None, None
