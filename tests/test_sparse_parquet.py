@@ -176,3 +176,82 @@ def test_a_shifting_scaler_is_refused_and_a_pure_scale_applied(tmp_path):
     np.testing.assert_allclose(
         scaled.toarray(), scaler.transform(X).toarray().astype(np.float32), rtol=1e-6
     )
+
+
+# -- fits from a ParquetDataset of sparse rows equal the in-memory CSR fits ----------------
+
+
+@pytest.fixture(scope="module")
+def sparse_set(tmp_path_factory):
+    """1,500 rows x 400 features, 2 % nonzero (float32-exact values), labels from a linear
+    rule, written in 4 units."""
+    X = _csr(1500, 400, 0.02, seed=1)
+    y = (X @ np.random.default_rng(1).normal(size=400) > 0).astype(np.int64)
+    path = write_parquet(X, tmp_path_factory.mktemp("sparse") / "train.parquet", y=y)
+    return X.astype(np.float32), y, open_parquet(path).with_units(4)
+
+
+def _fits(make, X, y, dataset, **fit_kw):
+    return make().fit(X, y), make().fit(dataset, **fit_kw)
+
+
+@pytest.mark.timeout(300)
+def test_kernel_fits_from_sparse_parquet_equal_the_csr_fits(sparse_set):
+    """Kernel models gather the rows (CSR) and solve the same problem: the same model."""
+    from elmscale import ELMClassifier, SparseELMClassifier
+
+    X, y, dataset = sparse_set
+    for make in (
+        lambda: ELMClassifier(kernel="gaussian", C=1.0),
+        lambda: SparseELMClassifier(kernel="gaussian", C=1.0),
+    ):
+        here, there = _fits(make, X, y, dataset)
+        np.testing.assert_array_equal(here.decision_function(X), there.decision_function(X))
+        assert there.score(dataset) == here.score(X, y)
+
+
+@pytest.mark.timeout(300)
+def test_random_node_fits_from_sparse_parquet_equal_the_csr_fits(sparse_set):
+    """Random nodes: the units' Grams (ELM) and Newton passes (sparse ELM) are summed per
+    unit, in another order than the in-memory fit's blocks: equal within float32 rounding
+    of sums over the n rows, n u |f|_max (u the float32 unit roundoff)."""
+    from elmscale import ELMClassifier, SparseELMClassifier
+
+    X, y, dataset = sparse_set
+    for make in (
+        lambda: ELMClassifier(hidden="sigmoid", n_hidden=60, C=1.0, random_state=0),
+        lambda: SparseELMClassifier(
+            hidden="sigmoid", n_hidden=60, C=1.0, random_state=0, solver="newton"
+        ),
+    ):
+        here, there = _fits(make, X, y, dataset)
+        assert getattr(here, "solver_", "newton") == getattr(there, "solver_", "newton")
+        f_here, f_there = here.decision_function(X), there.decision_function(X)
+        bound = X.shape[0] * np.finfo(np.float32).eps / 2 * np.abs(f_here).max()
+        assert np.abs(f_here - f_there).max() <= bound, type(here).__name__
+
+
+@pytest.mark.timeout(300)
+def test_a_dask_worker_reads_sparse_units(sparse_set):
+    """On a real LocalCluster the units travel pickled to a worker process and come back
+    as the same CSR blocks; the Newton fit there equals the one here."""
+    from distributed import Client, LocalCluster
+
+    from elmscale import SparseELMClassifier
+    from elmscale.distributed.executors import map_units
+    from elmscale.distributed.units import unit_rows
+
+    X, y, dataset = sparse_set
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True) as cluster:
+        with Client(cluster) as client:
+            parts = map_units(unit_rows, dataset.units(), client=client)
+            make = lambda: SparseELMClassifier(  # noqa: E731
+                hidden="sigmoid", n_hidden=40, C=1.0, random_state=0
+            )
+            there = make().fit(dataset, client=client)
+    for unit, (block, labels) in zip(dataset.units(), parts):
+        rows = slice(unit.start, unit.start + unit.n_rows)
+        assert sp.isspmatrix_csr(block) and (block != X[rows]).nnz == 0
+        np.testing.assert_array_equal(labels, y[rows])
+    here = make().fit(dataset)
+    np.testing.assert_array_equal(here.decision_function(X), there.decision_function(X))
