@@ -38,11 +38,12 @@ def _sparse_operands(A, B) -> tuple | None:
         return None
 
     def rows(X):
-        X = X if _sparse.is_sparse(X) else sp.csr_matrix(_as_float32_rows(X))
-        return _sparse.csr_rows(X)
+        return _sparse.as_csr32(X) if _sparse.is_sparse(X) else sp.csr_matrix(_as_float32_rows(X))
 
-    a = rows(A)
-    return a, (a if B is A else rows(B))
+    A, B = rows(A), (None if B is A else rows(B))
+    # b's inverted index (its nonzeros by feature) where it is cheaper than direct products
+    b = _sparse.csr_rows(A if B is None else B, by_column=_sparse.inverted_pays(A, B))
+    return _sparse.csr_rows(A, by_column=False), b
 
 
 def _transposed32(B: np.ndarray) -> np.ndarray:
