@@ -107,11 +107,36 @@ def test_thunder_reaches_the_dual_optimum_on_real_data(name, sigma, C, blocks):
     assert np.all((result.seen.alpha >= 0.0) & (result.seen.alpha <= C))
 
 
-def test_auto_takes_the_working_set_where_columns_in_blocks_pay():
+def test_auto_takes_the_working_set_past_the_measured_crossover():
     gaussian = Kernel("gaussian", sigma=1.0)
     wide, narrow = BLOCK_MIN_FEATURES, BLOCK_MIN_FEATURES - 1
     assert blocks_pay(gaussian, wide) and not blocks_pay(gaussian, narrow)
-    assert thunder_wins(gaussian, wide, 1.0, THUNDER_MIN_ROWS)
-    assert not thunder_wins(gaussian, narrow, 1.0, THUNDER_MIN_ROWS)
-    assert not thunder_wins(gaussian, wide, 1.0, THUNDER_MIN_ROWS - 1)
-    assert not thunder_wins(Kernel("polynomial", degree=2), 300, 1.0, 10 * THUNDER_MIN_ROWS)
+    # the thresholds' sides (a9a-like 123 features; COD-RNA-like 8 at large C)
+    rows = THUNDER_MIN_ROWS
+    assert thunder_wins(gaussian, 123, 1.0, rows, min_features=wide)
+    assert not thunder_wins(gaussian, narrow, 1.0, rows, min_features=wide)
+    assert not thunder_wins(gaussian, 123, 1.0, rows - 1, min_features=wide)
+    assert thunder_wins(gaussian, 8, 1000.0, rows, min_C=100.0)
+    assert not thunder_wins(gaussian, 8, 10.0, rows, min_C=100.0)
+    poly = Kernel("polynomial", degree=2)
+    assert not thunder_wins(poly, 300, 1e3, 10 * rows, min_features=wide, min_C=1.0)
+    # as measured on two cores: the dual solver at 123 features and at C = 1000
+    assert not thunder_wins(gaussian, 123, 1.0, 32_561)
+    assert not thunder_wins(gaussian, 8, 1000.0, 29_768)
+
+
+def test_the_estimator_runs_the_working_set_in_process_and_auto_follows_thunder_wins():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1.0, 1.0, (THUNDER_MIN_ROWS, 60))
+    y = (np.sin(3 * X[:, 0]) + X[:, 1] > 0).astype(int)
+    model = SparseELMClassifier(sigma=3.0, C=1.0, tol=TOL)
+    auto = model.fit(X, y)
+    wins = thunder_wins(model._kernel_obj(), 60, 1.0, X.shape[0])
+    assert auto.solver_ == ("working_set" if wins else "dual")
+    X, y = X[:1_500], y[:1_500]  # (the in-process working set on fewer rows: its speed)
+    thunder = SparseELMClassifier(sigma=3.0, C=1.0, tol=TOL, solver="working_set")
+    thunder.set_params(working_set_size=128).fit(X, y)
+    dual = SparseELMClassifier(sigma=3.0, C=1.0, tol=TOL, solver="dual").fit(X, y)
+    assert thunder.solver_ == "working_set" and thunder.converged_.all()
+    rel = np.abs(thunder.objective_ - dual.objective_) / np.abs(dual.objective_)
+    assert np.all(rel <= TOL), rel

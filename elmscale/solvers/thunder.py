@@ -48,26 +48,42 @@ from elmscale.solvers.working_set import (
     solve_working_set,
 )
 
-__all__ = ["THUNDER_MIN_C", "solve_thunder", "thunder_wins"]
+__all__ = ["THUNDER_MIN_C", "THUNDER_MIN_FEATURES", "solve_thunder", "thunder_wins"]
 
-#: C from which the working set beats the dual solver on narrow rows (few features), where
-#: the columns in blocks do not pay (measured: ``benchmarks/results/
-#: working_set_block_columns.txt``); None: it was not measured to win there.
+#: Features from which the one-process working set beats the dual solver; None: it did not
+#: on the 2 cores measured (``benchmarks/results/working_set_thunder.txt``: a9a's first
+#: 8,000 rows, 123 features, C = 1: the dual 3.05 s, the working set 8.9 s at q = 2,048 with
+#: its columns in blocks, 9.9 s at 1,024, 11.8 s at 256).  The block columns are 3.4x
+#: cheaper each at 123 features, but the working set computes about 13x as many columns
+#: as the dual solver's LRU-cached steps (every changed variable's, each iteration), a
+#: trade that pays where the GEMMs run on many cores (oneDAL's design), not on two.
+THUNDER_MIN_FEATURES = None
+#: C from which it beats the dual solver on narrow rows; None: not measured to (COD-RNA's
+#: 2,500 rows at C = 100: the dual under a second, the working set about 13 s).
 THUNDER_MIN_C = None
 #: Rows below which the dual solver's per-fit overheads are smaller (the working set's
 #: exchanges and q x q subproblems cost more than a small problem's steps).
 THUNDER_MIN_ROWS = 4096
 
 
-def thunder_wins(kernel: Kernel, n_features: int, C: float, n_rows: int) -> bool:
+def thunder_wins(
+    kernel: Kernel,
+    n_features: int,
+    C: float,
+    n_rows: int,
+    *,
+    min_features=THUNDER_MIN_FEATURES,
+    min_C=THUNDER_MIN_C,
+) -> bool:
     """Whether "auto" takes the one-process working set over the dual solver: a kernel of
-    the distance, enough rows, and either features enough for columns in blocks to pay
-    (``blocks_pay``) or C past ``THUNDER_MIN_C``."""
+    the distance, at least ``THUNDER_MIN_ROWS`` rows, and either ``min_features`` features
+    (where columns in blocks pay too: ``blocks_pay``) or C of at least ``min_C``; a None
+    threshold is never reached (the measured crossovers: the constants above)."""
     if kernel.kind not in BLOCK_KINDS or int(n_rows) < THUNDER_MIN_ROWS:
         return False
-    if blocks_pay(kernel, n_features):
-        return True
-    return THUNDER_MIN_C is not None and float(C) >= THUNDER_MIN_C
+    if min_features is not None and int(n_features) >= min_features:
+        return blocks_pay(kernel, n_features)
+    return min_C is not None and float(C) >= min_C
 
 
 class _OneBlock:
