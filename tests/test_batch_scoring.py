@@ -207,3 +207,41 @@ def test_scoring_from_s3_reads_the_needed_chunks_and_exact_footers_without_a_hea
     assert asked == []
     # every column is read (the id and the features); row groups' chunks are adjacent
     assert chunks + footers <= read <= chunks + footers + 2 * 8192, (read, chunks, footers)
+
+
+# -- the shared-folder probe on a Ray cluster ---------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_the_ray_probe_passes_a_shared_folder_and_names_one_the_nodes_do_not_see(tmp_path):
+    """A real local Ray shares this machine's disk, so the probe passes for a folder and an
+    input it can see.  The process that runs the probe then puts its main thread alone in
+    a private mount namespace with a tmpfs over a folder (``unshare(CLONE_NEWNS)``; the
+    Ray workers, other processes, keep the machine's view): an output folder and an input
+    there are errors naming them and the Ray node."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shared, hidden = tmp_path / "shared", tmp_path / "hidden"
+    shared.mkdir()
+    hidden.mkdir()
+    (shared / "in.parquet").write_bytes(b"x" * 100)
+    script = Path(__file__).with_name("_ray_unseen_folder.py")
+    run = subprocess.run(
+        [sys.executable, str(script), str(shared), str(hidden)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if run.returncode != 0 and ("unshare" in run.stderr or "mount" in run.stderr):
+        pytest.skip(f"no private mount namespace here: {run.stderr.strip()[-300:]}")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
+    assert lines["shared"] == "seen"
+    assert lines["hidden_output"].startswith(f"DataError: {hidden / 'out'}: ray node ")
+    assert "does not see this output folder" in lines["hidden_output"]
+    assert lines["hidden_input"].startswith(f"DataError: {hidden / 'in.parquet'}: ray node ")
+    assert "does not see this input file" in lines["hidden_input"]
+    assert list(shared.iterdir()) == [shared / "in.parquet"]  # probes and their folders gone
+    assert list(hidden.iterdir()) == []  # the tmpfs went with the process

@@ -19,13 +19,14 @@ Before anything is written every input is checked: its feature columns (the mode
 id columns and ``label``) must exist, be numeric and match the model's feature count.
 
 ``score_jobs`` runs one job per file here, as Dask tasks (``client``) or as Ray tasks
-(``ray_address``).  On a Dask cluster, local inputs and output folders are the workers' own
-paths: the output folder's lock and the rerun's "already done" check are taken here, the
-files written there by the workers.  That is one folder only on a shared file system, so
-before anything is written every worker is asked whether it sees the same folder (a probe
-file written here, read back there) and each local input with the same size
-(:func:`check_workers_see`); one that does not is a ``DataError`` naming the folder and the
-worker.  Object-store URLs need no such probe.
+(``ray_address``).  On a Dask or Ray cluster, local inputs and output folders are the
+workers' own paths: the output folder's lock and the rerun's "already done" check are taken
+here, the files written there by the workers.  That is one folder only on a shared file
+system, so before anything is written every Dask worker, or every Ray node, is asked
+whether it sees the same folder (a probe file written here, read back there) and each
+local input with the same size (:func:`check_workers_see`); one that does not is a
+``DataError`` naming the folder and the worker or node.  Object-store URLs need no such
+probe.
 """
 
 from __future__ import annotations
@@ -439,11 +440,52 @@ def _seen(probes: list[tuple[str, str, bytes | None, int | None]]) -> list[tuple
     return unseen
 
 
-def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
-    """Check that every worker of the Dask ``client`` sees the jobs' local output folders
-    and local inputs as this process does, before anything is written: a probe file of
-    random bytes written in each output folder (made if missing) must be there with the
-    same bytes, each input with the same size, on every worker (``client.run``).  The
+#: Seconds every Ray node has to answer the probe (it runs no model, only file checks).
+RAY_PROBE_TIMEOUT = 120.0
+
+
+def _on_every_ray_node(fn, *args, ray_address: str | None) -> dict[str, list]:
+    """``fn(*args)`` once on every live Ray node, a task pinned to each (no CPU held):
+    ``{"ray node <ip> (<id>)": result}``.  A node whose task fails or does not answer in
+    :data:`RAY_PROBE_TIMEOUT` seconds is an error naming it (its disk is then unknown)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from elmscale.distributed.ray_tasks import connect
+
+    connect(ray_address)
+    remote = ray.remote(num_cpus=0, max_retries=0)(fn)
+    refs = {}
+    for node in ray.nodes():
+        if node["Alive"]:
+            name = f"ray node {node['NodeManagerAddress']} ({node['NodeID'][:8]})"
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            refs[name] = remote.options(scheduling_strategy=strategy).remote(*args)
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=RAY_PROBE_TIMEOUT)
+    results = {}
+    for name, ref in refs.items():
+        if ref not in ready:
+            raise DataError(
+                f"{name}: did not answer the shared-folder probe within {RAY_PROBE_TIMEOUT:.0f} "
+                "s; expected every Ray node to run a task (is it busy or unreachable?)"
+            )
+        try:
+            results[name] = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            raise DataError(
+                f"{name}: the shared-folder probe failed there ({type(exc).__name__}); expected "
+                "every Ray node to run a task"
+            ) from exc
+    return results
+
+
+def check_workers_see(client, jobs: Sequence[ScoreJob], *, ray_address: str | None = None) -> None:
+    """Check that every worker of the Dask ``client`` (``client`` None: every node of the
+    Ray cluster at ``ray_address``) sees the jobs' local output folders and local inputs
+    as this process does, before anything is written: a probe file of random bytes
+    written in each output folder (made if missing) must be there with the same bytes,
+    each input with the same size, on every worker (``client.run``; on Ray, one task
+    pinned to each live node, which is where its workers write).  The
     probes and the folders made for them are removed after, on error too.  Otherwise a
     :class:`DataError` names the folder or file and the worker: without a shared file
     system the workers would write the outputs onto their own disks (and the lock and the
@@ -471,7 +513,10 @@ def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
             path = folders[name].child(probe.name).path
             probes.append(("folder", path, content, None))
             shown[path] = str(folders[name])
-        unseen = client.run(_seen, probes)  # {worker address: what it did not see}
+        if client is not None:
+            unseen = client.run(_seen, probes)  # {worker address: what it did not see}
+        else:
+            unseen = _on_every_ray_node(_seen, probes, ray_address=ray_address)
     finally:
         for probe in written:
             probe.unlink(missing_ok=True)
@@ -479,17 +524,18 @@ def check_workers_see(client, jobs: Sequence[ScoreJob]) -> None:
             with suppress(OSError):
                 folder.rmdir()
     for address, missed in sorted(unseen.items()):
+        who = address if address.startswith("ray node") else f"worker {address}"
         for kind, path in missed:
             if kind == "folder":
                 raise DataError(
-                    f"{shown[path]}: worker {address} does not see this output folder "
+                    f"{shown[path]}: {who} does not see this output folder "
                     "(a probe file written in it here is not there); the workers would write "
                     "the outputs onto their own disks. Score into a folder on a shared file "
                     "system that every worker mounts at the same path, or into an object "
                     "store's URL (s3://bucket/scores/)"
                 )
             raise DataError(
-                f"{shown[path]}: worker {address} does not see this input file (missing there or "
+                f"{shown[path]}: {who} does not see this input file (missing there or "
                 "of another size); the workers read the inputs from their own disks. Put the "
                 "inputs on a shared file system that every worker mounts at the same path, "
                 "or in an object store (s3://bucket/data/)"
@@ -510,11 +556,12 @@ def score_jobs(
     temporary files).  An object store has no lock: one run per output folder, by design
     (each object is put whole, so two runs would only score the same files twice).  With a
     Dask ``client``, every worker must see the local inputs and output folders as this
-    process does (:func:`check_workers_see`), checked before anything is written."""
+    process does (:func:`check_workers_see`), checked before anything is written; with
+    ``ray_address``, every Ray node."""
     from contextlib import ExitStack
 
-    if client is not None:
-        check_workers_see(client, jobs)
+    if client is not None or ray_address is not None:
+        check_workers_see(client, jobs, ray_address=ray_address)
     with ExitStack() as locks:
         folders = {str(job.target.parent): job.target.parent for job in jobs}
         for name in sorted(folders):
