@@ -93,6 +93,7 @@ class DaskDataset:
     scale: tuple[float, ...] | None = None
     shift: tuple[float, ...] | None = None
     n_units: int | None = None
+    n_outputs: int = 1  # y's columns: several only to score a multi-output regressor
 
     def scaled(self, scaler) -> DaskDataset:
         """The same rows with ``scaler`` applied, as :meth:`ParquetDataset.scaled`."""
@@ -218,14 +219,9 @@ def _label_name(y) -> str:
 
     if isinstance(y, dd.Series):
         return "y" if y.name is None else str(y.name)
-    if isinstance(y, dd.DataFrame):
-        if len(y.columns) != 1:
-            raise ValueError(
-                f"y: a Dask DataFrame of {len(y.columns)} columns; expected a Dask Series "
-                "or a 1-D Dask Array"
-            )
-        return str(y.columns[0])
-    if isinstance(y, da.Array) and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+    if isinstance(y, dd.DataFrame):  # several columns: the outputs of a regressor's score
+        return str(y.columns[0]) if len(y.columns) == 1 else str([str(c) for c in y.columns])
+    if isinstance(y, da.Array) and y.ndim in (1, 2):
         return "y"
     raise ValueError(
         f"y: {type(y).__name__} of shape {getattr(y, 'shape', None)}; expected a Dask Series "
@@ -280,7 +276,7 @@ def _pack(X_part, y_part, partition: int):
                 f"{len(y_part)} of y; expected the same rows (e.g. X = df[features], "
                 "y = df[label] of one DataFrame)"
             )
-        if getattr(y_part, "ndim", 1) == 2:
+        if getattr(y_part, "ndim", 1) == 2 and y_part.shape[1] == 1:
             y_part = y_part.iloc[:, 0] if hasattr(y_part, "iloc") else y_part[:, 0]
     return X_part, y_part
 
@@ -355,6 +351,7 @@ def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
         parts=tuple((f.key, int(n)) for f, n in zip(futures, lengths)),
         client=client,
         futures=tuple(futures),
+        n_outputs=1 if y is None or y.ndim == 1 else int(y.shape[1]),
     )
 
 
@@ -413,6 +410,11 @@ def check_labels_in(dataset, y, *, purpose: str = "for fitting") -> None:
     if dataset.label is None:
         raise ValueError(
             f"{dataset.source}: the data set has no label column; expected labels {purpose}"
+        )
+    if getattr(dataset, "n_outputs", 1) > 1 and purpose != "to score":
+        raise ValueError(
+            f"y: {dataset.n_outputs} columns; expected a Dask Series or a 1-D Dask Array "
+            f"{purpose} (several outputs are taken to score a multi-output regressor)"
         )
 
 

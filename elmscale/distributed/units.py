@@ -256,21 +256,26 @@ def _is_classifier(model) -> bool:
 
 def metric_sums(model, X, y) -> np.ndarray:
     """Sums that add up over row blocks: ``[correct, rows]`` for classifiers, ``[squared
-    error, sum y, sum y^2, rows]`` for regressors (see :func:`metrics_from_sums`)."""
+    error, sum y, sum y^2, rows]`` for regressors, with k outputs ``[k squared errors, k
+    sums, k sums of squares, rows]`` (see :func:`metrics_from_sums`)."""
     pred = model.predict(X)
     if _is_classifier(model):
         return np.array([float(np.sum(pred == y)), float(len(y))])
     y = np.asarray(y, dtype=np.float64)
-    return np.array([float(np.sum((pred - y) ** 2)), y.sum(), np.square(y).sum(), len(y)])
+    pred = np.asarray(pred, dtype=np.float64).reshape(y.shape)
+    sums = [np.sum((pred - y) ** 2, axis=0), y.sum(axis=0), np.square(y).sum(axis=0)]
+    return np.concatenate([*(np.atleast_1d(v) for v in sums), [float(len(y))]])
 
 
 def metrics_from_sums(sums: np.ndarray) -> dict:
     """Accuracy (classifiers) or R^2 (regressors) from :func:`metric_sums`."""
     if sums.size == 2:
         return {"accuracy": round(float(sums[0] / sums[1]), 6), "rows": int(sums[1])}
-    sse, total, squares, n = sums
+    sse, total, squares = sums[:-1].reshape(3, -1)
+    n = sums[-1]
     spread = squares - total**2 / n
-    return {"r2": round(float(1 - sse / spread), 6) if spread > 0 else None, "rows": int(n)}
+    r2 = float(np.mean(1 - sse / spread)) if np.all(spread > 0) else None  # outputs' mean
+    return {"r2": None if r2 is None else round(r2, 6), "rows": int(n)}
 
 
 def unit_metric_sums(unit: WorkUnit, model, *, n_threads: int = 1) -> np.ndarray:
