@@ -291,3 +291,37 @@ def test_a_pass_from_s3_reads_the_needed_column_chunks_once(s3_server, dask_clie
     sample = 8 * (64 * 2**10 + 1024) + footers
     assert fit <= chunks + footers + sample, (fit, chunks)
     assert fit / chunks <= 1.07
+
+
+def test_a_multi_output_regressors_score_from_dask_collections_is_r2_averaged(dask_client):
+    """The units' sums per output give scikit-learn's R^2 with its default
+    multioutput="uniform_average", within rounding (the spread is sum y^2 - (sum y)^2 / n);
+    a fit from collections still takes one label column."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+    from sklearn.metrics import r2_score
+
+    from elmscale import ELMRegressor
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(3_000, 5))
+    Y = np.column_stack([np.sin(X[:, 0]) + X[:, 1], X[:, 2] * X[:, 3], 10 + 0.1 * X[:, 4]])
+    Y += 0.05 * rng.normal(size=Y.shape)
+    model = ELMRegressor(hidden="sigmoid", n_hidden=40, C=10.0, random_state=0).fit(X, Y)
+    expected = r2_score(Y, model.predict(X))
+    frame = dd.from_pandas(pd.DataFrame(np.column_stack([X, Y])), npartitions=4)
+    frame.columns = [*(f"x{j}" for j in range(5)), "a", "b", "c"]
+    for X_dask, Y_dask in (
+        (frame[[f"x{j}" for j in range(5)]], frame[["a", "b", "c"]]),
+        (da.from_array(X, chunks=(700, 5)), da.from_array(Y, chunks=(700, 3))),
+    ):
+        score = model.score(X_dask, Y_dask, client=dask_client)
+        # the sums' rounding: n u relative to sum y^2 over the spread, per output
+        spread = ((Y - Y.mean(0)) ** 2).sum(0)
+        bound = len(Y) * np.finfo(float).eps * np.max(np.square(Y).sum(0) / spread)
+        assert abs(score - expected) <= bound, (score, expected)
+        with pytest.raises(ValueError, match="3 columns; expected a Dask Series"):
+            ELMRegressor(hidden="sigmoid", n_hidden=10).fit(X_dask, Y_dask, client=dask_client)
+    with pytest.raises(ValueError, match=r"1 label column\(s\); the model has 3 output\(s\)"):
+        model.score(frame[[f"x{j}" for j in range(5)]], frame["a"], client=dask_client)

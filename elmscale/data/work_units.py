@@ -127,6 +127,8 @@ def _labels(part, lo: int, hi: int, where: str) -> np.ndarray:
         raise DataError(f"y: {where} has missing labels; expected a label on every row")
     from pandas.api.types import is_numeric_dtype
 
+    if block.ndim == 2:  # several outputs (a multi-output regressor's score): numbers
+        return block.to_numpy(dtype=np.float64)
     if is_numeric_dtype(block.dtype):
         return block.to_numpy(dtype=getattr(block.dtype, "numpy_dtype", block.dtype))
     return np.array(block.tolist(), dtype=object)

@@ -8,18 +8,22 @@ from sums that add up over the units (``elmscale.distributed.units.metric_sums``
 unit's rows are scored where they are read (a Parquet unit on any worker, a persisted
 partition on the worker that holds it), the model sent once, and only the sums come back.
 Accuracy is then the arrays' value to the bit (a count over a count); R^2 to rounding (its
-spread is ``sum y^2 - (sum y)^2 / n``, not the sum of squared deviations).
+spread is ``sum y^2 - (sum y)^2 / n``, not the sum of squared deviations).  A multi-output
+regressor (Dask collections with ``y`` of several columns) gets the sums per output and
+scikit-learn's default ``multioutput="uniform_average"``: the outputs' R^2, averaged.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 __all__ = ["SourceScoreMixin", "score_dataset"]
 
 
 def score_dataset(model, dataset, *, client=None, n_threads: int | None = None) -> float:
-    """Accuracy (classifiers) or R^2 (regressors, one output) of ``model`` on every row of a
-    labelled data set (a ParquetDataset or a ``DaskDataset``), reduced on the Dask cluster
-    of ``client`` (here without one)."""
+    """Accuracy (classifiers) or R^2 (regressors; several outputs' averaged) of ``model``
+    on every row of a labelled data set (a ParquetDataset or a ``DaskDataset``), reduced
+    on the Dask cluster of ``client`` (here without one)."""
     from elmscale.distributed.collections import model_for_tasks
     from elmscale.distributed.executors import broadcast, reduce_units
     from elmscale.distributed.units import add_arrays, unit_metric_sums
@@ -31,10 +35,11 @@ def score_dataset(model, dataset, *, client=None, n_threads: int | None = None) 
         raise ValueError(
             f"{dataset.source}: {dataset.n_features} feature columns; the model expects {expected}"
         )
-    if int(getattr(model, "n_outputs_", 1)) > 1:
+    outputs = int(getattr(model, "n_outputs_", 1))
+    if outputs != getattr(dataset, "n_outputs", 1):
         raise ValueError(
-            "score of a ParquetDataset or Dask collections: one output only (R^2 of several "
-            "outputs is their average, which the units' sums do not give)"
+            f"{dataset.source}: {getattr(dataset, 'n_outputs', 1)} label column(s); the model "
+            f"has {outputs} output(s)"
         )
     threads = 1 if client is not None else n_threads
     sums = reduce_units(
@@ -47,11 +52,14 @@ def score_dataset(model, dataset, *, client=None, n_threads: int | None = None) 
     )
     if sums.size == 2:  # [correct, rows]
         return float(sums[0] / sums[1])
-    sse, total, squares, n = sums
+    # per output: [squared errors, sums, sums of squares], then the row count
+    sse, total, squares = sums[:-1].reshape(3, -1)
+    n = sums[-1]
     spread = squares - total**2 / n
-    if not spread > 0:
+    if not np.all(spread > 0):
         raise ValueError(f"{dataset.source}: R^2 is undefined: the targets are constant")
-    return float(1 - sse / spread)
+    # scikit-learn's multioutput="uniform_average": the outputs' R^2, averaged
+    return float(np.mean(1 - sse / spread))
 
 
 class SourceScoreMixin:
