@@ -45,6 +45,9 @@ class KernelSolverState:
     def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
         # sparse rows stay CSR (read through perm by Q's SOURCE_CSR); Xt is then (0, n)
         self.csr = csr_rows(X) if is_sparse(X) else EMPTY_CSR
+        # their inverted index (a CSC copy, where it pays) is charged to the cache's budget
+        index_bytes = self.csr.colptr.nbytes + self.csr.col_rows.nbytes + self.csr.col_data.nbytes
+        cache_size = max(0.0, cache_size - index_bytes / 2**20)
         X32 = np.empty((X.shape[0], 0), np.float32) if is_sparse(X) else X
         X32 = np.ascontiguousarray(X32, dtype=np.float32)
         n = X32.shape[0]
