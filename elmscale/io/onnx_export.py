@@ -32,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from elmscale import registry
 from elmscale.data.storage import Location, locate, write_whole
@@ -87,6 +88,8 @@ class _Graph:
 
 
 def _f64(values) -> np.ndarray:
+    if sp.issparse(values):  # a sparse fit's support rows: ONNX constants are dense
+        values = values.toarray()
     return np.ascontiguousarray(values, dtype=np.float64)
 
 
@@ -329,7 +332,7 @@ def _pair_masked_scores(g: _Graph, X: str, model) -> str:
         else:  # FKELM: the kernel on the kept columns
             kept = np.flatnonzero(mask).astype(np.int64)
             Xp = g.op("Gather", X, g.const(kept, "kept"), axis=1)
-            basis = np.asarray(model.support_vectors_)[:, mask]
+            basis = _f64(model.support_vectors_)[:, mask]
             K = _kernel_values(g, Xp, model._kernel(), basis)
             columns.append(_linear_output(g, K, np.asarray(model.dual_coef_)[p]))
     return columns[0] if len(columns) == 1 else g.op("Concat", *columns, axis=1)
