@@ -51,15 +51,15 @@ from elmscale.solvers.working_set import (
 __all__ = ["THUNDER_MIN_C", "THUNDER_MIN_FEATURES", "solve_thunder", "thunder_wins"]
 
 #: Features from which the one-process working set beats the dual solver; None: it did not
-#: on the 2 cores measured (``benchmarks/results/working_set_thunder.txt``: a9a's first
-#: 8,000 rows, 123 features, C = 1: the dual 3.05 s, the working set 8.9 s at q = 2,048 with
-#: its columns in blocks, 9.9 s at 1,024, 11.8 s at 256).  The block columns are 3.4x
-#: cheaper each at 123 features, but the working set computes about 13x as many columns
-#: as the dual solver's LRU-cached steps (every changed variable's, each iteration), a
-#: trade that pays where the GEMMs run on many cores (oneDAL's design), not on two.
+#: on the 2 cores measured (``benchmarks/results/working_set_thunder.txt``, under load: a9a's
+#: first 8,000 rows, 123 features, C = 1, the working set 0.34-0.47x the dual's speed at q =
+#: 256-2,048 with its columns in blocks).  The block columns are 3.4x cheaper each at 123
+#: features, but the working set computes many times as many columns as the dual solver's
+#: LRU-cached steps (every changed variable's, each iteration), a trade that pays where
+#: the GEMMs run on many cores (oneDAL's design), not on two.
 THUNDER_MIN_FEATURES = None
-#: C from which it beats the dual solver on narrow rows; None: not measured to (COD-RNA's
-#: 2,500 rows at C = 100: the dual under a second, the working set about 13 s).
+#: C from which it beats the dual solver on narrow rows; None: it did not (the same file:
+#: COD-RNA's first 8,000 rows, 8 features, C = 100, 0.20-0.33x).
 THUNDER_MIN_C = None
 #: Rows below which the dual solver's per-fit overheads are smaller (the working set's
 #: exchanges and q x q subproblems cost more than a small problem's steps).
