@@ -245,3 +245,44 @@ def test_the_ray_probe_passes_a_shared_folder_and_names_one_the_nodes_do_not_see
     assert "does not see this input file" in lines["hidden_input"]
     assert list(shared.iterdir()) == [shared / "in.parquet"]  # probes and their folders gone
     assert list(hidden.iterdir()) == []  # the tmpfs went with the process
+
+
+@pytest.mark.timeout(300)
+def test_sparse_rows_are_scored_as_csr(tmp_path):
+    """An input whose features are one column of sparse rows (Spark ML's vector layout)
+    is scored batch by batch as CSR blocks: the model's own predictions and decision values
+    of the CSR rows; a width other than the model's is named before anything is written."""
+    import scipy.sparse as sp
+
+    from elmscale.data import write_parquet
+
+    X = sp.random(5_000, 300, density=0.02, format="csr", random_state=4, dtype=np.float32)
+    y = np.asarray(X.sum(axis=1)).ravel() > np.median(np.asarray(X.sum(axis=1)))
+    model = ELMClassifier(hidden="sigmoid", n_hidden=40, C=1.0, random_state=0)
+    model.fit(X, y.astype(int))
+    inputs = tmp_path / "in"
+    path = write_parquet(X, inputs / "rows.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("id", pa.array(np.arange(5_000))), path)
+    saved = save(model, tmp_path / "model.elm")
+    out = tmp_path / "out"
+    argv = ["score", str(saved), str(inputs), str(out), "--id", "id", "--decision"]
+    assert main([*argv, "--batch-rows", "1500", "--quiet"]) == 0
+    scored = pq.read_table(out / "rows.parquet")
+    np.testing.assert_array_equal(scored.column("id").to_numpy(), np.arange(5_000))
+    np.testing.assert_array_equal(scored.column("prediction").to_numpy(), model.predict(X))
+    expected = model.decision_function(X)
+    np.testing.assert_allclose(
+        scored.column("decision").to_numpy(),
+        expected,
+        rtol=1e-6,
+        atol=1e-6 * np.abs(expected).max(),
+    )
+    narrow = tmp_path / "narrow"
+    write_parquet(X[:, :200], narrow / "rows.parquet")
+    from elmscale.core.errors import DataError
+    from elmscale.io.batch_scoring import plan_jobs
+
+    with pytest.raises(DataError, match="holds rows of 200 features; the model expects 300"):
+        plan_jobs(model, narrow, tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()

@@ -49,8 +49,9 @@ import pyarrow.parquet as pq
 from elmscale.core.errors import DataError
 from elmscale.core.pipelines import final_estimator
 from elmscale.core.threads import thread_budget
-from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type
+from elmscale.data.columns import PARQUET_SUFFIXES, is_numeric_type, vector_column
 from elmscale.data.parquet import read_footer
+from elmscale.data.sparse_rows import csr_from_vectors, is_vector_type, vector_width
 from elmscale.data.storage import (
     Location,
     locate,
@@ -84,6 +85,9 @@ class ScoreJob:
     #: footer in one request of exactly its bytes (None: unknown, asked and guessed)
     footer: int | None = None
     size: int | None = None
+    #: None: feature columns; else ``features`` is one column of sparse rows (Spark ML's
+    #: vector layout, :mod:`elmscale.data.sparse_rows`) of this width, scored as CSR
+    sparse_width: int | None = None
 
     @property
     def input(self) -> str:
@@ -143,6 +147,7 @@ class _Schema:
     n_rows: int | None = None
     footer: int | None = None
     size: int | None = None
+    metadata: pq.FileMetaData | None = None
 
 
 def _schema(file: Location, size: int | None = None) -> _Schema:
@@ -158,6 +163,7 @@ def _schema(file: Location, size: int | None = None) -> _Schema:
                     metadata.num_rows,
                     None if file.is_local else int(metadata.serialized_size),
                     None if file.is_local else int(source.size),
+                    metadata,
                 )
         found.schema.names  # noqa: B018 - column names that are not UTF-8 fail here, named
         return found
@@ -179,12 +185,12 @@ def _feature_columns(
     for column in id_columns:
         if column not in names:
             raise DataError(f"{file}: id column '{column}' not found; expected one of {names}")
-    if features is None:
-        chosen = [
-            n
-            for n in names
-            if n not in id_columns and n != "label" and is_numeric_type(schema.field(n).type)
-        ]
+    others = [n for n in names if n not in id_columns and n != "label"]
+    vectors = [n for n in others if is_vector_type(schema.field(n).type)]
+    if features is None and len(vectors) == 1:
+        chosen = vectors  # a column of sparse rows holds the features (Spark ML's way)
+    elif features is None:
+        chosen = [n for n in others if is_numeric_type(schema.field(n).type)]
     elif isinstance(features, str):
         chosen = [n for n in names if fnmatch.fnmatchcase(n, features)]
     else:
@@ -196,10 +202,13 @@ def _feature_columns(
                 f"trained on {list(chosen)}"
             )
         kind = schema.field(column).type
-        if not is_numeric_type(kind):
+        if not is_numeric_type(kind) and not (chosen == [column] and is_vector_type(kind)):
             raise DataError(
                 f"{file}: feature column '{column}' has type {kind}; expected a numeric column"
+                " (or one column of sparse rows alone)"
             )
+    if vector_column(schema, chosen) is not None:
+        return tuple(chosen)  # its width is checked against the model's by the plan
     if len(chosen) != n_expected:
         raise DataError(
             f"{file}: {len(chosen)} feature columns {chosen}; the model expects "
@@ -235,6 +244,7 @@ def plan_jobs(
         found = _schema(file, size)
         chosen = _feature_columns(file, found.schema, features, tuple(id_columns), n_expected)
         out = output_path.child(f"{file.stem}.parquet") if to_dir else output_path
+        width = _sparse_width(file, found, chosen, n_expected)
         jobs.append(
             ScoreJob(
                 file,
@@ -246,9 +256,25 @@ def plan_jobs(
                 found.n_rows,
                 footer=found.footer,
                 size=found.size,
+                sparse_width=width,
             )
         )
     return jobs
+
+
+def _sparse_width(file: Location, found: _Schema, chosen, n_expected: int) -> int | None:
+    """The width of the input's column of sparse rows (None: feature columns), which must
+    be the model's feature count."""
+    if found.metadata is None or vector_column(found.schema, chosen) is None:
+        return None
+    fs = None if file.is_local else file.fs
+    width = vector_width(found.metadata, chosen[0], str(file), fs=fs, path=file.path)
+    if width != n_expected:
+        raise DataError(
+            f"{file}: column '{chosen[0]}' holds rows of {width} features; the model expects "
+            f"{n_expected} features"
+        )
+    return width
 
 
 def _batches(job: ScoreJob):
@@ -331,7 +357,12 @@ def _prefetched(batches, depth: int = 2):
         reader.join()
 
 
-def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
+def _batch_rows(job: ScoreJob, batch: pa.RecordBatch):
+    """The batch's features: a float32 array, or a float32 CSR block (sparse rows)."""
+    if job.sparse_width is not None:
+        (name,) = job.features
+        where = f"{job.input}: column '{name}'"
+        return csr_from_vectors(batch.column(name), job.sparse_width, where)
     X = np.empty((batch.num_rows, len(job.features)), dtype=np.float32)
     for j, name in enumerate(job.features):
         column = batch.column(name)
@@ -340,6 +371,11 @@ def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
                 f"{job.input}: feature column '{name}' has null values; expected numbers"
             )
         X[:, j] = pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
+    return X
+
+
+def _score_batch(model, job: ScoreJob, batch: pa.RecordBatch) -> pa.Table:
+    X = _batch_rows(job, batch)
     out = {name: batch.column(name) for name in job.id_columns}
     scores = np.asarray(model.decision_function(X)) if job.decision else None
     # an estimator that maps its decision values to its labels (the sparse ELM): one
