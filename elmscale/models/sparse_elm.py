@@ -125,10 +125,14 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         while the blocks of rows, on Dask workers or on this process's threads, update
         their gradients with the kernel columns of the changed variables, one exchange
         per iteration; the same KKT stop and exact float64 check as "dual", so the same
-        optimum within ``tol``.  "auto" takes "working_set" for a ParquetDataset fitted
-        with a ``client`` of at least 4 worker threads (projected faster from there; on 2
-        workers the one-process dual solver measured faster: ``docs/performance.md``);
-        else "dual", from arrays too (faster there at every size measured).  Random nodes:
+        optimum within ``tol``.  From arrays with no ``n_blocks``, one block in this
+        process (``elmscale.solvers.thunder``, Thunder's design), its kernel columns
+        computed in blocks, one GEMM each, from 48 features.  "auto" takes "working_set"
+        for a ParquetDataset fitted with a ``client`` of at least 4 worker threads
+        (projected faster from there; on 2 workers the one-process dual solver measured
+        faster: ``docs/performance.md``); else "dual", from arrays too (faster there at
+        every size measured, 123 features and C = 100 included:
+        ``benchmarks/results/working_set_thunder.txt``).  Random nodes:
         "newton": primal Newton passes on a smoothed hinge, one pass over the
         rows serving every one-vs-one pair, finished on the exact dual over the rows near
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
