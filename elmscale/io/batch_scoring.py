@@ -497,6 +497,8 @@ def _on_every_ray_node(fn, *args, ray_address: str | None) -> dict[str, list]:
             name = f"ray node {node['NodeManagerAddress']} ({node['NodeID'][:8]})"
             strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
             refs[name] = remote.options(scheduling_strategy=strategy).remote(*args)
+    if not refs:
+        raise DataError("the Ray cluster has no live node; expected nodes to score on")
     ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=RAY_PROBE_TIMEOUT)
     results = {}
     for name, ref in refs.items():
