@@ -48,7 +48,6 @@ from elmscale.models.sparse_elm_pairs import (
     working_set_wins,
 )
 from elmscale.solvers.kernel_kmeans import nearest_centre
-from elmscale.solvers.thunder import solve_thunder, thunder_wins
 from elmscale.solvers.working_set import DEFAULT_MAX_ITERATIONS
 
 #: With ``n_parts="auto"`` and ``early_prediction=True``, at most one part per this many
@@ -125,14 +124,10 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         while the blocks of rows, on Dask workers or on this process's threads, update
         their gradients with the kernel columns of the changed variables, one exchange
         per iteration; the same KKT stop and exact float64 check as "dual", so the same
-        optimum within ``tol``.  From arrays with no ``n_blocks``, one block in this
-        process (``elmscale.solvers.thunder``, Thunder's design), its kernel columns
-        computed in blocks, one GEMM each, from 48 features.  "auto" takes "working_set"
-        for a ParquetDataset fitted with a ``client`` of at least 4 worker threads
-        (projected faster from there; on 2 workers the one-process dual solver measured
-        faster: ``docs/performance.md``); else "dual", from arrays too (faster there at
-        every size measured, 123 features and C = 100 included:
-        ``benchmarks/results/working_set_thunder.txt``).  Random nodes:
+        optimum within ``tol``.  "auto" takes "working_set" for a ParquetDataset fitted
+        with a ``client`` of at least 4 worker threads (projected faster from there; on 2
+        workers the one-process dual solver measured faster: ``docs/performance.md``);
+        else "dual", from arrays too (faster there at every size measured).  Random nodes:
         "newton": primal Newton passes on a smoothed hinge, one pass over the
         rows serving every one-vs-one pair, finished on the exact dual over the rows near
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
@@ -186,10 +181,15 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
     exact_checks_, blocks_rebuilt_, iteration_seconds_ : the working-set solver's: checks of
         every row's gradient made (the last one exact in float64), blocks of rows rebuilt
         after their Dask worker was lost, and the wall seconds of each exchange with the
-        blocks
+        blocks; ``exchange_timings_`` (exchanges x 6) each exchange's breakdown: exact check
+        or step, wall, the slowest block's compute and CPU, the wait, the coordinator's
+        work before it (``elmscale.distributed.working_set.EXCHANGE_COLUMNS``)
     duality_gap_, n_gathered_, pass_seconds_ : the Newton solver's (``solver``): each pair's
         relative duality gap at the end, the rows its phase 2 gathered near the margin, and
-        each pass's wall seconds
+        each pass's wall seconds; ``pass_timings_`` (passes x 9) each pass's breakdown:
+        wall, the coordinator's work, the map, the slowest block's compute (Dask's task
+        stream) and CPU, the wait, transfers, bytes sent and returned
+        (``elmscale.distributed.newton.PASS_COLUMNS``, ``pass_breakdown``)
     n_parts_ : parts of a kernel fit (1: solved whole; more: divide and conquer on Dask, see
         ``fit``'s ``n_parts``), with ``part_sizes_`` (rows per part), ``sub_iter_``
         (n_parts, n_pairs: the parts' steps; ``n_iter_`` is then the global solve's) and
@@ -608,7 +608,7 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
                 "SparseELMClassifier requires y to be passed, but the target y is None "
                 "(y may be None only when X is a ParquetDataset)"
             )
-        if self._kernel_solver(ray_address, None, X) == "working_set":
+        if self._kernel_solver(ray_address, None) == "working_set":
             return self._fit_working_set(None, X, y, None, n_blocks)
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         if self._uses_newton(X32.shape[0], ray_address):
@@ -637,10 +637,8 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         self._fit_calibration(X, y, ray_address=ray_address)
         return self
 
-    def _kernel_solver(self, ray_address, client, X=None) -> str:
-        """The solver of a kernel fit (``solver``): "working_set" or "dual"; from arrays
-        ``X`` here, "auto" by the one-process working set's measured crossover
-        (``solvers.thunder.thunder_wins``: features, C, rows)."""
+    def _kernel_solver(self, ray_address, client) -> str:
+        """The solver of a kernel fit (``solver``): "working_set" or "dual"."""
         if self.solver == "working_set":
             if self.hidden is not None:
                 raise ValueError(
@@ -658,18 +656,19 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         # from arrays the dual solver was faster at every size measured (2 threads: 0.61-0.70x
         # for the working set from 100,000 to 400,000 rows); on a cluster, from enough workers
         if client is None:
-            # (dense arrays: sparse rows and the others are solved by the dual solver)
-            if not isinstance(X, np.ndarray) or X.ndim != 2:
-                return "dual"
-            wins = thunder_wins(self._kernel_obj(), X.shape[1], float(self.C), X.shape[0])
-            return "working_set" if wins else "dual"
+            return "dual"
         return "working_set" if working_set_wins(sum(client.nthreads().values())) else "dual"
 
     def _fit_working_set(self, dataset, X, y, client, n_blocks):
         """A kernel fit by the working-set solver: the blocks of a ParquetDataset's rows on
         the workers of ``client`` (or this process's threads), or of ``X`` here."""
         from elmscale.distributed import dataset_ops as dataplane
-        from elmscale.distributed.working_set import array_units, fit_working_set, parquet_units
+        from elmscale.distributed.working_set import (
+            array_units,
+            exchanges_array,
+            fit_working_set,
+            parquet_units,
+        )
         from elmscale.solvers.working_set import check_q
 
         q = check_q(self.working_set_size)
@@ -689,34 +688,22 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
             units = array_units(X32, y_idx, n_blocks or threads)
             classes = np.arange(self.classes_.size)
         kernel = self._kernel_obj()
-        if dataset is None and client is None and n_blocks is None:
-            # in this process: one block of rows, its columns in blocks where they pay
-            result = solve_thunder(
-                X32,
-                y_idx,
-                classes.size,
-                kernel,
-                C=float(self.C),
-                tol=float(self.tol),
-                q=q,
-                cache_mb=float(self.cache_size),
-                max_iter=int(self.max_iter),
-                n_threads=self.n_threads,
-            )
-        else:
-            result = fit_working_set(
-                units,
-                classes,
-                kernel,
-                C=float(self.C),
-                tol=float(self.tol),
-                q=q,
-                client=client,
-                n_blocks=n_blocks,
-                cache_mb=float(self.cache_size),
-                max_iter=int(self.max_iter),
-                n_threads=self.n_threads,
-            )
+        exchanges: list = []  # (distributed.working_set.exchange_breakdown)
+        result = fit_working_set(
+            units,
+            classes,
+            kernel,
+            C=float(self.C),
+            tol=float(self.tol),
+            q=q,
+            client=client,
+            n_blocks=n_blocks,
+            cache_mb=float(self.cache_size),
+            max_iter=int(self.max_iter),
+            n_threads=self.n_threads,
+            timings=exchanges,
+        )
+        self.exchange_timings_ = exchanges_array(exchanges)  # (EXCHANGE_COLUMNS)
         seen = result.seen
         pairs = one_vs_one_pairs(self.classes_.size)
         sv = np.flatnonzero((seen.alpha > 0.0).any(axis=1))
@@ -834,8 +821,13 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
     def _forget_divide_conquer(self) -> None:
         # refitting forgets: a plain fit leaves no divide-and-conquer status behind
         divided = ("n_parts_", "part_sizes_", "sub_iter_", "phase_seconds_")
-        newton = ("duality_gap_", "n_gathered_", "pass_seconds_")
-        working_set = ("exact_checks_", "blocks_rebuilt_", "iteration_seconds_")
+        newton = ("duality_gap_", "n_gathered_", "pass_seconds_", "pass_timings_")
+        working_set = (
+            "exact_checks_",
+            "blocks_rebuilt_",
+            "iteration_seconds_",
+            "exchange_timings_",
+        )
         for name in (*divided, *EARLY_PREDICTION_ATTRS, *newton, *working_set):
             self.__dict__.pop(name, None)
 
@@ -970,6 +962,9 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         self.duality_gap_ = result.gap
         self.n_gathered_ = result.gathered
         self.pass_seconds_ = np.asarray(result.seconds)
+        from elmscale.distributed.newton import timings_array
+
+        self.pass_timings_ = timings_array(result.timings)  # (columns: newton.PASS_COLUMNS)
         if not result.converged.all():
             checked = result.kkt[np.isfinite(result.kkt)]
             worst = f"largest KKT violation {checked.max():.3g}" if checked.size else "unchecked"
