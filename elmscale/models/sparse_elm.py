@@ -48,6 +48,7 @@ from elmscale.models.sparse_elm_pairs import (
     working_set_wins,
 )
 from elmscale.solvers.kernel_kmeans import nearest_centre
+from elmscale.solvers.thunder import solve_thunder, thunder_wins
 from elmscale.solvers.working_set import DEFAULT_MAX_ITERATIONS
 
 #: With ``n_parts="auto"`` and ``early_prediction=True``, at most one part per this many
@@ -124,10 +125,14 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         while the blocks of rows, on Dask workers or on this process's threads, update
         their gradients with the kernel columns of the changed variables, one exchange
         per iteration; the same KKT stop and exact float64 check as "dual", so the same
-        optimum within ``tol``.  "auto" takes "working_set" for a ParquetDataset fitted
-        with a ``client`` of at least 4 worker threads (projected faster from there; on 2
-        workers the one-process dual solver measured faster: ``docs/performance.md``);
-        else "dual", from arrays too (faster there at every size measured).  Random nodes:
+        optimum within ``tol``.  From arrays with no ``n_blocks``, one block in this
+        process (``elmscale.solvers.thunder``, Thunder's design), its kernel columns
+        computed in blocks, one GEMM each, from 48 features.  "auto" takes "working_set"
+        for a ParquetDataset fitted with a ``client`` of at least 4 worker threads
+        (projected faster from there; on 2 workers the one-process dual solver measured
+        faster: ``docs/performance.md``); else "dual", from arrays too (faster there at
+        every size measured, 123 features and C = 100 included:
+        ``benchmarks/results/working_set_thunder.txt``).  Random nodes:
         "newton": primal Newton passes on a smoothed hinge, one pass over the
         rows serving every one-vs-one pair, finished on the exact dual over the rows near
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
@@ -608,7 +613,7 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
                 "SparseELMClassifier requires y to be passed, but the target y is None "
                 "(y may be None only when X is a ParquetDataset)"
             )
-        if self._kernel_solver(ray_address, None) == "working_set":
+        if self._kernel_solver(ray_address, None, X) == "working_set":
             return self._fit_working_set(None, X, y, None, n_blocks)
         X32, y_idx, feature_map, pairs, rows_of, seed = self._prepare(X, y)
         if self._uses_newton(X32.shape[0], ray_address):
@@ -637,8 +642,10 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         self._fit_calibration(X, y, ray_address=ray_address)
         return self
 
-    def _kernel_solver(self, ray_address, client) -> str:
-        """The solver of a kernel fit (``solver``): "working_set" or "dual"."""
+    def _kernel_solver(self, ray_address, client, X=None) -> str:
+        """The solver of a kernel fit (``solver``): "working_set" or "dual"; from arrays
+        ``X`` here, "auto" by the one-process working set's measured crossover
+        (``solvers.thunder.thunder_wins``: features, C, rows)."""
         if self.solver == "working_set":
             if self.hidden is not None:
                 raise ValueError(
@@ -656,7 +663,11 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         # from arrays the dual solver was faster at every size measured (2 threads: 0.61-0.70x
         # for the working set from 100,000 to 400,000 rows); on a cluster, from enough workers
         if client is None:
-            return "dual"
+            # (dense arrays: sparse rows and the others are solved by the dual solver)
+            if not isinstance(X, np.ndarray) or X.ndim != 2:
+                return "dual"
+            wins = thunder_wins(self._kernel_obj(), X.shape[1], float(self.C), X.shape[0])
+            return "working_set" if wins else "dual"
         return "working_set" if working_set_wins(sum(client.nthreads().values())) else "dual"
 
     def _fit_working_set(self, dataset, X, y, client, n_blocks):
@@ -689,20 +700,35 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
             classes = np.arange(self.classes_.size)
         kernel = self._kernel_obj()
         exchanges: list = []  # (distributed.working_set.exchange_breakdown)
-        result = fit_working_set(
-            units,
-            classes,
-            kernel,
-            C=float(self.C),
-            tol=float(self.tol),
-            q=q,
-            client=client,
-            n_blocks=n_blocks,
-            cache_mb=float(self.cache_size),
-            max_iter=int(self.max_iter),
-            n_threads=self.n_threads,
-            timings=exchanges,
-        )
+        if dataset is None and client is None and n_blocks is None:
+            # in this process: one block of rows, its columns in blocks where they pay
+            result = solve_thunder(
+                X32,
+                y_idx,
+                classes.size,
+                kernel,
+                C=float(self.C),
+                tol=float(self.tol),
+                q=q,
+                cache_mb=float(self.cache_size),
+                max_iter=int(self.max_iter),
+                n_threads=self.n_threads,
+            )
+        else:
+            result = fit_working_set(
+                units,
+                classes,
+                kernel,
+                C=float(self.C),
+                tol=float(self.tol),
+                q=q,
+                client=client,
+                n_blocks=n_blocks,
+                cache_mb=float(self.cache_size),
+                max_iter=int(self.max_iter),
+                n_threads=self.n_threads,
+                timings=exchanges,
+            )
         self.exchange_timings_ = exchanges_array(exchanges)  # (EXCHANGE_COLUMNS)
         seen = result.seen
         pairs = one_vs_one_pairs(self.classes_.size)
