@@ -76,6 +76,35 @@ def test_dask_passes_equal_the_blocked_passes_here_to_the_bit(binary_set, dask_c
     assert there.n_support_.sum() == there.support_.size > 0
 
 
+def test_each_pass_breakdown_and_the_blocks_sums_made_on_the_workers(binary_set, dask_client):
+    """``pass_timings_``: per pass the slowest block's compute (Dask's task stream) and CPU,
+    the wait and the coordinator's work within the pass's wall time.  Each block adds its
+    units' answers (2 units a block here) before they travel: a pass brings back one answer
+    per block, half of what one block per unit brings back."""
+    there = _model().fit(binary_set, client=dask_client)
+    per_unit = _model().fit(binary_set, n_blocks=len(binary_set.units()))
+    assert len(binary_set.units()) == 4 and len(dask_client.nthreads()) == 2
+    column = {name: i for i, name in enumerate(newton.PASS_COLUMNS)}
+    timings, here = there.pass_timings_, per_unit.pass_timings_
+    assert timings.shape == (there.n_iter_[0], len(newton.PASS_COLUMNS))
+    np.testing.assert_array_equal(timings[:, column["seconds"]], there.pass_seconds_)
+    seconds, wait = timings[:, column["seconds"]], timings[:, column["wait_s"]]
+    compute, mapped = timings[:, column["compute_s"]], timings[:, column["map_s"]]
+    assert (compute > 0).all() and (timings[:, column["cpu_s"]] > 0).all()
+    np.testing.assert_allclose(compute + wait, mapped, atol=1e-9)
+    assert (mapped + timings[:, column["coordinator_s"]] <= seconds + 1e-9).all()
+    assert (timings[:, column["bytes_sent"]] > 0).all()
+    assert np.isnan(here[:, column["compute_s"]]).all()  # no task stream without a client
+    assert (here[:, column["bytes_sent"]] == 0).all()
+    # the phase-1 passes (every row, the same answers' shapes): 2 answers against 4 (Dask
+    # counts a little framing around arrays of 20 x 20; each unit's answer sent would be 1x)
+    back = column["bytes_returned"]
+    ratio = timings[:3, back] / here[:3, back]
+    assert ((0.5 <= ratio) & (ratio < 0.7)).all(), ratio
+    table = newton.breakdown_table(timings)
+    assert len(table.splitlines()) == there.n_iter_[0] + 3
+
+
 def test_the_certified_gap_and_the_single_process_optimum(binary_set):
     X, y = binary_set.read()
     fitted = _model().fit(binary_set)

@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification, write_generated_parquet
 from elmscale.distributed.working_set import (
+    EXCHANGE_COLUMNS,
     BlockActor,
     DaskBlocks,
     array_units,
@@ -127,6 +128,17 @@ def test_on_dask_the_blocks_are_the_threads_blocks(request, dask_client, data):
     np.testing.assert_array_equal(on_dask.n_iter_, here.n_iter_)
     single = _model(solver="dual").fit(X, y)
     _same_optimum(on_dask, single, X[::3])
+    # each exchange's breakdown (EXCHANGE_COLUMNS): the slowest block's compute and CPU on
+    # its worker within the exchange's wall time here, the rest its wait
+    column = {name: i for i, name in enumerate(EXCHANGE_COLUMNS)}
+    timings = on_dask.exchange_timings_
+    assert timings.shape == (len(here.exchange_timings_), len(EXCHANGE_COLUMNS)) > (0, 0)
+    np.testing.assert_array_equal(timings[:, column["exact"]], here.exchange_timings_[:, 0])
+    compute = timings[:, column["compute_s"]]
+    assert (compute > 0).all() and (timings[:, column["coordinator_s"]] >= 0).all()
+    np.testing.assert_allclose(
+        compute + timings[:, column["wait_s"]], timings[:, column["seconds"]], atol=1e-9
+    )
 
 
 def _every_worker_holds_a_block(client) -> bool:

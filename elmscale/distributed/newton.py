@@ -22,6 +22,7 @@ rows at each pass.  No scikit-learn here: a fresh worker starts fast.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import io
@@ -75,6 +76,8 @@ class NewtonProblem:
     # units' support files; None: returned through the tasks' results instead
     state_dir: Location | None
     keep_duals: bool = False  # the last pass returns each unit's duals per pair too
+    # every unit's index, ascending: a unit's place in the fixed sum tree (``_tree_total``)
+    unit_order: tuple = ()
 
 
 class NewtonRequest(NamedTuple):
@@ -112,7 +115,8 @@ class NewtonResult(NamedTuple):
     ``converged``; ``support`` (global row numbers of the rows with a_i > 0 in any pair,
     sorted; a read-only memory map of a file of the coordinator's, unlinked, unless
     ``keep_duals``) with ``n_support`` per class; ``alpha`` (n_pairs x n, ``keep_duals``
-    only, else None); the wall ``seconds`` of each pass."""
+    only, else None); the wall ``seconds`` of each pass, and each pass's breakdown
+    ``timings`` (``pass_breakdown``)."""
 
     beta: np.ndarray
     dual: np.ndarray
@@ -126,6 +130,7 @@ class NewtonResult(NamedTuple):
     n_support: np.ndarray
     alpha: np.ndarray | None
     seconds: list
+    timings: list = []
 
 
 # -- where the rows are: Parquet units, or row ranges of arrays here ------------------------
@@ -328,12 +333,71 @@ def _unit_terms(unit, rows: UnitRows, requests, problem: NewtonProblem):
     return answers
 
 
-def block_pass(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
-    """One pass over a block's units: ``[answers of unit]`` in the block's unit order."""
+def _combined(left: list, right: list) -> list:
+    """Two row sets' answers per pair (the left's rows first) as one."""
+    return [None if a is None else _joined([a, b]) for a, b in zip(left, right)]
+
+
+def _tree_total(node: tuple, n_units: int, have: dict):
+    """The answers of tree node ``node`` = (level, j), units ``j * 2**level`` up to
+    ``(j + 1) * 2**level`` (places in unit order; fewer at the right edge): ``have[node]``
+    if known, else its halves' totals combined, the left's first.  Every sum of every
+    run takes this one shape, fixed by the number of units alone, so where the partial sums
+    are made (on the worker holding a node's units, or here) changes no bit."""
+    if node in have:
+        return have[node]
+    level, j = node
+    left = _tree_total((level - 1, 2 * j), n_units, have)
+    if (2 * j + 1) << (level - 1) >= n_units:
+        return left
+    return _combined(left, _tree_total((level - 1, 2 * j + 1), n_units, have))
+
+
+def _tree_root(n_units: int) -> tuple:
+    return (max(0, int(n_units - 1).bit_length()), 0)
+
+
+def _own_nodes(places: set, n_units: int) -> list:
+    """The largest tree nodes whose units are all in ``places`` (a block's places in unit
+    order), left to right: the partial sums a block can make alone."""
+    out = []
+
+    def visit(level, j):
+        lo = j << level
+        hi = min((j + 1) << level, n_units)
+        if lo >= n_units:
+            return
+        inside = sum(1 for p in range(lo, hi) if p in places) if level else int(lo in places)
+        if inside == hi - lo:
+            out.append((level, j))
+        elif inside:
+            visit(level - 1, 2 * j)
+            visit(level - 1, 2 * j + 1)
+
+    visit(*_tree_root(n_units))
+    return out
+
+
+def block_pass(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> tuple:
+    """One pass over a block's units: ``(partials, cpu_seconds)``, its units' answers summed
+    on the sum tree's largest nodes that the block holds whole (``{node: answers per
+    pair}``: one message of a few sums, not one answer per unit), and the thread CPU time
+    the block took."""
+    started = time.thread_time()
+    order = problem.unit_order
     with thread_budget(n_threads):
-        return [
-            _unit_terms(unit, _unit_outputs(unit, problem), requests, problem) for unit in units
-        ]
+        leaves = {
+            (0, bisect.bisect_left(order, unit.index)): _unit_terms(
+                unit, _unit_outputs(unit, problem), requests, problem
+            )
+            for unit in units
+        }
+        n_units = len(order)
+        partials = {
+            node: _tree_total(node, n_units, leaves)
+            for node in _own_nodes({node[1] for node in leaves}, n_units)
+        }
+    return partials, time.thread_time() - started
 
 
 def block_support(units, requests, problem: NewtonProblem, *, n_threads: int = 1) -> list:
@@ -586,11 +650,22 @@ def _layout(client, n_blocks: int | None) -> tuple[list, int]:
 
 
 def _blocks(units: list, n_blocks: int) -> list[list]:
-    """Units dealt round-robin into ``n_blocks`` blocks (near-equal rows for equal units)."""
-    return [units[b::n_blocks] for b in range(n_blocks) if units[b::n_blocks]]
+    """Units in ``n_blocks`` runs of consecutive units (in index order) of about equal rows:
+    a block holding whole nodes of the sum tree sums them itself (``block_pass``)."""
+    return group_units(sorted(units, key=lambda u: u.index), n_blocks)
 
 
-def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None):
+def group_units(units, n_blocks: int) -> list[list]:
+    """``units`` in ``n_blocks`` contiguous groups of about equal rows (none empty)."""
+    n_blocks = max(1, min(int(n_blocks), len(units)))
+    rows = np.cumsum([u.n_rows for u in units])
+    cuts = np.searchsorted(rows, rows[-1] * np.arange(1, n_blocks) / n_blocks, side="left") + 1
+    cuts = np.unique(np.clip(cuts, 1, len(units) - 1)) if len(units) > 1 else np.empty(0, int)
+    bounds = [0, *cuts.tolist(), len(units)]
+    return [list(units[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None, keys=None):
     """``[fn(block, *args, n_threads=1) for block in blocks]``: side by side on this
     process's threads, one BLAS thread each as on workers (so the sums, hence the bits, are
     the cluster's); or each block on its worker (block i on ``workers[i % len(workers)]``,
@@ -600,7 +675,8 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None):
     kept (the list returned holds None for it): on Dask the blocks' futures are gathered in
     turn, one at a time, each released once taken, so this process holds one block's
     result at a time (here, as each block's thread ends).  A block that fails, or a
-    ``take`` that raises, ends the gather as one failed block does."""
+    ``take`` that raises, ends the gather as one failed block does.  ``keys``: a list the
+    blocks' task keys are appended to (Dask: to find their task-stream records)."""
     results: list = [None] * len(blocks)
     if client is None:
         done = iter_in_threads(lambda b: fn(b, *args, n_threads=1), blocks, n_threads)
@@ -622,6 +698,8 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None):
         pure=False,
         retries=3,
     )
+    if keys is not None:
+        keys.extend(f.key for f in futures)
     try:
         if take is None:
             return client.gather(futures)
@@ -644,6 +722,113 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None):
                 wait(live)
             client.cancel(live)
         raise
+
+
+def _payload_bytes(value) -> int:
+    """The bytes of the arrays in ``value`` (nested tuples, lists, dicts): what a message
+    carrying it moves, the few bytes of its scalars and framing left out."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return sum(_payload_bytes(v) for v in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_payload_bytes(v) for v in value)
+    return 0
+
+
+def pass_breakdown(records: list, task_stream: list | None) -> list[dict]:
+    """Each pass's time and traffic, one dict per pass:
+
+    * ``seconds``: the pass's wall time here (``pass_seconds_``);
+    * ``coordinator_s``: this process's own work (the requests, the tree's last sums, the
+      L x L steps);
+    * ``map_s``: from the first task sent to the last answer in hand;
+    * ``compute_s``: each block's compute on its worker (Dask's task stream: the task's
+      ``compute`` interval; without a client, None);
+    * ``cpu_s``: each block's thread CPU time (measured in the task: Dask records none per
+      task);
+    * ``wait_s``: ``map_s`` less the slowest block's compute (with Dask's: the scheduler's
+      round trip, the messages and their (de)serialization; here, the threads' start);
+    * ``transfer_s``: inputs fetched from other workers (task stream ``transfer``);
+    * ``bytes_sent``: the requests' arrays sent to the blocks; ``bytes_returned``: the
+      blocks' answers (Dask's ``nbytes`` of each result, else their arrays' bytes).
+    """
+    by_key = {}
+    for record in task_stream or []:
+        by_key[record["key"]] = record
+    out = []
+    for record in records:
+        row = {k: v for k, v in record.items() if k not in ("keys", "bytes_returned")}
+        found = [by_key[k] for k in record["keys"] if k in by_key]
+        if task_stream is not None and found:
+            spans = [[s for s in r["startstops"] if s["action"] == "compute"] for r in found]
+            row["compute_s"] = [sum(s["stop"] - s["start"] for s in sp) for sp in spans]
+            row["transfer_s"] = sum(
+                s["stop"] - s["start"]
+                for r in found
+                for s in r["startstops"]
+                if s["action"] == "transfer"
+            )
+            row["bytes_returned"] = int(sum(r.get("nbytes", 0) for r in found))
+            slowest = max(row["compute_s"])
+        else:
+            row["compute_s"] = None
+            row["transfer_s"] = 0.0
+            row["bytes_returned"] = int(sum(record["bytes_returned"]))
+            slowest = max(record["cpu_s"], default=0.0)
+        row["wait_s"] = max(0.0, record["map_s"] - slowest)
+        out.append(row)
+    return out
+
+
+#: The columns of ``timings_array`` (an estimator's ``pass_timings_``): per pass, the
+#: slowest block's compute and CPU (NaN: no task stream, without a client)
+PASS_COLUMNS = (
+    "seconds",
+    "coordinator_s",
+    "map_s",
+    "compute_s",
+    "cpu_s",
+    "wait_s",
+    "transfer_s",
+    "bytes_sent",
+    "bytes_returned",
+)
+
+
+def timings_array(timings: list[dict]) -> np.ndarray:
+    """``pass_breakdown``'s records as a (passes x ``PASS_COLUMNS``) float array (what a model
+    file can hold): the blocks' compute and CPU as the slowest block's."""
+    out = np.full((len(timings), len(PASS_COLUMNS)), np.nan)
+    for i, t in enumerate(timings):
+        for j, name in enumerate(PASS_COLUMNS):
+            value = t[name]
+            if isinstance(value, list):
+                value = max(value) if value else np.nan
+            out[i, j] = np.nan if value is None else value
+    return out
+
+
+def breakdown_table(timings) -> str:
+    """Each pass's breakdown (``pass_breakdown``'s records, or ``timings_array``'s) as a
+    table, one line a pass, then the sums."""
+    if not isinstance(timings, np.ndarray):
+        timings = timings_array(timings)
+    columns = ("seconds", "compute_s", "cpu_s", "wait_s", "coordinator_s")
+    at = [PASS_COLUMNS.index(c) for c in columns]
+    sent, back = PASS_COLUMNS.index("bytes_sent"), PASS_COLUMNS.index("bytes_returned")
+    lines = [
+        f"{'pass':>4} {'wall s':>7} {'compute s':>9} {'cpu s':>7} {'wait s':>7} "
+        f"{'coord s':>7} {'KB sent':>8} {'KB back':>8}"
+    ]
+    for i, row in enumerate(timings):
+        cells = " ".join(f"{row[j]:>{w}.3f}" for j, w in zip(at, (7, 9, 7, 7, 7)))
+        lines.append(f"{i:>4} {cells} {row[sent] / 1024:>8.0f} {row[back] / 1024:>8.0f}")
+    sums = np.nansum(timings, axis=0)
+    cells = " ".join(f"{sums[j]:>{w}.2f}" for j, w in zip(at, (7, 9, 7, 7, 7)))
+    lines.append(f"{'all':>4} {cells} {sums[sent] / 1024:>8.0f} {sums[back] / 1024:>8.0f}")
+    lines.append("(compute, cpu: the slowest block's; wait: the map's time beyond its compute)")
+    return "\n".join(lines)
 
 
 def _in_unit_order(blocks, per_block: list) -> list:
@@ -723,29 +908,70 @@ def fit_newton(
         cache_mb=float(cache_mb),
         state_dir=state,
         keep_duals=bool(keep_duals),
+        unit_order=tuple(sorted(u.index for u in units)),
     )
     cap = DEFAULT_MAX_PASSES if max_passes < 0 else int(max_passes)
     solves = [_Pair(n_hidden, float(C), float(tol), seed + p) for p in range(len(pairs))]
     seconds: list = []
+    timings: list = []
+    n_units = len(problem.unit_order)
+    stream = contextlib.nullcontext(None)
+    task_problem = problem
+    if client is not None:
+        from distributed import get_task_stream
+
+        # the workers' compute per task, from Dask's own records (``_from_task_stream``)
+        stream = get_task_stream(client=client)
+        # sent once: each task then names it (a few hundred bytes less per task and pass)
+        task_problem = client.scatter(problem, broadcast=True, hash=False)
     try:
-        for index in range(cap):
-            requests = [s.request() for s in solves]
-            if all(r is None for r in requests):
-                break
-            started = time.perf_counter()
-            per_block = _on_blocks(
-                client, workers, blocks, block_pass, requests, problem, n_threads=threads
-            )
-            answers = _in_unit_order(blocks, per_block)
-            # the coordinator's steps (L x L systems, the gathered rows' solve) on one BLAS
-            # thread: a 200 x 200 Cholesky on two contended threads took 140 ms, not 1
-            with thread_budget(1):
-                for p, solve in enumerate(solves):
-                    if requests[p] is not None:
-                        solve.take(_joined([a[p] for a in answers]))
-            seconds.append(time.perf_counter() - started)
-            if on_pass is not None:
-                on_pass(index, [s.phase for s in solves])
+        with stream as task_stream:
+            for index in range(cap):
+                started = time.perf_counter()
+                requests = [s.request() for s in solves]
+                if all(r is None for r in requests):
+                    break
+                asked = time.perf_counter()
+                keys: list = []
+                per_block = _on_blocks(
+                    client,
+                    workers,
+                    blocks,
+                    block_pass,
+                    requests,
+                    task_problem,
+                    n_threads=threads,
+                    keys=keys,
+                )
+                answered = time.perf_counter()
+                have = {}
+                for partials, _ in per_block:
+                    have.update(partials)
+                total = _tree_total(_tree_root(n_units), n_units, have)
+                # the coordinator's steps (L x L systems, the gathered rows' solve) on one
+                # BLAS thread: a 200 x 200 Cholesky on two contended threads took 140 ms
+                with thread_budget(1):
+                    for p, solve in enumerate(solves):
+                        if requests[p] is not None:
+                            solve.take(total[p])
+                ended = time.perf_counter()
+                seconds.append(ended - started)
+                timings.append(
+                    {
+                        "pass": index,
+                        "seconds": ended - started,
+                        "coordinator_s": (asked - started) + (ended - answered),
+                        "map_s": answered - asked,
+                        "keys": keys,
+                        "cpu_s": [cpu for _, cpu in per_block],
+                        "bytes_sent": len(blocks) * _payload_bytes(requests) if client else 0,
+                        "bytes_returned": [_payload_bytes(p) for p, _ in per_block],
+                    }
+                )
+                del per_block, have, total
+                if on_pass is not None:
+                    on_pass(index, [s.phase for s in solves])
+        timings = pass_breakdown(timings, task_stream.data if task_stream is not None else None)
         final = [
             DualsRequest(s.beta_fix if s.beta_fix is not None else s.beta, s.rows, s.alpha)
             for s in solves
@@ -759,7 +985,7 @@ def fit_newton(
                     blocks,
                     block_support,
                     final,
-                    problem,
+                    task_problem,
                     n_threads=threads,
                     take=gathered.take,
                 )
@@ -768,7 +994,7 @@ def fit_newton(
             per_unit = _in_unit_order(
                 blocks,
                 _on_blocks(
-                    client, workers, blocks, block_support, final, problem, n_threads=threads
+                    client, workers, blocks, block_support, final, task_problem, n_threads=threads
                 ),
             )
             n_support = np.sum([counts for counts, _ in per_unit], axis=0, dtype=np.int64)
@@ -797,6 +1023,7 @@ def fit_newton(
         n_support=n_support,
         alpha=alpha,
         seconds=seconds,
+        timings=timings,
     )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budget
 from elmscale.data.work_units import attach, partition_keys
 from elmscale.distributed.collections import group_holders, holder_groups
-from elmscale.distributed.newton import _class_index, array_units, parquet_units
+from elmscale.distributed.newton import _class_index, array_units, group_units, parquet_units
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.solvers.working_set import (
@@ -71,16 +71,6 @@ def read_block(units, classes):
     return np.concatenate(Xs), np.concatenate(ids), np.concatenate(cls)
 
 
-def group_units(units, n_blocks: int) -> list[list]:
-    """``units`` in ``n_blocks`` contiguous groups of about equal rows (none empty)."""
-    n_blocks = max(1, min(int(n_blocks), len(units)))
-    rows = np.cumsum([u.n_rows for u in units])
-    cuts = np.searchsorted(rows, rows[-1] * np.arange(1, n_blocks) / n_blocks, side="left") + 1
-    cuts = np.unique(np.clip(cuts, 1, len(units) - 1)) if len(units) > 1 else np.empty(0, int)
-    bounds = [0, *cuts.tolist(), len(units)]
-    return [list(units[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-
-
 def _new_block(units, classes, pairs, kernel, C, cache_mb, n_threads, alphas=None, support=None):
     """A ``RowBlock`` from its units; with ``alphas`` (a rebuilt block) its alpha set and every
     pair's gradient made exact against ``support``."""
@@ -107,15 +97,24 @@ class ThreadBlocks:
         )
         self.threads = threads
         self.rebuilt = 0
+        self.calls: list = []
 
     def attach(self, seen, pairs):
         """(Nothing is lost here: no rebuilds.)"""
 
     def _call(self, method, *args):
+        started = time.perf_counter()
         if len(self.blocks) == 1:
             with thread_budget(self.threads):
-                return [getattr(self.blocks[0], method)(*args)]
-        return map_in_threads(lambda b: getattr(b, method)(*args), self.blocks, self.n_threads)
+                out = [_timed(self.blocks[0], method, args)]
+        else:
+            out = map_in_threads(lambda b: _timed(b, method, args), self.blocks, self.n_threads)
+        self.calls.append((method, started, time.perf_counter(), [t for _, t in out]))
+        return [r for r, _ in out]
+
+    def call_records(self) -> list:
+        """``(method, started, ended, [(compute wall, thread CPU) per block])`` per call."""
+        return self.calls
 
     def step(self, updates, shrink, q):
         return self._call("step", updates, shrink, q)
@@ -137,14 +136,31 @@ class BlockActor:
             self.block = _new_block(
                 units, classes, pairs, kernel, C, cache_mb, n_threads, alphas, support
             )
+        self.records: list = []  # (compute wall, thread CPU) per call: ``call_records``
 
     def step(self, updates, shrink, q):
         with thread_budget(self.n_threads):
-            return self.block.step(updates, shrink, q)
+            result, spent = _timed(self.block, "step", (updates, shrink, q))
+        self.records.append(spent)
+        return result
 
     def exact(self, support, which, q, precise=True):
         with thread_budget(self.n_threads):
-            return self.block.exact(support, which, q, precise)
+            result, spent = _timed(self.block, "exact", (support, which, q, precise))
+        self.records.append(spent)
+        return result
+
+    def call_records(self) -> list:
+        """This block's ``(compute wall, thread CPU)`` per call, in call order."""
+        return self.records
+
+
+def _timed(block, method, args):
+    """``(block.method(*args), (wall seconds, thread CPU seconds))``: a call's own cost on
+    its worker (Dask records no actor calls in its task stream)."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    result = getattr(block, method)(*args)
+    return result, (time.perf_counter() - wall, time.thread_time() - cpu)
 
 
 class DaskBlocks:
@@ -169,6 +185,7 @@ class DaskBlocks:
         self.seen = None
         self.pairs = pairs
         self.rebuilt = 0
+        self.calls: list = []
         # a group of a Dask collection's partitions lives where they are (holder_groups)
         held = group_holders(client, groups)
         self.homes = [held[i] or self.workers[i % len(self.workers)] for i in range(len(groups))]
@@ -218,6 +235,7 @@ class DaskBlocks:
     def _call(self, method, *args):
         """Every block's ``method(*args)``; a block lost with its worker, before or during the
         call, is rebuilt to its state before the call (``_rebuild``) and called again."""
+        started = time.perf_counter()
         with self._current():
             pending = [getattr(a, method)(*args) for a in self.actors]
             results: list = [None] * len(pending)
@@ -232,7 +250,25 @@ class DaskBlocks:
             for i in lost:
                 self._rebuild(i)
                 results[i] = getattr(self.actors[i], method)(*args).result()
+            self.calls.append((method, started, time.perf_counter(), lost))
             return results
+
+    def call_records(self) -> list:
+        """``(method, started, ended, [(compute wall, thread CPU) per block])`` per call:
+        the calls' times here, their cost on the workers asked of each actor once (a block
+        rebuilt mid-fit reports from its rebuilding on: its earlier calls count as none)."""
+        with self._current():
+            per_block = [a.call_records().result() for a in self.actors]
+        out = []
+        for n, (method, started, ended, _) in enumerate(self.calls):
+            spent = [
+                rec[n - (len(self.calls) - len(rec))]
+                if n >= len(self.calls) - len(rec)
+                else (0.0, 0.0)
+                for rec in per_block
+            ]
+            out.append((method, started, ended, spent))
+        return out
 
     def _lost(self, worker) -> bool:
         """Whether ``worker`` has left the cluster (waiting a while for the scheduler to
@@ -285,6 +321,7 @@ def fit_working_set(
     max_iter=-1,
     n_threads=None,
     on_iteration=None,
+    timings=None,
 ):
     """Fit every one-vs-one pair of ``classes`` on the rows of ``units`` (Parquet work units, or
     ``array_units`` of arrays here) by the working-set solver; returns its
@@ -292,6 +329,7 @@ def fit_working_set(
     this process's ``n_threads`` threads.  ``n_blocks``: blocks of rows (default: the
     workers, or the threads here; the iterates do not depend on it); ``cache_mb`` the
     column caches' budget per worker (per process here), ``q`` the working set's size.
+    ``timings``: a list that gets each exchange's breakdown (``exchange_breakdown``).
     """
     q = check_q(q)
     classes = np.asarray(classes)
@@ -309,7 +347,8 @@ def fit_working_set(
         blocks = DaskBlocks(
             client, groups, classes, pairs, kernel_dict, C, cache_mb * max(len(workers), 1)
         )
-    return solve_working_set(
+    started = time.perf_counter()
+    result = solve_working_set(
         blocks,
         pairs,
         n_features,
@@ -320,3 +359,52 @@ def fit_working_set(
         max_iter=max_iter,
         on_iteration=on_iteration,
     )
+    if timings is not None:
+        timings.extend(exchange_breakdown(blocks.call_records(), started))
+    return result
+
+
+#: The columns of ``exchanges_array`` (an estimator's ``exchange_timings_``): per exchange,
+#: 1 for a check of every row (0: a step), and the slowest block's compute and CPU
+EXCHANGE_COLUMNS = ("exact", "seconds", "compute_s", "cpu_s", "wait_s", "coordinator_s")
+
+
+def exchanges_array(timings: list[dict]) -> np.ndarray:
+    """``exchange_breakdown``'s records as an (exchanges x ``EXCHANGE_COLUMNS``) float array
+    (what a model file can hold)."""
+    out = np.zeros((len(timings), len(EXCHANGE_COLUMNS)))
+    for i, t in enumerate(timings):
+        out[i] = [
+            float(t["method"] == "exact"),
+            t["seconds"],
+            max(t["compute_s"], default=0.0),
+            max(t["cpu_s"], default=0.0),
+            t["wait_s"],
+            t["coordinator_s"],
+        ]
+    return out
+
+
+def exchange_breakdown(calls: list, started: float) -> list[dict]:
+    """Each exchange with the blocks (a call of every block: a step, or a check of every
+    row), one dict each: ``method``; ``seconds`` its wall time here; ``compute_s`` and
+    ``cpu_s`` each block's compute wall and thread CPU on its worker; ``wait_s`` the
+    call's time beyond the slowest block's compute (the messages, their
+    (de)serialization); ``coordinator_s`` this process's own work since the exchange
+    before (the subproblem, the working set's choice)."""
+    out = []
+    last = started
+    for method, begun, ended, spent in calls:
+        compute = [wall for wall, _ in spent]
+        out.append(
+            {
+                "method": method,
+                "seconds": ended - begun,
+                "compute_s": compute,
+                "cpu_s": [cpu for _, cpu in spent],
+                "wait_s": max(0.0, ended - begun - max(compute, default=0.0)),
+                "coordinator_s": begun - last,
+            }
+        )
+        last = ended
+    return out
