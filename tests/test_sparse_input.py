@@ -43,6 +43,7 @@ from elmscale.models.boosting_ridge import (
 from elmscale.models.elm import ELMClassifier, ELMRegressor
 from elmscale.models.felm import DENSE_SELECTION_BYTES, FELMClassifier, FKELMClassifier
 from elmscale.models.flsa_svm import FLSASVMClassifier, FLSASVMRegressor
+from elmscale.models.sparse_elm_pairs import DENSE_ROWS
 from elmscale.solvers.kernel_dual import solve_kernel_dual
 
 U64 = 2.0**-53
@@ -306,7 +307,8 @@ def test_high_dimensional_sparse_fit_stays_within_the_csr_and_the_cache():
     def model():
         return SparseELMClassifier(kernel="gaussian", sigma=1.0, C=1.0, cache_size=cache_mb)
 
-    model().fit(X[:300], y[:300])  # compiled before the count
+    # compiled before the count: a pair past DENSE_ROWS takes the column-cache solver
+    model().fit(X[: DENSE_ROWS + 100], y[: DENSE_ROWS + 100])
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
