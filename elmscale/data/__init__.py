@@ -1,7 +1,8 @@
 """Data: the ``Dataset`` every reader returns (``dataset``), the LIBSVM, CSV and ARFF
 readers (``text_formats``), Parquet data sets read and written whole (``parquet_io``),
 format detection and the ``load`` dispatcher (``formats``), Parquet data sets cut into
-work units (``parquet``), column choice (``columns``), the paper's scaling (``scaling``),
+work units (``parquet``), sparse rows in Parquet in Spark ML's vector layout
+(``sparse_rows``), column choice (``columns``), the paper's scaling (``scaling``),
 synthetic data (``synthetic``) and the public benchmark files through a local cache
 (``public_data``).
 
