@@ -3,6 +3,14 @@ data do not grow as the rows are split over more workers.
 
     python benchmarks/newton_passes.py            # 1M rows, K = 1, 2, 4, 8, 16, 32
     python benchmarks/newton_passes.py --quick    # 50k rows, K = 1, 2, 4, for CI
+    python benchmarks/newton_passes.py --breakdown [--rows N]   # each pass on 2 Dask workers
+
+``--breakdown``: the fit on a 2-worker LocalCluster (1 thread each) of
+benchmarks/sparse_elm_dask.py's data (1M rows; --quick 100k), each pass broken down from
+Dask's task stream alone (the blocks' compute, the bytes they return; the rest of the
+pass's wall time is the wait and the coordinator's work), so that the same table comes from
+any version of ``fit_newton``: ``PYTHONPATH=<an older checkout> python
+benchmarks/newton_passes.py --breakdown`` gives its "before".
 
 The blocks run on this process's threads (``fit_newton`` without a client: the same passes,
 bit for bit, as on a cluster with K worker threads, since every pass sums the units' terms
@@ -48,10 +56,13 @@ def main(argv=None) -> int:
     parser.add_argument("--n-hidden", type=int, default=200)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--plot", type=Path, default=None, help="the figure (PNG)")
+    parser.add_argument("--breakdown", action="store_true", help="each pass on 2 workers")
     parser.add_argument(
         "--data-dir", type=Path, default=Path(__file__).resolve().parent / "generated"
     )
     args = parser.parse_args(argv)
+    if args.breakdown:
+        return breakdown(args)
     rows = args.rows or (50_000 if args.quick else 1_000_000)
     blocks = args.blocks or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16, 32])
     # benchmarks/make_parquet.py's rows, in 64 files: K blocks need K units at least
@@ -111,6 +122,54 @@ def main(argv=None) -> int:
         fig.tight_layout()
         fig.savefig(args.plot, dpi=110)
         print(f"plot: {args.plot}")
+    return 0
+
+
+def breakdown(args) -> int:
+    """Each pass of the 2-worker fit, from Dask's task stream (see the module's docstring)."""
+    from distributed import Client, get_task_stream
+    from make_parquet import make_parquet
+    from two_workers import two_worker_cluster
+
+    import elmscale
+    from elmscale.distributed.newton import parquet_units
+
+    rows = args.rows or (100_000 if args.quick else 1_000_000)
+    data = open_parquet(make_parquet(args.data_dir / f"classification-{rows}", rows), label="label")
+    units = parquet_units(data)
+    layer = HiddenLayer("sigmoid", data.n_features, args.n_hidden, 0).to_dict()
+    print(
+        f"elmscale from {Path(elmscale.__file__).parent}; {rows:,} rows in {len(units)} "
+        f"units, L = {args.n_hidden}, C = 1, tol {args.tol:g}; 2 Dask workers, 1 thread each"
+    )
+    with two_worker_cluster() as cluster, Client(cluster) as client:
+        fit_newton(units[:2], layer, [0, 1], C=1.0, tol=args.tol, client=client)  # warm
+        with get_task_stream(client=client) as stream:
+            started = time.perf_counter()
+            result = fit_newton(units, layer, [0, 1], C=1.0, tol=args.tol, client=client)
+            seconds = time.perf_counter() - started
+    tasks = sorted(
+        (r for r in stream.data if r["key"].startswith("block_pass")),
+        key=lambda r: r["startstops"][0]["start"],
+    )
+    n_blocks = len(tasks) // len(result.seconds)
+    print(f"{'pass':>4} {'wall s':>7} {'compute s':>9} {'rest s':>7} {'KB back':>8}")
+    sums = np.zeros(4)
+    for i, wall in enumerate(result.seconds):
+        mine = tasks[i * n_blocks : (i + 1) * n_blocks]
+        compute = max(
+            sum(s["stop"] - s["start"] for s in r["startstops"] if s["action"] == "compute")
+            for r in mine
+        )
+        back = sum(r["nbytes"] for r in mine) / 1024
+        sums += [wall, compute, wall - compute, back]
+        print(f"{i:>4} {wall:>7.3f} {compute:>9.3f} {wall - compute:>7.3f} {back:>8.0f}")
+    print(f"{'all':>4} {sums[0]:>7.2f} {sums[1]:>9.2f} {sums[2]:>7.2f} {sums[3]:>8.0f}")
+    print(
+        f"fit {seconds:.2f} s, {result.passes[0]} passes, {n_blocks} blocks a pass; compute: "
+        "the slowest block's (task stream); rest: the pass's wall time beyond it (the "
+        "scheduler's round trip, the messages, the coordinator's work)"
+    )
     return 0
 
 

@@ -4,6 +4,7 @@ Newton solver on a 2-worker Dask LocalCluster, against the one-process fits.
     python benchmarks/sparse_elm_dask.py            # 1M rows against one process; 10M, 20M
     python benchmarks/sparse_elm_dask.py --quick    # 100k rows against one process; 200k, 400k
     python benchmarks/sparse_elm_dask.py --large    # the 1M-row comparison only
+    python benchmarks/sparse_elm_dask.py --must-show [--quick]   # issue 53's run (below)
 
 Data: benchmarks/make_parquet.py's generated problem (8 features, 3 % label noise; row i
 the same in every size, so the first 1M rows of the 10M set are the 1M set), kept in
@@ -22,6 +23,17 @@ the same in every size, so the first 1M rows of the 10M set are the 1M set), kep
    the peak RSS of the coordinator and of each worker (target: at most 1.1x when the rows
    double).
 
+``--must-show`` (issue 53: every added core pays), in one run, alone on the machine:
+
+* the Newton fit (1M rows; --quick 100k) on 2 Dask workers of 1 thread each against the
+  one-thread fit in this process (target: at least 1.6x), the objectives (within tol), and
+  the Dask fit's breakdown per pass (``pass_timings_``: the blocks' compute from Dask's task
+  stream, their CPU, the wait, the coordinator's work, the bytes each way);
+* the kernel fit (gaussian sigma 0.5, C = 1, 300k rows; --quick 6k) with a 2-worker client,
+  whichever solver "auto" takes, against the one-thread dual in this process (target: at
+  least 1.5x), the objectives, and the working set's breakdown per exchange
+  (``exchange_timings_``) when "auto" takes it.
+
 ``--cache-mb`` is each worker's cache of hidden outputs (default 2,048 MB: 10M rows x 200
 nodes is 8 GB, so the large sets stream most units from their files at each pass, the
 memory bounded).
@@ -30,6 +42,7 @@ memory bounded).
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
@@ -41,6 +54,7 @@ from two_workers import two_worker_cluster
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification
+from elmscale.distributed.newton import breakdown_table
 
 
 def _model(args, **kw) -> SparseELMClassifier:
@@ -78,10 +92,13 @@ def main(argv=None) -> int:
     parser.add_argument("--n-hidden", type=int, default=200)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--cache-mb", type=float, default=2048.0)
+    parser.add_argument("--must-show", action="store_true", help="issue 53's run")
     parser.add_argument(
         "--data-dir", type=Path, default=Path(__file__).resolve().parent / "generated"
     )
     args = parser.parse_args(argv)
+    if args.must_show:
+        return must_show(args)
     small = args.small or (100_000 if args.quick else 1_000_000)
     large = (
         args.large
@@ -148,6 +165,88 @@ def main(argv=None) -> int:
             f"RSS coordinator {ratios[0]:.2f}x, workers "
             f"{', '.join(f'{r:.2f}x' for r in ratios[1:])} (target 1.1x)"
         )
+    return 0
+
+
+def _relative(a: float, b: float) -> float:
+    return (a - b) / abs(b)
+
+
+def _exchange_table(timings: list[dict]) -> str:
+    """The working set's exchanges (``exchange_timings_``), summed by kind."""
+    lines = [
+        f"{'exchange':<8} {'count':>6} {'wall s':>8} {'compute s':>9} {'cpu s':>8} "
+        f"{'wait s':>7} {'coord s':>8}"
+    ]
+    for method in sorted({e["method"] for e in timings}):
+        mine = [e for e in timings if e["method"] == method]
+        lines.append(
+            f"{method:<8} {len(mine):>6} {sum(e['seconds'] for e in mine):>8.2f} "
+            f"{sum(max(e['compute_s']) for e in mine):>9.2f} "
+            f"{sum(max(e['cpu_s']) for e in mine):>8.2f} {sum(e['wait_s'] for e in mine):>7.2f} "
+            f"{sum(e['coordinator_s'] for e in mine):>8.2f}"
+        )
+    lines.append("(compute, cpu: the slowest block's per exchange; wait: the exchange beyond it)")
+    return "\n".join(lines)
+
+
+def must_show(args) -> int:
+    """Issue 53's comparisons in one run (see the module's docstring)."""
+    newton_rows = args.small or (100_000 if args.quick else 1_000_000)
+    kernel_rows = 6_000 if args.quick else 300_000
+    newton_path = make_parquet(args.data_dir / f"classification-{newton_rows}", newton_rows)
+    kernel_path = make_parquet(args.data_dir / f"classification-{kernel_rows}", kernel_rows)
+    warm = generate_classification(2_000, 8, random_state=1)
+    _model(args, solver="newton", n_threads=1).fit(warm.X, warm.y)  # compiled before timing
+    kernel_model = functools.partial(
+        SparseELMClassifier, sigma=0.5, C=1.0, tol=args.tol, cache_size=200.0, random_state=0
+    )
+    kernel_model(solver="dual", n_threads=1).fit(warm.X, warm.y)
+    X, y = open_parquet(newton_path, label="label").read()
+    started = time.perf_counter()
+    one = _model(args, solver="newton", n_threads=1).fit(X, y)
+    one_s = time.perf_counter() - started
+    X, y = open_parquet(kernel_path, label="label").read()
+    started = time.perf_counter()
+    dual = kernel_model(solver="dual", n_threads=1).fit(X, y)
+    dual_s = time.perf_counter() - started
+    X = y = None
+    warm_path = make_parquet(args.data_dir / "classification-20000", 20_000)
+    with two_worker_cluster() as cluster, Client(cluster) as client:
+        # the workers' imports and compiled kernels loaded before timing, as here
+        _model(args).fit(open_parquet(warm_path, label="label"), client=client)
+        kernel_model(solver="auto").fit(open_parquet(warm_path, label="label"), client=client)
+        started = time.perf_counter()
+        two = _model(args).fit(open_parquet(newton_path, label="label"), client=client)
+        two_s = time.perf_counter() - started
+        started = time.perf_counter()
+        spread = kernel_model(solver="auto").fit(
+            open_parquet(kernel_path, label="label"), client=client
+        )
+        spread_s = time.perf_counter() - started
+    rel = _relative(two.objective_[0], one.objective_[0])
+    print(
+        f"Newton fit, {newton_rows:,} rows, L = {args.n_hidden}, C = 1, tol {args.tol:g}: one "
+        f"thread here {one_s:.2f} s ({one.n_iter_[0]} passes); 2 Dask workers (1 thread "
+        f"each) {two_s:.2f} s ({two.n_iter_[0]} passes): {one_s / two_s:.2f}x (target 1.6x); "
+        f"objective {two.objective_[0]:.9e} against {one.objective_[0]:.9e} ({rel:+.1e}, "
+        f"{'within' if abs(rel) <= args.tol else 'NOT within'} tol)",
+        flush=True,
+    )
+    print("the 2-worker Newton fit's passes (pass_timings_):")
+    print(breakdown_table(two.pass_timings_))
+    rel = _relative(spread.objective_[0], dual.objective_[0])
+    print(
+        f"\nkernel fit, gaussian sigma 0.5, C = 1, {kernel_rows:,} rows: one-thread dual here "
+        f"{dual_s:.2f} s; 2-worker client, solver 'auto' took {spread.solver_!r}: "
+        f"{spread_s:.2f} s: {dual_s / spread_s:.2f}x (target 1.5x); objective "
+        f"{spread.objective_[0]:.9e} against {dual.objective_[0]:.9e} ({rel:+.1e}, "
+        f"{'within' if abs(rel) <= args.tol else 'NOT within'} tol)",
+        flush=True,
+    )
+    if getattr(spread, "exchange_timings_", None):
+        print("the working set's exchanges (exchange_timings_):")
+        print(_exchange_table(spread.exchange_timings_))
     return 0
 
 
