@@ -16,7 +16,7 @@ scikit-learn-intelex is installed (``pip install "elmscale[bench]"``), oneDAL's
   split, scaled on the training part), sigma 0.5, C in 0.1 1 10 100 1000 (quick: 1); fit
   and predict times (the best of N in a row), accuracies, support vectors, our steps; then
   issue 52's other rows, each against the same peers: a9a dense and as CSR (sigma 4, C 1;
-  a line says so when CSR input is refused), satimage (6 classes, sigma 0.2, C 10) and a
+  a line says so when CSR input is refused), satimage (6 classes, sigma 0.5, C 10) and a
   generated wide dense set (300 features, 20,000 rows, sigma 10, C 1); quick: 1,500 rows.
 - ``first-fit``: a fresh process with an empty compile cache times its first fit; a second
   fresh process with that cache filled times its first and second fits; a fresh process
@@ -486,7 +486,9 @@ def other_sets(quick):
     return (
         ("a9a dense", 4.0, 1.0, lambda: a9a(quick)),
         ("a9a CSR", 4.0, 1.0, lambda: a9a(quick, sparse=True)),
-        ("satimage", 0.2, 10.0, lambda: satimage(quick)),
+        # sigma 0.5: the Table III setting, sigma 0.2, leaves SVC (with its bias) at 61 %
+        # against our 88 %; at 0.5 both are near their best (92.1 % and 91.8 % at C 10)
+        ("satimage", 0.5, 10.0, lambda: satimage(quick)),
         (f"wide d={WIDE_FEATURES}", WIDE_SIGMA, 1.0, lambda: wide(quick)),
     )
 
