@@ -136,7 +136,10 @@ def _journal_keys(path: Path) -> list[str]:
 @needs_shared
 @pytest.mark.timeout(600)
 def test_a_killed_run_resumes_and_runs_each_piece_once(tmp_path):
+    """Cut after 10 of its 55 pieces (2 trials: more than one trial of a method to resume,
+    20 pieces fewer than 3 trials to run again), then resumed."""
     data_dir = shared_data()
+    trials = 2
     argv = [
         sys.executable,
         "-m",
@@ -145,7 +148,7 @@ def test_a_killed_run_resumes_and_runs_each_piece_once(tmp_path):
         "sparse-elm",
         "--quick",
         "--trials",
-        "3",
+        str(trials),
         "--out",
         str(tmp_path),
         "--data-dir",
@@ -176,7 +179,7 @@ def test_a_killed_run_resumes_and_runs_each_piece_once(tmp_path):
             os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=60)
     done_before = _journal_keys(journal)
-    total = len(load_protocol("sparse-elm", quick=True, trials=3).pieces())
+    total = len(load_protocol("sparse-elm", quick=True, trials=trials).pieces())
     assert 10 <= len(done_before) < total, "the run must be cut half-way"
 
     second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=480)
@@ -186,7 +189,7 @@ def test_a_killed_run_resumes_and_runs_each_piece_once(tmp_path):
     assert len(keys) == len(set(keys)) == total  # each piece once
     assert keys[: len(done_before)] == done_before  # the first run's pieces kept, not redone
     results = pd.read_csv(tmp_path / "results.csv")
-    assert len(results) == 2 * (3 + 3 + 2 + 2) * 3
+    assert len(results) == 2 * (3 + 3 + 2 + 2) * trials
 
 
 @needs_shared
