@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -22,29 +24,70 @@ def clean_env(**extra) -> dict:
     return env
 
 
+class WheelBuild:
+    """``python -m build --wheel --no-isolation`` (this interpreter's packages: its numba
+    compiles the kernels carried, which are required) of a copy of ``source`` made in
+    ``where`` (``source``'s build/ folder is left alone), started in the background: the
+    build compiles on one core for a minute or more, and its caller may do other work
+    meanwhile (:meth:`wait` for it)."""
+
+    def __init__(self, source: Path, where: Path):
+        copy = where / "source"
+        copy.mkdir(parents=True)
+        for name in ("pyproject.toml", "setup.py", "README.md"):
+            shutil.copy2(source / name, copy / name)
+        shutil.copytree(
+            source / "elmscale",
+            copy / "elmscale",
+            ignore=shutil.ignore_patterns("__pycache__", "*.nb[ic]", carried_kernels.FOLDER_NAME),
+        )
+        self.dist = copy / "dist"
+        self.argv = [
+            sys.executable,
+            *("-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."),
+        ]
+        # output to files, not pipes: a pipe nobody reads while the build runs would fill
+        # and stop it
+        self._out, self._err = where / "build.out", where / "build.err"
+        with open(self._out, "wb") as out, open(self._err, "wb") as err:
+            self.process = subprocess.Popen(
+                self.argv,
+                cwd=copy,
+                env=clean_env(ELMSCALE_WHEEL_KERNELS="require"),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # stop() ends the build's warmup process with it
+            )
+
+    def wait(self, timeout: float) -> subprocess.CompletedProcess:
+        """The finished build (as ``subprocess.run`` returns it); killed and
+        ``TimeoutExpired`` raised if it is still running ``timeout`` s from now."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        return subprocess.CompletedProcess(
+            self.argv,
+            self.process.returncode,
+            self._out.read_text(errors="replace"),
+            self._err.read_text(errors="replace"),
+        )
+
+    def stop(self) -> None:
+        """Kill the build and the processes it started, if it is still running (its caller
+        gave up on it)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(60)
+
+
 def build_wheel(source: Path, where: Path, timeout: float):
-    """``(build, dist)``: ``python -m build --wheel --no-isolation`` (this interpreter's
-    packages: its numba compiles the kernels carried, which are required) of a copy of
-    ``source`` made in ``where`` (``source``'s build/ folder is left alone); the finished
-    process and the folder its wheel is in."""
-    copy = where / "source"
-    copy.mkdir(parents=True)
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(source / name, copy / name)
-    shutil.copytree(
-        source / "elmscale",
-        copy / "elmscale",
-        ignore=shutil.ignore_patterns("__pycache__", "*.nb[ic]", carried_kernels.FOLDER_NAME),
-    )
-    built = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."],
-        cwd=copy,
-        env=clean_env(ELMSCALE_WHEEL_KERNELS="require"),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return built, copy / "dist"
+    """``(build, dist)``: :class:`WheelBuild` of ``source`` in ``where``, waited for; the
+    finished process and the folder its wheel is in."""
+    build = WheelBuild(source, where)
+    return build.wait(timeout), build.dist
 
 
 def site_packages(python) -> Path:

@@ -1,7 +1,9 @@
 """The wheel carries its compiled kernels (``setup.py``, ``elmscale/core/carried_kernels.py``).
 
 The wheel is built once for the module (``python -m build --wheel --no-isolation`` on a
-copy of this tree, with this interpreter's packages: a minute or so), installed in fresh
+copy of this tree, with this interpreter's packages: a minute or more on one core, started
+in the background as the module starts, while the tests before the wheel's own run on the
+other core), installed in fresh
 virtual environments whose dependencies are this interpreter's (a ``.pth`` file: the
 carried kernels must match the numba installed), and each fit runs in a fresh process
 with an empty user cache folder.  The picking of a baseline and the manifest's checks are
@@ -28,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from _wheel import build_wheel, clean_env, site_packages, wheel_venv
+from _wheel import WheelBuild, clean_env, site_packages, wheel_venv
 
 from elmscale.core import carried_kernels, compile_cache
 
@@ -85,57 +87,97 @@ def _host_baseline():
     return None
 
 
+@pytest.fixture(scope="module", autouse=True)
+def wheel_build(request, tmp_path_factory):
+    """The wheel's build, started in the background as the module's first test starts when
+    any of its tests selected uses the wheel: it compiles on one core for a minute or more,
+    while the tests of the kernels carried for the core step (``carried_core``, which
+    compile on the other) run; the wheel's own tests are last in the file and wait for it.
+    Killed at the module's end if still running (a test failed or was deselected)."""
+    here = request.node.path
+    wanted = any(
+        item.path == here and "wheel" in getattr(item, "fixturenames", ())
+        for item in request.session.items
+    )
+    if not wanted or _host_baseline() is None:
+        yield None
+        return
+    build = WheelBuild(ROOT, tmp_path_factory.mktemp("wheel"))
+    yield build
+    build.stop()
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def wheel(wheel_build) -> Path:
     if _host_baseline() is None:
         pytest.skip("this CPU meets none of the carried baselines (x86-64-v3 at least)")
-    built, dist = build_wheel(ROOT, tmp_path_factory.mktemp("wheel"), BUILD_TIMEOUT)
+    built = wheel_build.wait(BUILD_TIMEOUT)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = dist.glob("*.whl")
+    (wheel,) = wheel_build.dist.glob("*.whl")
     return wheel
 
 
-def _fit_in(
+class _Fit(NamedTuple):
+    """A fit of CHILD's running in a fresh process (:func:`_start_fit`)."""
+
+    process: subprocess.Popen
+    work: Path
+
+
+def _start_fit(
     python: Path, tmp: Path, *models: str, first="elmscale", work_name=None, **env
-) -> tuple[dict, dict]:
-    """CHILD's fits of ``models`` by ``python`` in a fresh process, in the controlled
-    environment ``clean_env(**env)`` (by default an empty user cache folder)."""
+) -> _Fit:
+    """CHILD's fits of ``models`` by ``python``, started in a fresh process in the controlled
+    environment ``clean_env(**env)`` (by default an empty user cache folder); ``_result``
+    waits for them.  Two started together run on two cores: a fit that compiles (on one
+    core: numba's compiler holds a lock) beside one that does not, or beside another
+    process's compile."""
     work = tmp / (work_name or f"work-{first}")
     work.mkdir()
     xdg = tmp / "xdg"  # empty: no user cache
-    result = subprocess.run(
-        [str(python), "-c", CHILD, f"{first}-first", *models],
-        cwd=work,
-        env=clean_env(**{"XDG_CACHE_HOME": str(xdg), **env}),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stderr[-3000:]
-    with np.load(work / "predictions.npz") as saved:
+    with open(work / "child.out", "wb") as out, open(work / "child.err", "wb") as err:
+        process = subprocess.Popen(
+            [str(python), "-c", CHILD, f"{first}-first", *models],
+            cwd=work,
+            env=clean_env(**{"XDG_CACHE_HOME": str(xdg), **env}),
+            stdout=out,  # files: a pipe nobody reads meanwhile could fill and stop it
+            stderr=err,
+        )
+    return _Fit(process, work)
+
+
+def _result(fit: _Fit, timeout: float = 400) -> tuple[dict, dict]:
+    """The started fit's ``RESULT`` and its predictions, once it has ended."""
+    try:
+        fit.process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        fit.process.kill()
+        fit.process.wait(60)
+        raise
+    stdout = (fit.work / "child.out").read_text(errors="replace")
+    stderr = (fit.work / "child.err").read_text(errors="replace")
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert fit.process.returncode == 0 and lines, stderr[-3000:]
+    with np.load(fit.work / "predictions.npz") as saved:
         predictions = dict(saved)
     return json.loads(lines[-1][len("RESULT ") :]), predictions
 
 
-def _same_as_this_checkout(
-    predictions: dict, models, tmp: Path, baseline: carried_kernels.Baseline | None
-) -> None:
-    """The editable checkout's fit of the same data, in a fresh process whose numba
+def _fit_in(python: Path, tmp: Path, *models: str, **kw) -> tuple[dict, dict]:
+    """:func:`_start_fit`, waited for."""
+    return _result(_start_fit(python, tmp, *models, **kw))
+
+
+def _start_checkout_fit(models, tmp: Path, baseline: carried_kernels.Baseline | None) -> _Fit:
+    """The editable checkout's fit of the same data, started in a fresh process whose numba
     compiles for the target the wheel's fit ran kernels of: ``baseline`` (its carried
     kernels) or, None, this host (numba's default, no ``NUMBA_CPU_*``), whatever CPU this
-    process's numba was told to compile for.  The same sources compiled for the same
-    target are the same machine code, and the solvers are deterministic (the kernel
-    solver's helper thread included: the same result to the bit as one thread), so the
-    labels and decision values are equal to the bit.  Kernels compiled for another target
-    would differ in more than rounding: other vector widths and FMA contraction round the
-    kernel solver's steps otherwise, and its path to its stopping tolerance, not to the
-    last bit, follows (3e-4 in a decision value against x86-64-v2's kernels)."""
+    process's numba was told to compile for.  ``_same_as_this_checkout`` compares."""
     cpu = {}
     if baseline is not None:
         cpu = {"NUMBA_CPU_NAME": baseline.cpu_name, "NUMBA_CPU_FEATURES": baseline.cpu_features}
     # a cache folder of its own: the checkout's __pycache__ is left alone
-    out, reference = _fit_in(
+    return _start_fit(
         Path(sys.executable),
         tmp,
         *models,
@@ -143,6 +185,20 @@ def _same_as_this_checkout(
         ELMSCALE_CACHE_DIR=str(tmp / "checkout-cache"),
         **cpu,
     )
+
+
+def _same_as_this_checkout(
+    predictions: dict, models, checkout: _Fit, baseline: carried_kernels.Baseline | None
+) -> None:
+    """``predictions`` against the checkout's (:func:`_start_checkout_fit`).  The same
+    sources compiled for the same target are the same machine code, and the solvers are
+    deterministic (the kernel solver's helper thread included: the same result to the bit
+    as one thread), so the labels and decision values are equal to the bit.  Kernels
+    compiled for another target would differ in more than rounding: other vector widths and
+    FMA contraction round the kernel solver's steps otherwise, and its path to its stopping
+    tolerance, not to the last bit, follows (3e-4 in a decision value against x86-64-v2's
+    kernels)."""
+    out, reference = _result(checkout)
     assert Path(out["package"]).is_relative_to(PACKAGE), out["package"]
     expected_cpu = [None, None] if baseline is None else [baseline.cpu_name, baseline.cpu_features]
     assert out["cpu"] == expected_cpu, out
@@ -151,51 +207,6 @@ def _same_as_this_checkout(
             np.testing.assert_array_equal(
                 predictions[f"{name}_{kind}"], reference[f"{name}_{kind}"], err_msg=name
             )
-
-
-@pytest.mark.timeout(900)
-def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
-    with zipfile.ZipFile(wheel) as zf:
-        manifest = json.loads(zf.read("elmscale/_kernel_cache/manifest.json"))
-    # machine code for this Python and platform: tagged so
-    python_tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    platform_tag = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    assert wheel.name.endswith(f"-{python_tag}-{python_tag}-{platform_tag}.whl"), wheel.name
-    # those the build machine meets: the warmup runs the code it compiles
-    features = carried_kernels.host_features()
-    met = [b.name for b in carried_kernels.BASELINES.values() if set(b.requires) <= features]
-    assert [b["name"] for b in manifest["baselines"]] == met
-    assert manifest["sources"] == compile_cache.source_hashes(compile_cache.kernel_sources())
-    python = wheel_venv(tmp_path / "venv", wheel)
-    out, predictions = _fit_in(python, tmp_path, "sparse", "sparse_large", "elm")
-    assert Path(out["package"]).is_relative_to(tmp_path / "venv"), out["package"]
-    expected = _host_baseline()
-    assert out["status"]["baseline"] == expected.name, out["status"]
-    assert out["cpu"] == [None, None]  # numba still compiles for this host
-    assert out["compiled"] == [], out["compiled"]
-    _same_as_this_checkout(predictions, ["sparse", "sparse_large", "elm"], tmp_path, expected)
-    # numba imported and compiling first: the carried kernels serve all the same
-    out, _ = _fit_in(python, tmp_path, "sparse", first="numba")
-    assert out["status"]["baseline"] == expected.name, out["status"]
-    assert out["cpu"] == [None, None]
-    assert out["compiled"] == [], out["compiled"]
-
-
-@pytest.mark.timeout(900)
-def test_a_manifest_of_another_numba_falls_back_to_compiling(wheel, tmp_path):
-    python = wheel_venv(tmp_path / "venv", wheel)
-    site = site_packages(python)
-    manifest_path = site / "elmscale" / carried_kernels.FOLDER_NAME / carried_kernels.MANIFEST
-    manifest = json.loads(manifest_path.read_text())
-    manifest["numba"] = "0.1.0"
-    manifest_path.write_text(json.dumps(manifest))
-    out, predictions = _fit_in(python, tmp_path, "elm")
-    assert out["status"]["baseline"] is None
-    assert "built with numba 0.1.0" in out["status"]["reason"], out["status"]
-    assert out["cpu"] == [None, None]  # numba compiles for this CPU, as without the cache
-    assert out["compiled"], "nothing compiled: the carried kernels were used"
-    assert not list((site / "elmscale" / "core" / "__pycache__").glob("*.carried"))
-    _same_as_this_checkout(predictions, ["elm"], tmp_path, None)  # compiled for this host
 
 
 # -- the checks, on made-up manifests ------------------------------------------------------
@@ -530,3 +541,56 @@ def test_the_v4_baseline_compiles_512_bit_vectors(tmp_path):
         vectors[features] = done.stdout.split()
     assert vectors[v4.cpu_features] == ["True", "True"]  # 512-bit registers in its loop
     assert vectors[""] == ["False", "True"]  # LLVM's default for x86-64-v4: 256-bit
+
+
+# -- the wheel's own: last, so that its build runs beside the tests above -----------------
+
+
+@pytest.mark.timeout(900)
+def test_the_wheels_first_fit_compiles_no_kernel(wheel, tmp_path):
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = json.loads(zf.read("elmscale/_kernel_cache/manifest.json"))
+    # machine code for this Python and platform: tagged so
+    python_tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    platform_tag = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    assert wheel.name.endswith(f"-{python_tag}-{python_tag}-{platform_tag}.whl"), wheel.name
+    # those the build machine meets: the warmup runs the code it compiles
+    features = carried_kernels.host_features()
+    met = [b.name for b in carried_kernels.BASELINES.values() if set(b.requires) <= features]
+    assert [b["name"] for b in manifest["baselines"]] == met
+    assert manifest["sources"] == compile_cache.source_hashes(compile_cache.kernel_sources())
+    expected = _host_baseline()
+    models = ["sparse", "sparse_large", "elm"]
+    # the checkout's compile for the baseline (the longest part) beside the wheel's fits
+    checkout = _start_checkout_fit(models, tmp_path, expected)
+    python = wheel_venv(tmp_path / "venv", wheel)
+    out, predictions = _fit_in(python, tmp_path, *models)
+    assert Path(out["package"]).is_relative_to(tmp_path / "venv"), out["package"]
+    assert out["status"]["baseline"] == expected.name, out["status"]
+    assert out["cpu"] == [None, None]  # numba still compiles for this host
+    assert out["compiled"] == [], out["compiled"]
+    # numba imported and compiling first: the carried kernels serve all the same
+    out, _ = _fit_in(python, tmp_path, "sparse", first="numba")
+    assert out["status"]["baseline"] == expected.name, out["status"]
+    assert out["cpu"] == [None, None]
+    assert out["compiled"] == [], out["compiled"]
+    _same_as_this_checkout(predictions, models, checkout, expected)
+
+
+@pytest.mark.timeout(900)
+def test_a_manifest_of_another_numba_falls_back_to_compiling(wheel, tmp_path):
+    python = wheel_venv(tmp_path / "venv", wheel)
+    site = site_packages(python)
+    manifest_path = site / "elmscale" / carried_kernels.FOLDER_NAME / carried_kernels.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["numba"] = "0.1.0"
+    manifest_path.write_text(json.dumps(manifest))
+    # both compile for this host, on a core each
+    checkout = _start_checkout_fit(["elm"], tmp_path, None)
+    out, predictions = _fit_in(python, tmp_path, "elm")
+    assert out["status"]["baseline"] is None
+    assert "built with numba 0.1.0" in out["status"]["reason"], out["status"]
+    assert out["cpu"] == [None, None]  # numba compiles for this CPU, as without the cache
+    assert out["compiled"], "nothing compiled: the carried kernels were used"
+    assert not list((site / "elmscale" / "core" / "__pycache__").glob("*.carried"))
+    _same_as_this_checkout(predictions, ["elm"], checkout, None)  # compiled for this host
