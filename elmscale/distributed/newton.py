@@ -3,11 +3,14 @@ dual (``solvers.primal_newton``), on a Dask cluster or on this process's threads
 
 Each pass is one exact map-reduce over every row: the coordinator sends every unfinished
 one-vs-one pair's request (a Newton point, or a phase-2 split), each block of work units
-(pinned to one worker, whose cache keeps its hidden outputs) returns its units' terms, and
-the coordinator adds them **in unit order**, so the sums, hence the iterates and the passes,
-are the same to the bit however the units are dealt into blocks and wherever the blocks
-run.  One read of a unit serves every pair.  No row leaves its worker but the few near the
-margin that phase 2 gathers (their hidden outputs).
+(a run of consecutive units pinned to one worker, whose cache keeps its hidden outputs)
+adds its units' terms on the nodes of a **sum tree fixed by the number of units alone**
+that it holds whole, and the coordinator adds the blocks' nodes on the same tree
+(``_tree_total``): every sum has one shape, so the sums, hence the iterates and the
+passes, are the same to the bit however the units are dealt into blocks and wherever the
+blocks run, and one message per block comes back.  One read of a unit serves every
+pair.  No row leaves its worker but the few near the margin that phase 2 gathers (their
+hidden outputs).
 
 A task's inputs are its units (where the rows are) and the requests (small): a task run
 again after its worker died recomputes its units' outputs from the files and returns the
