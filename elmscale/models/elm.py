@@ -485,7 +485,7 @@ class _BaseELM(BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = True  # CSR / CSC rows, never densified
         return tags
 
 

@@ -289,6 +289,7 @@ class _FeatureSelectingELM(
         tags = super().__sklearn_tags__()
         tags.estimator_type = "classifier"
         tags.target_tags.required = True
+        tags.input_tags.sparse = True  # densified up to DENSE_SELECTION_BYTES
         return tags
 
 

@@ -528,4 +528,5 @@ class FLSASVMRegressor(SourceScoreMixin, RegressorMixin, _BaseFLSASVM):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
+        tags.input_tags.sparse = True  # CSR / CSC rows, never densified
         return tags

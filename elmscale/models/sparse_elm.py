@@ -1081,6 +1081,11 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         """The class with the most one-vs-one votes (ties: the larger summed confidence)."""
         return self._labels_from_decision(self.decision_function(X))  # checks fitted first
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # CSR / CSC rows, never densified
+        return tags
+
     def _labels_from_decision(self, decision) -> np.ndarray:
         """``predict``'s classes from ``decision_function``'s values: a caller that wants
         both (``elmscale score --decision``) computes the kernel expansion once."""
