@@ -41,6 +41,7 @@ only K = 1, 2 are measured on this 2-core machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -215,7 +216,11 @@ def main(argv=None) -> int:
     say(
         f"# python benchmarks/scale_model.py {' '.join(argv if argv is not None else sys.argv[1:])}"
     )
-    say(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this machine: 2 cores, shared")
+    say(
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; this machine: "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start (above "
+        f"{os.cpu_count()}: other work shared the cores)"
+    )
 
     # -- Newton: calibration --------------------------------------------------------------
     data, units = _data(args.data_dir, rows, 8)
@@ -331,6 +336,7 @@ def main(argv=None) -> int:
             cells.append(f"{_hms(total):>9} ({100 * iters * exchange / total:.0f}%)")
         say(f"{'working set':<12} {k:>4} " + " ".join(f"{c:>14}" for c in cells))
     say("(in brackets: the exchanges' share: the scheduler, the round trip, the bytes)")
+    say(f"# load average {os.getloadavg()[0]:.1f} at the end")
     if args.out is not None:
         args.out.write_text("\n".join(lines) + "\n")
     return 0
