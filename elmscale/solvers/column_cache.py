@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
 
 from elmscale.core.memory import empty_huge
@@ -20,6 +21,39 @@ from elmscale.solvers.solver_helper import column_fill
 # position p's slot (-1: none) and ``owner[s]`` slot s's position; ``prev`` / ``nxt`` a
 # circular doubly linked list of the slots, the head the most recently used.
 ColumnCache = namedtuple("ColumnCache", ["cols", "col_len", "slot_of", "owner", "prev", "nxt"])
+
+
+# Dense rows below this share of nonzeros get their kernel columns from a CSR copy
+# (``SOURCE_CSR``: the products over each row's nonzeros, summed in float64) instead of the
+# dense pass over every feature (``core.jit.q_segment``, float32).  Measured
+# (``benchmarks/dual_column_source.py``, 8,000 rows, one thread, gaussian, C = 1, under
+# load, dense / CSR time of the whole solve): binary rows of 123 features at 5 % 2.69x,
+# a9a (11.3 %) 1.11x, 20 % 1.13x, mushrooms (18.8 %, 112 features) 0.86x, 35 % 0.80x,
+# 50 % 0.13x, COD-RNA (100 %, 8 features) 0.23x; all of a9a (32,561 rows, two threads,
+# the exact checks dense either way) 2.1x and 2.0x (77.6 s / 36.9 s, 117.6 s / 58.6 s,
+# heavily loaded).
+CSR_SOURCE_MAX_DENSITY = 0.15
+COLUMN_SOURCES = ("auto", "rows", "csr")
+
+
+def csr_source_pays(X) -> bool:
+    """Whether dense rows ``X`` are sparse enough that Q's columns cost less from their CSR
+    copy (``CSR_SOURCE_MAX_DENSITY``)."""
+    X = np.asarray(X)
+    return X.size > 0 and np.count_nonzero(X) <= CSR_SOURCE_MAX_DENSITY * X.size
+
+
+def column_rows(X, column_source="auto"):
+    """The rows Q's columns are computed from: ``X`` itself, or dense ``X`` as float32 CSR
+    where ``column_source`` is "csr", or "auto" and ``csr_source_pays``; "rows" keeps
+    dense rows dense (sparse rows stay sparse whatever it says)."""
+    if column_source not in COLUMN_SOURCES:
+        raise ValueError(f"column_source must be one of {COLUMN_SOURCES}; got {column_source!r}")
+    if is_sparse(X) or column_source == "rows":
+        return X
+    if column_source == "csr" or csr_source_pays(X):
+        return sp.csr_matrix(np.asarray(X, dtype=np.float32))
+    return X
 
 
 def kernel_key(n_rows: int, kernel: Kernel) -> tuple:
@@ -39,10 +73,12 @@ class KernelSolverState:
     the caller to keep it, only with the same ``X``, ``t`` and kernel (the solver checks
     the row count and the kernel).  Its cache is ``cache_size`` MB of columns, float32
     unless float32's rounding of Q's largest entries would pass a tenth of ``tol``
-    (``column_dtype``): then float64.
+    (``column_dtype``): then float64.  ``column_source`` (``column_rows``): where dense
+    rows' columns come from, "auto" the CSR copy below ``CSR_SOURCE_MAX_DENSITY``.
     """
 
-    def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3):
+    def __init__(self, X, t, kernel: Kernel, cache_size, tol=1e-3, column_source="auto"):
+        X = column_rows(X, column_source)
         # sparse rows stay CSR (read through perm by Q's SOURCE_CSR); Xt is then (0, n)
         self.csr = csr_rows(X) if is_sparse(X) else EMPTY_CSR
         # their inverted index (a CSC copy, where it pays) is charged to the cache's budget

@@ -505,6 +505,7 @@ def solve_kernel_dual(
     helper=None,
     check_precision="double",
     info=None,
+    column_source="auto",
 ):
     """Solve eq. 17 with a kernel; returns ``(alpha, n_iter, converged, gradient)``.
 
@@ -550,7 +551,12 @@ def solve_kernel_dual(
     ``helper_jobs`` (far halves posted), ``helper_taken_back`` (done by the solver's
     thread because the helper had not claimed them), ``helper_late`` (waited for past
     the spins) and ``helper_solo_passes`` (run whole while the helper did not pay);
-    ``single_checks`` (final checks certified from float32 kernel values).
+    ``single_checks`` (final checks certified from float32 kernel values),
+    ``column_source`` (the ``kernel_columns.SOURCE_*`` code the columns came from).
+    ``column_source``: dense rows' columns from the rows ("rows"), from a float32 CSR copy
+    ("csr"), or "auto": the copy below ``column_cache.CSR_SOURCE_MAX_DENSITY`` nonzeros
+    (sparse ``X`` is always read as CSR; a kept ``state`` keeps its own source).  The exact
+    checks read ``X`` as given either way.
 
     ``check_precision="single"``: the final KKT check first from float32 kernel values
     with float64 sums and a per-row bound on their error (``ExactQ.gradient_single``):
@@ -564,7 +570,7 @@ def solve_kernel_dual(
     exact_q = ExactQ(args.X32, args.t64, kernel, args.gram)
     counts = {"tails": 0, "exact_checks": 0, "face_qp": 0, "helper": int(args.helper)}
     kept = state is not None
-    state = _solver_state(state, args.X32, args.t64, kernel, cache_size, args.tol)
+    state = _solver_state(state, args.X32, args.t64, kernel, cache_size, args.tol, column_source)
     known_bar = state.known_bar
     if g_bar0 is not None and gradient0 is not None and alpha0 is not None:
         reference = np.asarray(alpha0 if gradient0_alpha is None else gradient0_alpha, np.float64)
@@ -587,6 +593,7 @@ def solve_kernel_dual(
     progress = new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
     single_check = check_precision == "single" and args.gram is None
     counts["single_checks"] = 0
+    counts["column_source"] = int(q.source)
     status, end, start = _run_phases(
         settings, q, sol, state.cache, progress, exact_q, start, args.helper, counts, single_check
     )
@@ -622,12 +629,12 @@ def _arguments(X, t, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper
     return _Arguments(X32, t64, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper)
 
 
-def _solver_state(state, X32, t64, kernel: Kernel, cache_size, tol):
+def _solver_state(state, X32, t64, kernel: Kernel, cache_size, tol, column_source="auto"):
     """``state``, a ``KernelSolverState`` kept from a call on the same rows and kernel
     (checked), or a new one: Q's diagonal, the rows in the solver's order and an empty
     column cache of ``cache_size`` MB."""
     if state is None:
-        return KernelSolverState(X32, t64, kernel, cache_size, tol)
+        return KernelSolverState(X32, t64, kernel, cache_size, tol, column_source)
     if state.key != kernel_key(X32.shape[0], kernel):
         raise ValueError("state was made for other rows or another kernel")
     return state
