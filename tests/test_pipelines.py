@@ -20,6 +20,7 @@ from elmscale.app.cli import main
 from elmscale.app.pipeline import load_pipeline
 from elmscale.app.runner import resolve_compute
 from elmscale.data import generate_classification, write_parquet
+from elmscale.data.synthetic import GENERATED_MARKER
 
 BIN = Path(sys.executable).parent
 CLEAN_ENV = {
@@ -51,6 +52,46 @@ def _elmscale(*args, env=None, timeout=300):
         timeout=timeout,
         env=env or CLEAN_ENV,
     )
+
+
+class _Started:
+    """``elmscale ARGS`` running in the background (:func:`_start_elmscale`)."""
+
+    def __init__(self, args, env, logs: Path):
+        self.args = [sys.executable, "-m", "elmscale", *map(str, args)]
+        # files, not pipes: a pipe nobody reads meanwhile could fill and stop the command
+        logs.mkdir(parents=True, exist_ok=True)
+        self._out, self._err = logs / "stdout", logs / "stderr"
+        with open(self._out, "wb") as out, open(self._err, "wb") as err:
+            self.process = subprocess.Popen(
+                self.args, stdout=out, stderr=err, env=env or CLEAN_ENV, start_new_session=True
+            )
+
+    def result(self, timeout=300) -> subprocess.CompletedProcess:
+        """The finished command, as ``_elmscale`` returns it; stopped (its process group)
+        if it is still running ``timeout`` s from now, and ``TimeoutExpired`` raised."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _stop(self.process, group=True)
+            raise
+        return subprocess.CompletedProcess(
+            self.args,
+            self.process.returncode,
+            self._out.read_text(errors="replace"),
+            self._err.read_text(errors="replace"),
+        )
+
+    def stop(self):
+        """End it if it still runs (the test failed before it waited for it)."""
+        if self.process.poll() is None:
+            _stop(self.process, group=True)
+
+
+def _start_elmscale(*args, logs: Path, env=None) -> _Started:
+    """``_elmscale``, started in the background: a command that waits on others (a run's
+    Ray or Dask starting, a head's start-up) leaves a core to a command beside it."""
+    return _Started(args, env, logs)
 
 
 def _stop(process: subprocess.Popen, *, group=False, timeout=60):
@@ -130,8 +171,53 @@ def _write(tmp_path: Path, text: str, name: str) -> Path:
 
 @pytest.mark.timeout(900)
 def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
-    local = _elmscale("run", _write(tmp_path, ELM_PIPELINE, "local"))
-    assert local.returncode == 0, local.stderr[-3000:]
+    # the local run (its own local cluster) runs while the scheduler and workers start; it
+    # generates the data, which the remote run reads once it is all written
+    local = _start_elmscale("run", _write(tmp_path, ELM_PIPELINE, "local"), logs=tmp_path / "l")
+    try:
+        address = _run_against_a_scheduler(tmp_path, lambda: _generated(tmp_path, local))
+        done = local.result()
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        local.stop()
+    ours, theirs = _metrics(tmp_path / "runs", "local"), _metrics(tmp_path / "runs", "remote")
+    assert _results(ours) == _results(theirs)
+    assert ours["compute"]["dask"] == "local cluster"
+    assert theirs["compute"]["dask"] == address
+    assert ours["test"]["accuracy"] > 0.85 and ours["scored"]["rows"] == 6000
+    run_dir = sorted((tmp_path / "runs").glob("remote-*"))[-1]
+    for name in (
+        "pipeline.json",
+        "metrics.json",
+        "model.elm",
+        "cv_results.csv",
+        "cv_results.json",
+        "run.log",
+        "scores/part-00000.parquet",
+    ):
+        assert (run_dir / name).is_file(), name
+
+
+def _generated(tmp_path: Path, run: "_Started", timeout=300) -> None:
+    """Wait until ``run`` has written ELM_PIPELINE's generated data (each folder's marker is
+    written last), or fail if it ends first without it."""
+    markers = [tmp_path / folder / GENERATED_MARKER for folder in ("train", "test")]
+    deadline = time.monotonic() + timeout
+    while not all(marker.exists() for marker in markers):
+        if run.process.poll() is not None:
+            done = run.result()
+            pytest.fail(
+                f"the local run ended (exit {done.returncode}) before writing its data:\n"
+                + done.stderr[-3000:]
+            )
+        assert time.monotonic() < deadline, f"no generated data after {timeout} s"
+        time.sleep(0.2)
+
+
+def _run_against_a_scheduler(tmp_path, data_ready) -> str:
+    """``elmscale run`` of ELM_PIPELINE as "remote" against a real scheduler and two workers
+    (processes of their own), once ``data_ready()`` returns; stopped afterwards; the
+    scheduler's address."""
     # the scheduler picks its own port and names it in its file: no port to race for
     scheduler_file = tmp_path / "scheduler.json"
     scheduler = subprocess.Popen(
@@ -174,6 +260,7 @@ def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
         with connect_dask(scheduler_file=scheduler_file, timeout=60) as client:
             client.wait_for_workers(2, timeout=60)
             address = client.scheduler.address
+        data_ready()
         remote = _elmscale(
             "run", _write(tmp_path, ELM_PIPELINE, "remote"), "--scheduler", address, timeout=300
         )
@@ -181,22 +268,7 @@ def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
     finally:
         _stop(workers)
         _stop(scheduler)
-    ours, theirs = _metrics(tmp_path / "runs", "local"), _metrics(tmp_path / "runs", "remote")
-    assert _results(ours) == _results(theirs)
-    assert ours["compute"]["dask"] == "local cluster"
-    assert theirs["compute"]["dask"] == address
-    assert ours["test"]["accuracy"] > 0.85 and ours["scored"]["rows"] == 6000
-    run_dir = sorted((tmp_path / "runs").glob("remote-*"))[-1]
-    for name in (
-        "pipeline.json",
-        "metrics.json",
-        "model.elm",
-        "cv_results.csv",
-        "cv_results.json",
-        "run.log",
-        "scores/part-00000.parquet",
-    ):
-        assert (run_dir / name).is_file(), name
+    return address
 
 
 RAY_AGENT_PORTS = (
@@ -288,48 +360,63 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
     test = generate_classification(500, n_features=5, n_classes=3, random_state=9)
     write_parquet(train, tmp_path / "sparse_train.parquet")
     write_parquet(test, tmp_path / "sparse_test.parquet")
-    local = _elmscale("run", _write(tmp_path, SPARSE_PIPELINE, "local"))
-    assert local.returncode == 0, local.stderr[-3000:]
+    # the three runs are independent: the local one (its own local Ray) runs while the head
+    # starts, the connected one while the job runs (each run's Ray work is its own job)
+    local = _start_elmscale("run", _write(tmp_path, SPARSE_PIPELINE, "local"), logs=tmp_path / "l")
+    connected = None
     # Ray >= 2.59 authenticates clients of a `ray start` cluster: one token for all
     env = {**CLEAN_ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
-    head, address, job_server = _start_ray_head(env, tmp_path)
     try:
-        connected = _elmscale(
-            "run", _write(tmp_path, SPARSE_PIPELINE, "connected"), "--ray-address", address, env=env
-        )
-        assert connected.returncode == 0, connected.stderr[-3000:]
-        job_pipeline = _write(tmp_path, SPARSE_PIPELINE, "job")
-        deadline = time.monotonic() + 120
-        while True:  # the job server can answer before its agent is up: wait for it
-            job = subprocess.run(
-                [
-                    BIN / "ray",
-                    "job",
-                    "submit",
-                    "--address",
-                    job_server,
-                    "--",
-                    sys.executable,
-                    "-m",
-                    "elmscale",
-                    "run",
-                    job_pipeline,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=300,
+        head, address, job_server = _start_ray_head(env, tmp_path)
+        try:
+            connected = _start_elmscale(
+                "run",
+                _write(tmp_path, SPARSE_PIPELINE, "connected"),
+                "--ray-address",
+                address,
                 env=env,
+                logs=tmp_path / "c",
             )
-            if (
-                job.returncode == 0
-                or "No available agent" not in job.stdout + job.stderr
-                or time.monotonic() > deadline
-            ):
-                break
-            time.sleep(2)
-        assert job.returncode == 0, (job.stdout + job.stderr)[-3000:]
+            job_pipeline = _write(tmp_path, SPARSE_PIPELINE, "job")
+            deadline = time.monotonic() + 120
+            while True:  # the job server can answer before its agent is up: wait for it
+                job = subprocess.run(
+                    [
+                        BIN / "ray",
+                        "job",
+                        "submit",
+                        "--address",
+                        job_server,
+                        "--",
+                        sys.executable,
+                        "-m",
+                        "elmscale",
+                        "run",
+                        job_pipeline,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                    env=env,
+                )
+                if (
+                    job.returncode == 0
+                    or "No available agent" not in job.stdout + job.stderr
+                    or time.monotonic() > deadline
+                ):
+                    break
+                time.sleep(2)
+            assert job.returncode == 0, (job.stdout + job.stderr)[-3000:]
+            done = connected.result()
+            assert done.returncode == 0, done.stderr[-3000:]
+        finally:
+            _stop(head, group=True, timeout=120)
+        done = local.result()
+        assert done.returncode == 0, done.stderr[-3000:]
     finally:
-        _stop(head, group=True, timeout=120)
+        for started in (local, connected):
+            if started is not None:
+                started.stop()
     results = {name: _metrics(tmp_path / "runs", name) for name in ("local", "connected", "job")}
     assert _results(results["local"]) == _results(results["connected"]) == _results(results["job"])
     assert results["connected"]["compute"]["ray"] == address
