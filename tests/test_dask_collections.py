@@ -112,7 +112,9 @@ def _fitted_state(model) -> dict:
     return {
         name: value
         for name, value in vars(model).items()
-        if name.endswith("_") and not name.startswith("_") and "seconds" not in name
+        if name.endswith("_")
+        and not name.startswith("_")
+        and not any(word in name for word in ("seconds", "timings"))
     }
 
 
