@@ -320,6 +320,11 @@ class _BaseFLSASVM(BaseEstimator):
         self._set_model(X, pool, paths, min(int(self.n_support), max(ms)), residual_of)
         return models
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # CSR / CSC rows, never densified
+        return tags
+
     # -- scoring ---------------------------------------------------------------------------
     def _raw_output(self, X) -> np.ndarray:
         check_is_fitted(self, ("support_vectors_", "dual_coef_"))
@@ -528,5 +533,4 @@ class FLSASVMRegressor(SourceScoreMixin, RegressorMixin, _BaseFLSASVM):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
-        tags.input_tags.sparse = True  # CSR / CSC rows, never densified
         return tags

@@ -121,7 +121,7 @@ class ProbabilityMixin:
         from elmscale.distributed.executors import make_executor
 
         self._check_calibration_data(X)
-        X = X if is_sparse(X) else np.asarray(X)  # sparse rows stay sparse in the folds
+        X = X.tocsr() if is_sparse(X) else np.asarray(X)  # sparse rows: CSR, row-indexable folds
         y = np.asarray(y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
