@@ -134,3 +134,62 @@ def test_the_csr_source_reaches_the_dense_sources_optimum_on_a9a():
     near = np.abs(f_rows) <= np.abs(f_rows - f_csr).max()
     assert np.array_equal(np.sign(f_rows)[~near], np.sign(f_csr)[~near])
     assert near.mean() < 0.01
+
+
+def _wide(rows):
+    from elmscale.data import generate_classification
+
+    data = generate_classification(rows, 300, 2, random_state=0)
+    return np.asarray(data.X, np.float32), np.where(np.asarray(data.y) == 1, 1.0, -1.0)
+
+
+def test_block_fetched_columns_are_the_per_column_ones():
+    from elmscale.core.block_kernels import q_columns_pass
+    from elmscale.core.jit import q_columns
+    from elmscale.features.kernels import float32_error_bound
+
+    X, t = _wide(700)
+    t32 = t.astype(np.float32)
+    Xt = np.ascontiguousarray(X.T)
+    for kind in ("gaussian", "laplacian"):
+        kernel = Kernel(kind, sigma=10.0)
+        code, sigma = kernel._params()[:2]
+        positions = np.array([5, 0, 699, 312, 77], np.int64)
+        slots = np.array([3, 0, 4, 1, 2], np.int64)
+        block = np.zeros((5, 700), np.float32)
+        q_columns_pass(Xt, t32, positions, 5, 700, code, sigma, block, slots)
+        one = np.zeros((5, 700), np.float32)
+        q_columns(Xt, t32, 700, X[positions], t32[positions], slots, 0, 5, *kernel._params(), one)
+        # the per-column kernel's arithmetic: equal to the bit, so within its bound too
+        assert np.array_equal(block, one)
+        exact = kernel.block(X[positions], X) * (t[positions][:, None] * t[None, :])
+        bound = float32_error_bound(kernel, X, X[positions], np.eye(5)).T
+        assert np.all(np.abs(block[slots] - exact) <= bound)
+
+
+@pytest.mark.parametrize("data", ["wide", pytest.param("a9a", marks=pytest.mark.needs_shared)])
+def test_block_fetches_reach_the_plain_duals_optimum(data):
+    X, t = _wide(1_500) if data == "wide" else _a9a(1_500)
+    sigma = 10.0 if data == "wide" else 4.0
+    # a small cache, so that columns are evicted and fetched again in blocks
+    kw = dict(column_source="rows", cache_size=2.0)
+    a_one, g_one, one = _solve(X, t, sigma, 1.0, fetch_block=1, **kw)
+    a_blk, g_blk, blk = _solve(X, t, sigma, 1.0, fetch_block=8, **kw)
+    assert one["block_fetches"] == 0 and blk["block_fetches"] > 0
+    # the columns are the per-column ones to the bit: the same steps and solution
+    assert one["steps"] == blk["steps"]
+    np.testing.assert_array_equal(a_one, a_blk)
+    gap = TOL * np.abs(a_one - a_blk).sum()
+    assert abs(_objective(a_one, g_one) - _objective(a_blk, g_blk)) <= gap
+    # by default the wide dense rows (300 and 123 features) take block fetches
+    default = _solve(X, t, sigma, 1.0, column_source="rows", cache_size=2.0)[2]
+    assert default["block_fetches"] > 0
+
+
+@pytest.mark.needs_shared
+def test_narrow_rows_take_no_block_fetches():
+    X, t = _codrna(1_500)
+    _, _, info = _solve(X, t, 0.5, 1.0, cache_size=1.0)
+    assert info["block_fetches"] == 0
+    with pytest.raises(ValueError, match="fetch_block must be a positive"):
+        _solve(X, t, 0.5, 1.0, fetch_block=0)
