@@ -174,3 +174,51 @@ def test_unfitted_or_foreign_models_are_not_saved(tmp_path):
     with pytest.raises(TypeError, match="cannot save a LogisticRegression"):
         elmscale.save(LogisticRegression().fit(X, y), tmp_path / "m.elm")
     assert list(tmp_path.iterdir()) == []
+
+
+SPARSE_MODELS = [
+    SparseELMClassifier(sigma=0.5, C=10),
+    ELMClassifier(kernel="gaussian", sigma=0.7),
+]
+
+
+def _sparse_problem():
+    """A problem of sparse rows (about 30 % nonzero), as CSR."""
+    import scipy.sparse as sp
+
+    X, y = nonlinear_problem(150, d=12, n_classes=3, seed=4)
+    X[np.random.default_rng(4).random(X.shape) < 0.7] = 0.0
+    return sp.csr_matrix(X), y
+
+
+@pytest.mark.parametrize("model", SPARSE_MODELS, ids=repr)
+def test_a_model_fitted_on_sparse_rows_round_trips_with_its_rows_sparse(model, tmp_path):
+    import scipy.sparse as sp
+
+    X, y = _sparse_problem()
+    model.fit(X, y)
+    kept = [name for name, value in vars(model).items() if sp.issparse(value)]
+    assert kept, "the fit on CSR rows keeps no sparse rows: this test checks nothing"
+    model.save(tmp_path / "m.elm")
+    meta = json.loads(_members(tmp_path / "m.elm")["metadata.json"])
+    assert sorted(meta["model"]["sparse_arrays"]) == sorted(kept)
+    loaded = elmscale.load(tmp_path / "m.elm")
+    for name in kept:
+        assert sp.issparse(getattr(loaded, name))
+        assert (getattr(loaded, name) != getattr(model, name)).nnz == 0
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+
+
+def test_sparse_parts_that_do_not_fit_their_shape_are_refused(tmp_path):
+    X, y = _sparse_problem()
+    SparseELMClassifier(sigma=0.5, C=10).fit(X, y).save(tmp_path / "m.elm")
+    members = _members(tmp_path / "m.elm")
+    name = next(n for n in members if n.endswith("support_vectors_.indices.npy"))
+    indices = np.load(io.BytesIO(members[name]))
+    indices[0] = 10_000  # a column far outside the 12 features: read out of range if built
+    buf = io.BytesIO()
+    np.save(buf, indices)
+    members[name] = buf.getvalue()
+    _write_with_checksums(members, tmp_path / "bad.elm")
+    with pytest.raises(ModelFileError, match=r"bad\.elm.*support_vectors_.*CSR parts"):
+        elmscale.load(tmp_path / "bad.elm")

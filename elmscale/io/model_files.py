@@ -21,6 +21,11 @@ A model file is a ZIP archive with these members:
          "params": {...},                       # get_params(deep=False), JSON values
          "attributes": {"n_features_in_": 8},   # fitted scalars, strings, lists
          "arrays": {"coef_": "arrays/0/coef_.npy", ...},
+         # sparse rows kept by a fit on CSR input (support_vectors_, X_fit_), as CSR parts:
+         "sparse_arrays": {"support_vectors_": {"format": "csr", "shape": [n, d],
+                           "data": "arrays/0/support_vectors_.data.npy",
+                           "indices": "arrays/0/support_vectors_.indices.npy",
+                           "indptr": "arrays/0/support_vectors_.indptr.npy"}},
          "layers": {"hidden_layer_": {"kind": "sigmoid", "n_features": 8,
                                       "n_hidden": 500, "seed": 123,
                                       "weights": "arrays/0/hidden_layer_.weights.npy",
@@ -32,7 +37,9 @@ A model file is a ZIP archive with these members:
 
 ``arrays/...npy``
     NumPy ``.npy`` files of numeric or fixed-width string dtype, read with
-    ``allow_pickle=False`` (an object array cannot be loaded).
+    ``allow_pickle=False`` (an object array cannot be loaded).  A sparse attribute's
+    three parts are checked as a CSR matrix (``indptr`` from 0 to the number of stored
+    values, non-decreasing; ``indices`` within the shape's columns) before it is built.
 
 ``SHA256SUMS``
     ``<sha256>  <member>`` for every other member; loading verifies each.
@@ -57,6 +64,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from elmscale import registry
 from elmscale.core.errors import ModelFileError
@@ -183,6 +191,7 @@ def _encode(est, prefix: str, arrays: dict) -> dict:
         params["random_state"] = None  # a RandomState object: the drawn seed is in the layer
     node["params"] = {k: _json_value(v, f"{name}.{k}") for k, v in params.items()}
     node["attributes"], node["arrays"], node["layers"] = {}, {}, {}
+    sparse_arrays: dict = {}
     for attr, value in vars(est).items():
         if attr in params:
             continue
@@ -201,9 +210,25 @@ def _encode(est, prefix: str, arrays: dict) -> dict:
             member = f"arrays/{prefix}{attr}.npy"
             arrays[member] = _plain_array(value, where)
             node["arrays"][attr] = member
+        elif sp.issparse(value):
+            sparse_arrays[attr] = _encode_sparse(value, f"arrays/{prefix}{attr}", arrays, where)
         else:
             node["attributes"][attr] = _json_value(value, where)
+    if sparse_arrays:  # only then: a dense model's file is as before
+        node["sparse_arrays"] = sparse_arrays
     return node
+
+
+def _encode_sparse(value, member_prefix: str, arrays: dict, where: str) -> dict:
+    """A sparse attribute (rows a fit on CSR input kept) as its CSR parts' members."""
+    csr = sp.csr_matrix(value)
+    csr.sort_indices()
+    spec: dict = {"format": "csr", "shape": [int(n) for n in csr.shape]}
+    for part in ("data", "indices", "indptr"):
+        member = f"{member_prefix}.{part}.npy"
+        arrays[member] = _plain_array(np.asarray(getattr(csr, part)), f"{where}.{part}")
+        spec[part] = member
+    return spec
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -400,6 +425,12 @@ def _decode(node: dict, path: Path, members: dict[str, bytes]):
     for attr, member in node.get("arrays", {}).items():
         _check_attribute(cls, attr, path)
         setattr(est, attr, _load_array(path, members, member))
+    sparse_arrays = node.get("sparse_arrays", {})
+    if not isinstance(sparse_arrays, dict):
+        raise ModelFileError(f"{path}: sparse_arrays of {name} is not an object")
+    for attr, spec in sparse_arrays.items():
+        _check_attribute(cls, attr, path)
+        setattr(est, attr, _decode_sparse(spec, attr, path, members))
     for attr, spec in node.get("layers", {}).items():
         _check_attribute(cls, attr, path)
         if isinstance(spec, dict) and spec.get("type") == "concatenated_layers":
@@ -424,6 +455,43 @@ def _check_attribute(cls: type, attr, path: Path) -> None:
         raise ModelFileError(
             f"{path}: attribute {attr!r} would replace {cls.__name__}.{attr} (refused)"
         )
+
+
+def _decode_sparse(spec, where: str, path: Path, members: dict[str, bytes]) -> sp.csr_matrix:
+    """A sparse attribute from its CSR parts, checked before scipy sees them (scipy's own
+    checks are not all made at construction; a crafted index would be read out of range)."""
+    shape = spec.get("shape") if isinstance(spec, dict) else None
+    if (
+        not isinstance(spec, dict)
+        or spec.get("format") != "csr"
+        or not isinstance(shape, list)
+        or len(shape) != 2
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        raise ModelFileError(f"{path}: {where} is not a CSR matrix's description: {spec!r}")
+    data, indices, indptr = (
+        _load_array(path, members, spec.get(part)) for part in ("data", "indices", "indptr")
+    )
+    n_rows, n_cols = shape
+    if (
+        data.ndim != 1
+        or data.dtype.kind != "f"
+        or indices.ndim != 1
+        or indices.dtype.kind not in "iu"
+        or indptr.ndim != 1
+        or indptr.dtype.kind not in "iu"
+        or indptr.shape[0] != n_rows + 1
+        or indices.shape != data.shape
+        or indptr[0] != 0
+        or indptr[-1] != data.shape[0]
+        or np.any(np.diff(indptr) < 0)
+        or (indices.size and (indices.min() < 0 or indices.max() >= n_cols))
+    ):
+        raise ModelFileError(
+            f"{path}: {where}'s CSR parts do not fit its shape {shape} (data "
+            f"{data.shape} {data.dtype}, indices {indices.shape}, indptr {indptr.shape})"
+        )
+    return sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_cols))
 
 
 def _decode_layer(spec, where: str, path: Path, members: dict[str, bytes]) -> HiddenLayer:
