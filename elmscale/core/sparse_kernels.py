@@ -202,6 +202,15 @@ def _values_from_dots(acc, m, sq_x, sq_rows, kind, sigma, degree, sigma_star, ta
 _COLUMNS = 1024  # columns at a time: the float64 scratch stays in L1
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _block_values(dense, sq_x, b, s, e, kind, sigma, degree, sigma_star, tau, acc, kbuf):
+    """``acc[j - s] = K(x, b_j)`` for b's rows ``j`` in ``[s, e)``, ``x`` scattered in
+    ``dense`` with squared norm ``sq_x``: the direct path's block of kernel values."""
+    for j in range(s, e):
+        acc[j - s] = _csr_dot(dense, b.indptr, b.indices, b.data, j)
+    _values_from_dots(acc, e - s, sq_x, b.sq_norms[s:e], kind, sigma, degree, sigma_star, tau, kbuf)
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def sparse_kernel_rows(a, b, kind, sigma, degree, sigma_star, tau, out, start, stop):
     """``out[i, j] = K(a_i, b_j)`` for the rows ``i`` in ``[start, stop)`` of ``a`` and every
@@ -215,12 +224,9 @@ def sparse_kernel_rows(a, b, kind, sigma, degree, sigma_star, tau, out, start, s
         _scatter(a.indptr, a.indices, a.data, i, dense)
         for s in range(0, m, _COLUMNS):
             e = min(s + _COLUMNS, m)
-            for j in range(s, e):
-                acc[j - s] = _csr_dot(dense, b.indptr, b.indices, b.data, j)
-            _values_from_dots(
-                acc, e - s, a.sq_norms[i], b.sq_norms[s:e], kind, sigma, degree, sigma_star,
-                tau, kbuf,
-            )  # fmt: skip
+            _block_values(
+                dense, a.sq_norms[i], b, s, e, kind, sigma, degree, sigma_star, tau, acc, kbuf
+            )
             for j in range(s, e):
                 out[i, j] = acc[j - s]
         _clear(a.indptr, a.indices, i, dense)
@@ -256,12 +262,9 @@ def sparse_kernel_rows_matvec(a, b, kind, sigma, degree, sigma_star, tau, coef_t
             out[i, o] = 0.0
         for s in range(0, m, _COLUMNS):
             e = min(s + _COLUMNS, m)
-            for j in range(s, e):
-                acc[j - s] = _csr_dot(dense, b.indptr, b.indices, b.data, j)
-            _values_from_dots(
-                acc, e - s, a.sq_norms[i], b.sq_norms[s:e], kind, sigma, degree, sigma_star,
-                tau, kbuf,
-            )  # fmt: skip
+            _block_values(
+                dense, a.sq_norms[i], b, s, e, kind, sigma, degree, sigma_star, tau, acc, kbuf
+            )
             for o in range(n_out):
                 total = 0.0
                 for j in range(s, e):
