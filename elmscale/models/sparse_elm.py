@@ -683,6 +683,8 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         from elmscale.solvers.working_set import check_q
 
         q = check_q(self.working_set_size)
+        # arrays with no client and no n_blocks: one block of rows in this process
+        in_process = dataset is None and client is None and n_blocks is None
         if dataset is not None:
             self._dataset_classes(dataset, client)
             units = parquet_units(dataset)
@@ -695,13 +697,12 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
                     "solver='dual' or 'auto', which solve sparse rows as they are"
                 )
             X32 = np.ascontiguousarray(X, dtype=np.float32)
-            threads = resolve_n_threads(self.n_threads)
-            units = array_units(X32, y_idx, n_blocks or threads)
+            if not in_process:  # (solve_thunder takes the rows themselves)
+                units = array_units(X32, y_idx, n_blocks or resolve_n_threads(self.n_threads))
             classes = np.arange(self.classes_.size)
         kernel = self._kernel_obj()
         exchanges: list = []  # (distributed.working_set.exchange_breakdown)
-        if dataset is None and client is None and n_blocks is None:
-            # in this process: one block of rows, its columns in blocks where they pay
+        if in_process:  # one block of rows, its columns in blocks where they pay
             result = solve_thunder(
                 X32,
                 y_idx,
