@@ -34,7 +34,10 @@ The conventions the pages follow:
       <!-- docs-test: skip: needs a remote TLS scheduler (tests/test_tls.py runs this) -->
 
   Only blocks that need a remote machine (or run a paper's whole protocol for hours)
-  carry one; the test reports each as skipped with its reason, after running the rest.
+  carry one, and a block that repeats at full size the command the page's block before it
+  runs smaller (``boosting-ridge.md``: its 2M-row pipeline, 211 s on a loaded 2-core host,
+  runs on 100,000 rows with ``--set data.generate=...``); the test reports each as skipped
+  with its reason, after running the rest.
 
 One test per page, so a failure names the page; every process has a timeout.
 """
@@ -63,7 +66,7 @@ FENCE = re.compile(r"^(?P<fence>```+|~~~+)\s*(?P<info>[\w+-]*)")
 #: an indented line that starts with one of these is a command outside a fence
 COMMAND = re.compile(r"^ {4}(\$ )?(elmscale|python3?|pip|\.venv/|dask|ray|export|bash|cd) ")
 #: the seconds one script or shell block may take
-TIMEOUT = 480  # boosting-ridge.md runs a 2M-row pipeline: 39 s alone, 211 s on a loaded 2-core host
+TIMEOUT = 480  # a loaded 2-core host stretches a page's Dask or Ray start-up several times
 
 
 @dataclass
