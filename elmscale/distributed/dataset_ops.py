@@ -26,6 +26,7 @@ import numpy as np
 
 from elmscale.core.sparse_kernels import float32_rows
 from elmscale.data.parquet import ParquetDataset, stack_rows
+from elmscale.distributed.breakdown import DaskPass
 from elmscale.distributed.collections import is_dataset, model_for_tasks
 from elmscale.distributed.executors import broadcast, map_units, reduce_units
 from elmscale.distributed.units import (
@@ -140,26 +141,31 @@ def gram(
     client=None,
     n_threads: int | None = None,
     n_units: int | None = None,
+    timings: list | None = None,
 ) -> Gram:
     """The :class:`~elmscale.linalg.gram.Gram` of ``feature_map`` (a ``HiddenLayer``,
     ``ConcatenatedLayers``, ...) over every row, per fold when ``n_folds`` > 1 (folds drawn
     per row from ``fold_seed``: ``units.fold_of_rows``).  ``targets``: "classes" (``Y``: the
     indicators of the classes, merged by value over the units) or "values".  ``n_threads``
-    applies without a client."""
+    applies without a client.  ``timings``: a list the pass's record is appended to
+    (``breakdown.PASS_COLUMNS``: the workers' compute from Dask's task stream, their thread
+    CPU, the wait, the bytes each way)."""
     units = _units(dataset, client, n_units)
-    return reduce_units(
-        unit_gram,
-        units,
-        Gram.combine,
-        client=client,
-        threads_per_task=None if client is not None else n_threads,
-        layer=feature_map.to_dict(),
-        targets=targets,
-        n_folds=n_folds,
-        fold_seed=fold_seed,
-        precision=precision,
-        block_rows=block_rows,
-    )
+    with DaskPass(client, timings) as record:
+        return reduce_units(
+            unit_gram,
+            units,
+            Gram.combine,
+            client=client,
+            threads_per_task=None if client is not None else n_threads,
+            record=record,
+            layer=feature_map.to_dict(),
+            targets=targets,
+            n_folds=n_folds,
+            fold_seed=fold_seed,
+            precision=precision,
+            block_rows=block_rows,
+        )
 
 
 def fold_scores(

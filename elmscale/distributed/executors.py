@@ -325,17 +325,21 @@ class DaskExecutor(Executor):
         self.client.run(fn, on_error="ignore")
         fn()
 
-    def reduce(self, fn, items, combine, *, shared=None, label=None, **kwargs):
+    def reduce(self, fn, items, combine, *, shared=None, label=None, record=None, **kwargs):
         items = list(items)
         if not items:
             raise ValueError("no pieces to reduce: the data set has no rows")
         progress = _Progress(_label(fn, label), len(items))
         level = self._submit_all(fn, items, shared, kwargs, progress)
+        every = list(level)
         while len(level) > 1:
             level = [
                 self.client.submit(combine, *level[i : i + self.fan_in], pure=False)
                 for i in range(0, len(level), self.fan_in)
             ]
+            every.extend(level)
+        if record is not None:  # (a breakdown.DaskPass: its tasks, in the task stream)
+            record.sent(every, inputs=(items, shared, kwargs), back=level)
         return level[0].result()
 
 
@@ -470,16 +474,20 @@ def reduce_units(
     threads_per_task: int | None = None,
     fan_in: int = FAN_IN,
     label: str | None = None,
+    record=None,
     **kwargs,
 ):
     """``combine(*[fn(unit, **kwargs) for unit in units])``, summed in a tree on the cluster.
 
     ``combine(*parts)`` must add its parts (associative); without a client the results
-    are added one at a time as they come, so memory holds two of them.
+    are added one at a time as they come, so memory holds two of them.  ``record``: a
+    ``breakdown.DaskPass`` told the tasks sent (on a cluster).
     """
     units = list(units)
     if not units:
         raise ValueError("no work units: the data set has no rows")
     n_threads = _unit_threads(client, threads_per_task)
     executor = _unit_executor(client, n_threads, fan_in)
+    if record is not None and client is not None:  # (here, the record times the call)
+        kwargs["record"] = record
     return executor.reduce(fn, units, combine, label=label, n_threads=n_threads, **kwargs)

@@ -47,6 +47,12 @@ from elmscale.core.errors import DataError
 from elmscale.core.seeding import xorshift_state
 from elmscale.core.threads import iter_in_threads, resolve_n_threads, thread_budget
 from elmscale.data.storage import Location, is_url, locate, storage_errors, write_whole
+from elmscale.distributed.breakdown import (  # (the pass records' columns: re-exported)
+    PASS_COLUMNS,
+    breakdown_table,
+    payload_bytes,
+    timings_array,
+)
 from elmscale.distributed.collections import holder_groups, submit_placed
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
@@ -54,7 +60,16 @@ from elmscale.solvers import primal_newton as pn
 from elmscale.solvers.dual_common import kkt_violation
 from elmscale.solvers.explicit_dual import EXPLICIT_MAX_PASSES
 
-__all__ = ["ArrayUnit", "NewtonResult", "array_units", "clear_cache", "fit_newton"]
+__all__ = [
+    "PASS_COLUMNS",
+    "ArrayUnit",
+    "NewtonResult",
+    "array_units",
+    "breakdown_table",
+    "clear_cache",
+    "fit_newton",
+    "timings_array",
+]
 
 #: Rows of one unit at most (its hidden outputs are one float32 array: 262,144 rows x 200
 #: nodes is 210 MB); larger row groups are cut into contiguous ranges.
@@ -727,18 +742,6 @@ def _on_blocks(client, workers, blocks, fn, *args, n_threads, take=None, keys=No
         raise
 
 
-def _payload_bytes(value) -> int:
-    """The bytes of the arrays in ``value`` (nested tuples, lists, dicts): what a message
-    carrying it moves, the few bytes of its scalars and framing left out."""
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
-    if isinstance(value, dict):
-        return sum(_payload_bytes(v) for v in value.values())
-    if isinstance(value, (tuple, list)):
-        return sum(_payload_bytes(v) for v in value)
-    return 0
-
-
 def pass_breakdown(records: list, task_stream: list | None) -> list[dict]:
     """Each pass's time and traffic, one dict per pass:
 
@@ -782,56 +785,6 @@ def pass_breakdown(records: list, task_stream: list | None) -> list[dict]:
         row["wait_s"] = max(0.0, record["map_s"] - slowest)
         out.append(row)
     return out
-
-
-#: The columns of ``timings_array`` (an estimator's ``pass_timings_``): per pass, the
-#: slowest block's compute and CPU (NaN: no task stream, without a client)
-PASS_COLUMNS = (
-    "seconds",
-    "coordinator_s",
-    "map_s",
-    "compute_s",
-    "cpu_s",
-    "wait_s",
-    "transfer_s",
-    "bytes_sent",
-    "bytes_returned",
-)
-
-
-def timings_array(timings: list[dict]) -> np.ndarray:
-    """``pass_breakdown``'s records as a (passes x ``PASS_COLUMNS``) float array (what a model
-    file can hold): the blocks' compute and CPU as the slowest block's."""
-    out = np.full((len(timings), len(PASS_COLUMNS)), np.nan)
-    for i, t in enumerate(timings):
-        for j, name in enumerate(PASS_COLUMNS):
-            value = t[name]
-            if isinstance(value, list):
-                value = max(value) if value else np.nan
-            out[i, j] = np.nan if value is None else value
-    return out
-
-
-def breakdown_table(timings) -> str:
-    """Each pass's breakdown (``pass_breakdown``'s records, or ``timings_array``'s) as a
-    table, one line a pass, then the sums."""
-    if not isinstance(timings, np.ndarray):
-        timings = timings_array(timings)
-    columns = ("seconds", "compute_s", "cpu_s", "wait_s", "coordinator_s")
-    at = [PASS_COLUMNS.index(c) for c in columns]
-    sent, back = PASS_COLUMNS.index("bytes_sent"), PASS_COLUMNS.index("bytes_returned")
-    lines = [
-        f"{'pass':>4} {'wall s':>7} {'compute s':>9} {'cpu s':>7} {'wait s':>7} "
-        f"{'coord s':>7} {'KB sent':>8} {'KB back':>8}"
-    ]
-    for i, row in enumerate(timings):
-        cells = " ".join(f"{row[j]:>{w}.3f}" for j, w in zip(at, (7, 9, 7, 7, 7)))
-        lines.append(f"{i:>4} {cells} {row[sent] / 1024:>8.0f} {row[back] / 1024:>8.0f}")
-    sums = np.nansum(timings, axis=0)
-    cells = " ".join(f"{sums[j]:>{w}.2f}" for j, w in zip(at, (7, 9, 7, 7, 7)))
-    lines.append(f"{'all':>4} {cells} {sums[sent] / 1024:>8.0f} {sums[back] / 1024:>8.0f}")
-    lines.append("(compute, cpu: the slowest block's; wait: the map's time beyond its compute)")
-    return "\n".join(lines)
 
 
 def _in_unit_order(blocks, per_block: list) -> list:
@@ -967,8 +920,8 @@ def fit_newton(
                         "map_s": answered - asked,
                         "keys": keys,
                         "cpu_s": [cpu for _, cpu in per_block],
-                        "bytes_sent": len(blocks) * _payload_bytes(requests) if client else 0,
-                        "bytes_returned": [_payload_bytes(p) for p, _ in per_block],
+                        "bytes_sent": len(blocks) * payload_bytes(requests) if client else 0,
+                        "bytes_returned": [payload_bytes(p) for p, _ in per_block],
                     }
                 )
                 del per_block, have, total
