@@ -270,6 +270,7 @@ class _BaseELM(BaseEstimator):
         cluster of ``client``, or here without one.
         """
         from elmscale.distributed import dataset_ops
+        from elmscale.distributed.breakdown import timings_array
         from elmscale.distributed.collections import is_dataset
 
         self._validate_params()
@@ -283,6 +284,7 @@ class _BaseELM(BaseEstimator):
         layer = self._new_layer(dataset.n_features)
         first_rows = dataset_ops.first_rows(dataset, _PRECISION_SAMPLE_ROWS, client=client)
         self.precision_ = self._resolve_precision(layer, first_rows, C_max, dataset.n_rows)
+        timings: list = []  # the reduction's breakdown (distributed.breakdown.PASS_COLUMNS)
         gram = dataset_ops.gram(
             dataset,
             layer,
@@ -294,7 +296,9 @@ class _BaseELM(BaseEstimator):
             client=client,
             n_threads=self.n_threads,
             n_units=n_units,
+            timings=timings,
         )
+        self.gram_timings_ = timings_array(timings)
         self.n_features_in_ = dataset.n_features
         self._set_gram_targets(gram)
         return layer, gram
@@ -350,6 +354,7 @@ class _BaseELM(BaseEstimator):
         from elmscale.distributed.collections import is_dataset, labelled_source
 
         X, y, client = labelled_source(X, y, client)
+        self.__dict__.pop("gram_timings_", None)  # (a Parquet fit's, set by dataset_gram)
         if is_dataset(X):
             return self._dataset_gram(X, client, C_max)
         X, y = self._validate_X_y(X, y)
@@ -602,6 +607,10 @@ class ELMClassifier(_ELMClassifierBase, _ELMParameters):
     precision_ : {"single", "double"}
         Precision used for H'H (random nodes only).
     n_features_in_ : int
+    gram_timings_ : ndarray of shape (1, 9), float64
+        A Parquet data set's fit (random nodes): its Gram reduction's breakdown, columns
+        ``elmscale.distributed.breakdown.PASS_COLUMNS`` (on a Dask client: the busiest
+        worker's compute from Dask's task stream and its thread CPU, the wait, the bytes).
     prob_a_, prob_b_ : ndarray of shape (n_problems,), float64
         Platt's sigmoids ``1 / (1 + exp(A f + B))`` (``probability=True`` only): one
         problem (the decision value) for two classes, else one per class (its column).
@@ -654,6 +663,7 @@ class ELMRegressor(_ELMRegressorBase, _ELMParameters):
 
     Attributes
     ----------
-    hidden_layer_, coef_, X_fit_, dual_coef_, n_features_in_ : as ``ELMClassifier``.
+    hidden_layer_, coef_, X_fit_, dual_coef_, n_features_in_, gram_timings_ : as
+        ``ELMClassifier``.
     n_outputs_ : int
     """
