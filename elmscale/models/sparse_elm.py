@@ -593,7 +593,7 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
 
             dataset = X
             parts = self._parts_wanted(n_parts, client, dataset.n_rows, early_prediction)
-            if parts <= 1 and self._kernel_solver(None, client) == "working_set":
+            if parts <= 1 and self._kernel_solver(None, client, dataset) == "working_set":
                 return self._fit_working_set(dataset, None, None, client, n_blocks)
             X, y = dataplane.gather_rows(dataset, client=client, n_threads=self.n_threads)
             if early_prediction and parts <= 1:
@@ -668,6 +668,8 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
                 return "dual"
             wins = thunder_wins(self._kernel_obj(), X.shape[1], float(self.C), X.shape[0])
             return "working_set" if wins else "dual"
+        if getattr(X, "sparse_width", None) is not None:  # a data set of sparse rows
+            return "dual"
         return "working_set" if working_set_wins(sum(client.nthreads().values())) else "dual"
 
     def _fit_working_set(self, dataset, X, y, client, n_blocks):
@@ -686,6 +688,11 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         # arrays with no client and no n_blocks: one block of rows in this process
         in_process = dataset is None and client is None and n_blocks is None
         if dataset is not None:
+            if getattr(dataset, "sparse_width", None) is not None:
+                raise ValueError(
+                    "solver='working_set' reads dense rows; got a data set of sparse rows: "
+                    "give solver='dual' or 'auto', which solve sparse rows as they are"
+                )
             self._dataset_classes(dataset, client)
             units = parquet_units(dataset)
             classes = self.classes_
