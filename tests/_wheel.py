@@ -4,14 +4,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+
+from _background import Background
 
 from elmscale.core import carried_kernels
 
@@ -24,12 +24,13 @@ def clean_env(**extra) -> dict:
     return env
 
 
-class WheelBuild:
+class WheelBuild(Background):
     """``python -m build --wheel --no-isolation`` (this interpreter's packages: its numba
     compiles the kernels carried, which are required) of a copy of ``source`` made in
     ``where`` (``source``'s build/ folder is left alone), started in the background: the
     build compiles on one core for a minute or more, and its caller may do other work
-    meanwhile (:meth:`wait` for it)."""
+    meanwhile (:meth:`result` waits for it; :meth:`stop` ends the build's warmup process
+    with it)."""
 
     def __init__(self, source: Path, where: Path):
         copy = where / "source"
@@ -42,52 +43,19 @@ class WheelBuild:
             ignore=shutil.ignore_patterns("__pycache__", "*.nb[ic]", carried_kernels.FOLDER_NAME),
         )
         self.dist = copy / "dist"
-        self.argv = [
-            sys.executable,
-            *("-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."),
-        ]
-        # output to files, not pipes: a pipe nobody reads while the build runs would fill
-        # and stop it
-        self._out, self._err = where / "build.out", where / "build.err"
-        with open(self._out, "wb") as out, open(self._err, "wb") as err:
-            self.process = subprocess.Popen(
-                self.argv,
-                cwd=copy,
-                env=clean_env(ELMSCALE_WHEEL_KERNELS="require"),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,  # stop() ends the build's warmup process with it
-            )
-
-    def wait(self, timeout: float) -> subprocess.CompletedProcess:
-        """The finished build (as ``subprocess.run`` returns it); killed and
-        ``TimeoutExpired`` raised if it is still running ``timeout`` s from now."""
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise
-        return subprocess.CompletedProcess(
-            self.argv,
-            self.process.returncode,
-            self._out.read_text(errors="replace"),
-            self._err.read_text(errors="replace"),
+        super().__init__(
+            [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", "dist", "."],
+            logs=where / "build-logs",
+            cwd=copy,
+            env=clean_env(ELMSCALE_WHEEL_KERNELS="require"),
         )
-
-    def stop(self) -> None:
-        """Kill the build and the processes it started, if it is still running (its caller
-        gave up on it)."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(60)
 
 
 def build_wheel(source: Path, where: Path, timeout: float):
     """``(build, dist)``: :class:`WheelBuild` of ``source`` in ``where``, waited for; the
     finished process and the folder its wheel is in."""
     build = WheelBuild(source, where)
-    return build.wait(timeout), build.dist
+    return build.result(timeout), build.dist
 
 
 def site_packages(python) -> Path:

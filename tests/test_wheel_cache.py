@@ -111,7 +111,7 @@ def wheel_build(request, tmp_path_factory):
 def wheel(wheel_build) -> Path:
     if _host_baseline() is None:
         pytest.skip("this CPU meets none of the carried baselines (x86-64-v3 at least)")
-    built = wheel_build.wait(BUILD_TIMEOUT)
+    built = wheel_build.result(BUILD_TIMEOUT)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = wheel_build.dist.glob("*.whl")
     return wheel
