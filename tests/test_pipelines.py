@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _background import Background
+from _background import stop_process as _stop
 
 from elmscale import ELMClassifier, save
 from elmscale.app.cli import main
@@ -54,63 +56,10 @@ def _elmscale(*args, env=None, timeout=300):
     )
 
 
-class _Started:
-    """``elmscale ARGS`` running in the background (:func:`_start_elmscale`)."""
-
-    def __init__(self, args, env, logs: Path):
-        self.args = [sys.executable, "-m", "elmscale", *map(str, args)]
-        # files, not pipes: a pipe nobody reads meanwhile could fill and stop the command
-        logs.mkdir(parents=True, exist_ok=True)
-        self._out, self._err = logs / "stdout", logs / "stderr"
-        with open(self._out, "wb") as out, open(self._err, "wb") as err:
-            self.process = subprocess.Popen(
-                self.args, stdout=out, stderr=err, env=env or CLEAN_ENV, start_new_session=True
-            )
-
-    def result(self, timeout=300) -> subprocess.CompletedProcess:
-        """The finished command, as ``_elmscale`` returns it; stopped (its process group)
-        if it is still running ``timeout`` s from now, and ``TimeoutExpired`` raised."""
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _stop(self.process, group=True)
-            raise
-        return subprocess.CompletedProcess(
-            self.args,
-            self.process.returncode,
-            self._out.read_text(errors="replace"),
-            self._err.read_text(errors="replace"),
-        )
-
-    def stop(self):
-        """End it if it still runs (the test failed before it waited for it)."""
-        if self.process.poll() is None:
-            _stop(self.process, group=True)
-
-
-def _start_elmscale(*args, logs: Path, env=None) -> _Started:
+def _start_elmscale(*args, logs: Path, env=None) -> Background:
     """``_elmscale``, started in the background: a command that waits on others (a run's
     Ray or Dask starting, a head's start-up) leaves a core to a command beside it."""
-    return _Started(args, env, logs)
-
-
-def _stop(process: subprocess.Popen, *, group=False, timeout=60):
-    """SIGTERM ``process`` (its whole process group with ``group``), wait, SIGKILL it if it
-    outlives ``timeout`` s."""
-
-    def send(sig):
-        try:
-            os.killpg(process.pid, sig) if group else process.send_signal(sig)
-        except ProcessLookupError:
-            pass
-
-    if group or process.poll() is None:
-        send(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        send(signal.SIGKILL)
-        process.wait(30)
+    return Background([sys.executable, "-m", "elmscale", *args], logs=logs, env=env or CLEAN_ENV)
 
 
 def _metrics(run_dir_parent: Path, name: str) -> dict:
@@ -198,7 +147,7 @@ def test_run_against_a_real_dask_scheduler_equals_the_local_run(tmp_path):
         assert (run_dir / name).is_file(), name
 
 
-def _generated(tmp_path: Path, run: "_Started", timeout=300) -> None:
+def _generated(tmp_path: Path, run: Background, timeout=300) -> None:
     """Wait until ``run`` has written ELM_PIPELINE's generated data (each folder's marker is
     written last), or fail if it ends first without it."""
     markers = [tmp_path / folder / GENERATED_MARKER for folder in ("train", "test")]
