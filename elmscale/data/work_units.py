@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import scipy.sparse as sp
 
 from elmscale.core.errors import DataError
 
@@ -62,11 +63,12 @@ class PartitionUnit:
     scale: tuple[float, ...] | None = None
     shift: tuple[float, ...] | None = None
     rows: tuple | None = field(default=None, compare=False, repr=False)
+    sparse_width: int | None = None  # sparse rows (X's chunks CSR or CSC) of this many features
 
     @property
     def n_features(self) -> int:
         """Columns of :meth:`read`'s ``X``."""
-        return len(self.features)
+        return len(self.features) if self.sparse_width is None else self.sparse_width
 
     @property
     def pieces(self) -> tuple[tuple[str, int, int, int], ...]:
@@ -81,8 +83,9 @@ class PartitionUnit:
 
     def read(self, *, with_labels: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """``(X, y)`` as :meth:`WorkUnit.read` gives them: the features a C-contiguous
-        float32 array (scaled when ``scale`` is set), the labels as held (numbers, or an
-        object array of str); ``y`` None without labels or when ``with_labels`` is False."""
+        float32 array (a float32 CSR block with sorted indices for sparse rows), scaled
+        when ``scale`` is set, the labels as held (numbers, or an object array of str);
+        ``y`` None without labels or when ``with_labels`` is False."""
         if self.rows is None:
             raise RuntimeError(
                 f"{self._where()}: the unit's rows are not attached; a task that reads it "
@@ -90,8 +93,14 @@ class PartitionUnit:
             )
         X_part, y_part = self.rows
         lo, hi = self.offset, self.offset + self.n_rows
-        X = _float32_rows(X_part, lo, hi, self._where())
-        if self.scale is not None:
+        if self.sparse_width is not None:
+            X = _csr32_rows(X_part, lo, hi, self._where())
+            if self.scale is not None:  # no shift: DaskDataset.scaled refuses one
+                X = X @ sp.diags(np.asarray(self.scale, dtype=np.float32), format="csr")
+                X.sort_indices()
+        else:
+            X = _float32_rows(X_part, lo, hi, self._where())
+        if self.scale is not None and self.sparse_width is None:
             X *= np.asarray(self.scale, dtype=np.float32)
             X += np.asarray(self.shift, dtype=np.float32)
         y = None
@@ -113,6 +122,16 @@ def _float32_rows(part, lo: int, hi: int, where: str) -> np.ndarray:
     if X.ndim != 2:
         raise DataError(f"X: {where} has {X.ndim} dimension(s); expected a 2-D block")
     if not np.isfinite(X).all():
+        raise DataError(f"X: {where} has NaN or infinite values; expected finite numbers")
+    return X
+
+
+def _csr32_rows(part, lo: int, hi: int, where: str) -> sp.csr_matrix:
+    """Rows ``lo .. hi`` of a CSR or CSC block as a fresh float32 CSR block with sorted
+    indices, checked finite (as a Parquet unit's sparse rows)."""
+    X = sp.csr_matrix(part[lo:hi], dtype=np.float32, copy=True)
+    X.sort_indices()
+    if not np.isfinite(X.data).all():
         raise DataError(f"X: {where} has NaN or infinite values; expected finite numbers")
     return X
 
