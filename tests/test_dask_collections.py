@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 from distributed import futures_of, wait
 
 from elmscale import (
@@ -32,6 +33,7 @@ from elmscale import (
     open_parquet,
 )
 from elmscale.core.errors import DataError
+from elmscale.data import write_parquet
 from elmscale.distributed import collections
 from elmscale.distributed.collections import from_collections
 from elmscale.models.boosting_ridge import BRELMClassifier, GBRELMRegressor
@@ -127,6 +129,9 @@ def _assert_same_model(a, b, *, rounded=()) -> None:
         other = sb[name]
         if name in rounded:
             np.testing.assert_allclose(other, value, rtol=1e-12, err_msg=name)
+        elif sp.issparse(value):  # support vectors or rows kept from a sparse fit
+            assert sp.issparse(other) and value.shape == other.shape, name
+            assert value.dtype == other.dtype and (value != other).nnz == 0, name
         elif isinstance(value, np.ndarray) or np.ndim(value):
             np.testing.assert_array_equal(np.asarray(other), np.asarray(value), err_msg=name)
         elif hasattr(value, "to_dict"):  # a hidden layer
@@ -498,3 +503,120 @@ def test_other_paths_of_collections(frames, dask_client):
     for X, y in ((ddf[FEATURES], ddf["label"]), (dataset, None)):
         with pytest.raises(ValueError, match="fit_path warm-starts in-memory solvers"):
             SparseELMClassifier(kernel="gaussian").fit_path(X, y, [0.1, 1.0])
+
+
+# -- sparse rows: a Dask Array of scipy.sparse chunks -------------------------------------------
+
+SPARSE_ROWS, SPARSE_WIDTH, SPARSE_PART = 2_000, 300, 500  # 4 partitions, 2 a worker
+
+
+@pytest.fixture(scope="module")
+def sparse_rows(tmp_path_factory):
+    """2,000 rows x 300 features, 2 % nonzero (float32-exact values), binary labels from a
+    linear rule; the same rows as a Parquet column of sparse rows read in 4 units of 500
+    (the collections' partitions): ``(X CSR float32, y, ParquetDataset)``."""
+    X = sp.random(
+        SPARSE_ROWS, SPARSE_WIDTH, density=0.02, format="csr", random_state=3, dtype=np.float64
+    )
+    X.data = np.round(X.data * 64 - 32) / 16 + 1 / 32  # float32-exact, never zero
+    y = (X @ np.random.default_rng(3).normal(size=SPARSE_WIDTH) > 0).astype(np.int64)
+    path = write_parquet(X, tmp_path_factory.mktemp("sparse_rows") / "rows.parquet", y=y)
+    return X.astype(np.float32), y, open_parquet(path).with_units(SPARSE_ROWS // SPARSE_PART)
+
+
+NEWTON_TOL = 1e-6
+
+#: The families that take sparse rows in memory (tests/test_sparse_input.py) and from a
+#: Parquet column of them; the kernel ones gather the rows, the random-node ones sum the
+#: units' Grams (ELM) or Newton passes (sparse ELM)
+SPARSE_FAMILIES = {
+    "elm": lambda: ELMClassifier(hidden="sigmoid", n_hidden=40, C=1.0, random_state=0),
+    "elm_kernel": lambda: ELMClassifier(kernel="gaussian", C=1.0),
+    "sparse_kernel": lambda: SparseELMClassifier(kernel="gaussian", C=1.0),
+    "sparse_newton": lambda: SparseELMClassifier(
+        hidden="sigmoid", n_hidden=40, C=1.0, random_state=0, solver="newton", tol=NEWTON_TOL
+    ),
+}
+
+#: Ways users make such an Array (as LightGBM's and XGBoost's Dask estimators take it)
+SPARSE_ARRAYS = {
+    "from_csr": lambda X: da.from_array(X, chunks=(SPARSE_PART, SPARSE_WIDTH), asarray=False),
+    "from_csc": lambda X: da.from_array(
+        X.tocsc(), chunks=(SPARSE_PART, SPARSE_WIDTH), asarray=False
+    ),
+    "map_blocks": lambda X: da.from_array(
+        X.toarray(), chunks=(SPARSE_PART, SPARSE_WIDTH)
+    ).map_blocks(sp.csr_matrix),
+}
+
+
+@pytest.mark.timeout(900)  # the sparse kernels' first compile: minutes under load
+@pytest.mark.parametrize("family", list(SPARSE_FAMILIES))
+def test_a_fit_from_sparse_chunks_is_the_sparse_parquet_fit_and_the_csr_fit(
+    family, sparse_rows, dask_client
+):
+    """The chunks' rows are read as the Parquet column's are (float32 CSR blocks, the same
+    units): the same model to the bit.  Against the in-memory CSR fit the bounds of
+    tests/test_sparse_parquet.py: the kernel models gather the same rows and solve the same
+    problem (equal), the random-node sums run in another order (within n u |f|_max, u the
+    float32 unit roundoff); Newton's passes on the cluster stop at another iterate than
+    the one-process Newton's, both within ``tol``: tests/test_sparse_input.py's bounds for
+    two such solutions (objectives within 2 n C tol; decision values within
+    2 sqrt(2 n C tol) |h|_max, |h| <= sqrt(40) for 40 sigmoid nodes, plus the maps' float32
+    difference carried by |beta|).  Predictions and the score of the collection are lazy
+    and those of the CSR rows."""
+    X, y, dataset = sparse_rows
+    make = SPARSE_FAMILIES[family]
+    from_parquet = make().fit(dataset, client=dask_client)
+    here = make().fit(X, y)
+    f_here = here.decision_function(X)
+    y_dask = da.from_array(y, chunks=SPARSE_PART)
+    for how, to_array in SPARSE_ARRAYS.items():
+        X_dask = to_array(X)
+        from_dask = make().fit(X_dask, y_dask, client=dask_client)
+        _assert_same_model(from_parquet, from_dask)
+        f_dask = from_dask.decision_function(X)
+        if family == "elm":
+            bound = SPARSE_ROWS * np.finfo(np.float32).eps / 2 * np.abs(f_here).max()
+            assert np.abs(f_here - f_dask).max() <= bound, how
+        elif family == "sparse_newton":
+            n, C = SPARSE_ROWS, 1.0
+            assert abs(from_dask.objective_ - here.objective_).max() <= 2 * n * C * NEWTON_TOL
+            bound = 2 * np.sqrt(2 * n * C * NEWTON_TOL) * np.sqrt(40)
+            bound += 1e-4 * np.abs(here.coef_).sum(axis=0).max()
+            assert np.abs(f_here - f_dask).max() <= bound, how
+        else:
+            np.testing.assert_array_equal(f_dask, f_here, err_msg=how)
+        lazy = from_dask.decision_function(X_dask)
+        assert isinstance(lazy, da.Array) and lazy.chunks[0] == X_dask.chunks[0]
+        np.testing.assert_array_equal(lazy.compute(), f_dask, err_msg=how)
+        np.testing.assert_array_equal(from_dask.predict(X_dask).compute(), from_dask.predict(X))
+        assert from_dask.score(X_dask, y_dask) == from_dask.score(X, y)
+
+
+def test_bad_sparse_chunks_are_named_with_what_was_expected(sparse_rows, dask_client):
+    X, y, _ = sparse_rows
+    y_dask = da.from_array(y, chunks=SPARSE_PART)
+    model = ELMClassifier(n_hidden=10, random_state=0)
+    split = da.from_array(X, chunks=(SPARSE_PART, 100), asarray=False)
+    with pytest.raises(ValueError, match=r"split along its features into 3 column blocks; "):
+        model.fit(split, y_dask, client=dask_client)
+    fitted = ELMClassifier(n_hidden=10, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match=r"chunks=\(rows, 300\)"):
+        fitted.predict(split)
+    # chunks of another sparse format (COO: rows cannot be sliced)
+    coo = da.from_array(X, chunks=(SPARSE_PART, SPARSE_WIDTH), asarray=False).map_blocks(
+        sp.coo_matrix
+    )
+    with pytest.raises(ValueError, match=r"X: chunk 0 is a .*coo_matrix \(coo\); expected a "):
+        model.fit(coo, y_dask, client=dask_client)
+    # sparse chunks behind a dense meta: found when the chunk is computed
+    hidden = da.from_array(X.toarray(), chunks=(SPARSE_PART, SPARSE_WIDTH)).map_blocks(
+        sp.csr_matrix, meta=np.empty((0, 0), dtype=np.float32)
+    )
+    with pytest.raises(ValueError, match=r"chunk 0 is a .*csr_matrix \(csr\); expected a numpy"):
+        model.fit(hidden, y_dask, client=dask_client)
+    # a family that reads dense rows says so, as for CSR in memory
+    rows = da.from_array(X, chunks=(SPARSE_PART, SPARSE_WIDTH), asarray=False)
+    with pytest.raises(ValueError, match="solver='working_set' reads dense rows"):
+        SparseELMClassifier(solver="working_set").fit(rows, y_dask, client=dask_client)

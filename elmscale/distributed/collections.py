@@ -2,7 +2,10 @@
 where the partitions live.
 
 ``fit(X, y)`` with ``X`` a ``dask.dataframe.DataFrame`` or ``dask.array.Array`` and ``y`` a
-Dask Series or Array (as XGBoost's, LightGBM's and dask-ml's estimators take them):
+Dask Series or Array (as XGBoost's, LightGBM's and dask-ml's estimators take them; an Array's
+chunks may be ``scipy.sparse`` CSR or CSC matrices, as theirs may, e.g.
+``da.from_array(X_csr, chunks=(rows, n_features), asarray=False)``: sparse rows, read as
+float32 CSR blocks by the units, as a Parquet column of sparse rows is):
 :func:`as_source` turns them into a :class:`DaskDataset`, which every fit that takes a
 :class:`~elmscale.data.parquet.ParquetDataset` takes the same way (``units()``,
 ``n_rows``, ``features``, ``label``, ``scaled``, ``read``).
@@ -94,6 +97,7 @@ class DaskDataset:
     shift: tuple[float, ...] | None = None
     n_units: int | None = None
     n_outputs: int = 1  # y's columns: several only to score a multi-output regressor
+    sparse_width: int | None = None  # sparse rows (X's chunks CSR / CSC) of this many features
 
     def scaled(self, scaler) -> DaskDataset:
         """The same rows with ``scaler`` applied, as :meth:`ParquetDataset.scaled`."""
@@ -113,12 +117,13 @@ class DaskDataset:
 
     @property
     def n_features(self) -> int:
-        return len(self.features)
+        return len(self.features) if self.sparse_width is None else self.sparse_width
 
     def __repr__(self) -> str:
         return (
             f"DaskDataset({self.source}, {self.n_rows:,} rows, {self.n_features} features, "
-            f"label={self.label!r}{', scaled' if self.scale is not None else ''})"
+            f"label={self.label!r}{', sparse rows' if self.sparse_width is not None else ''}"
+            f"{', scaled' if self.scale is not None else ''})"
         )
 
     def units(self, n_units: int | None = None) -> list[PartitionUnit]:
@@ -156,17 +161,21 @@ class DaskDataset:
                     source=self.source,
                     scale=self.scale,
                     shift=self.shift,
+                    sparse_width=self.sparse_width,
                 )
             )
         return units
 
     def read(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """All rows here: ``(X float32, y)`` (small sets and tests), through the client."""
+        """All rows here: ``(X float32, y)`` (X CSR for sparse rows; small sets and tests),
+        through the client."""
+        from elmscale.data.parquet import stack_rows
+
         units = self.units()
         values = self.client.gather([self.futures[u.partition] for u in units])  # type: ignore[attr-defined]
         parts = [attach(u, [v]).read() for u, v in zip(units, values)]
         y = None if self.label is None else np.concatenate([y for _, y in parts])
-        return np.concatenate([X for X, _ in parts]), y
+        return stack_rows([X for X, _ in parts]), y
 
 
 # -- from collections -----------------------------------------------------------------------
@@ -190,6 +199,31 @@ def _is_dataframe(obj) -> bool:
     import dask.dataframe as dd
 
     return isinstance(obj, (dd.DataFrame, dd.Series))
+
+
+def _is_sparse(X) -> bool:
+    """Whether ``X`` is a Dask Array whose chunks are ``scipy.sparse`` matrices (its meta)."""
+    import dask.array as da
+    import scipy.sparse as sp
+
+    return isinstance(X, da.Array) and sp.issparse(getattr(X, "_meta", None))
+
+
+def _columns(X) -> tuple[tuple[str, ...], int | None]:
+    """``(features, sparse_width)`` of a data set of ``X``: its feature names (numeric
+    columns checked), and None; or for an Array of sparse chunks one name for the rows and
+    their width (a name per feature would travel with every unit: a million of them)."""
+    if not _is_sparse(X):
+        return _feature_names(X), None
+    _feature_names(X)  # 2-D, numbers
+    if X.numblocks[1] > 1:
+        raise ValueError(
+            f"X: a Dask Array of sparse chunks split along its features into "
+            f"{X.numblocks[1]} column blocks; expected every chunk to hold whole rows "
+            f"(chunks=(rows, {X.shape[1]}), e.g. da.from_array(X_csr, chunks=(rows, "
+            f"{X.shape[1]}), asarray=False))"
+        )
+    return ("X",), int(X.shape[1])
 
 
 def _feature_names(X) -> tuple[str, ...]:
@@ -267,12 +301,33 @@ def _held_on(client, blocks) -> list[list]:
     return where
 
 
-def _pack(X_part, y_part, partition: int):
+def _check_chunk(X_part, partition: int, sparse: bool) -> None:
+    """An Array's chunk is what its meta said: a numpy array, or a CSR / CSC matrix for
+    an Array of sparse chunks (a chunk is only seen once computed)."""
+    import scipy.sparse as sp
+
+    if sparse:
+        if sp.issparse(X_part) and X_part.format in ("csr", "csc"):
+            return
+        expected = "a scipy.sparse CSR or CSC matrix (the Array's meta is sparse)"
+    else:
+        if isinstance(X_part, np.ndarray) or hasattr(X_part, "iloc"):
+            return
+        expected = "a numpy array, or scipy.sparse CSR / CSC chunks with a sparse meta (e.g. "
+        expected += "da.from_array(X_csr, chunks=(rows, n_features), asarray=False))"
+    kind = f"{type(X_part).__module__}.{type(X_part).__name__}"
+    if sp.issparse(X_part):
+        kind += f" ({X_part.format})"
+    raise ValueError(f"X: chunk {partition} is a {kind}; expected {expected}")
+
+
+def _pack(X_part, y_part, partition: int, sparse: bool = False):
     """A persisted partition: X's and y's rows together, checked to be the same rows."""
+    _check_chunk(X_part, partition, sparse)
     if y_part is not None:
-        if len(X_part) != len(y_part):
+        if X_part.shape[0] != len(y_part):
             raise ValueError(
-                f"X and y differ in partition {partition}: {len(X_part)} rows of X, "
+                f"X and y differ in partition {partition}: {X_part.shape[0]} rows of X, "
                 f"{len(y_part)} of y; expected the same rows (e.g. X = df[features], "
                 "y = df[label] of one DataFrame)"
             )
@@ -282,23 +337,25 @@ def _pack(X_part, y_part, partition: int):
 
 
 def _rows_of(pack) -> int:
-    return len(pack[0])
+    return pack[0].shape[0]
 
 
 def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
-    """Persist ``X`` (a Dask DataFrame of numeric columns or a 2-D Dask Array) and ``y``
+    """Persist ``X`` (a Dask DataFrame of numeric columns or a 2-D Dask Array, of numpy or
+    of scipy.sparse CSR / CSC chunks holding whole rows) and ``y``
     (a Dask Series or 1-D Array with the same partitions; None for scoring) together, one
     task per partition, and describe them as a :class:`DaskDataset`.
 
     ``client``: default ``distributed.default_client()``.  Raises ``ValueError`` naming
-    ``X`` or ``y`` for strings in X, other shapes, or partitions that differ in number or
-    length.
+    ``X`` or ``y`` for strings in X, other shapes, sparse chunks split along the features,
+    a chunk of another kind than numpy or CSR / CSC, or partitions that differ in number
+    or length.
     """
     import dask
     from distributed import wait
 
     client = _client(client)
-    features = _feature_names(X)
+    features, sparse_width = _columns(X)
     label = None if y is None else _label_name(y)
     X_blocks = _blocks(X)
     y_blocks = [None] * len(X_blocks) if y is None else _blocks(y)
@@ -319,7 +376,11 @@ def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
     fit_token = uuid.uuid4().hex
     packs = [
         dask.delayed(_pack, pure=True)(
-            x, yb, i, dask_key_name=f"_pack-{i}-{tokenize(x, yb, i, fit_token)}"
+            x,
+            yb,
+            i,
+            sparse_width is not None,
+            dask_key_name=f"_pack-{i}-{tokenize(x, yb, i, fit_token)}",
         )
         for i, (x, yb) in enumerate(zip(X_blocks, y_blocks))
     ]
@@ -343,6 +404,8 @@ def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
         ]
     )
     kind = "DataFrame" if _is_dataframe(X) else "Array"
+    if sparse_width is not None:
+        kind += " of sparse rows"
     source = f"{name} (a Dask {kind} of {len(futures)} partitions)"
     return DaskDataset(
         source=source,
@@ -352,6 +415,7 @@ def from_collections(X, y, client=None, *, name: str = "X") -> DaskDataset:
         client=client,
         futures=tuple(futures),
         n_outputs=1 if y is None or y.ndim == 1 else int(y.shape[1]),
+        sparse_width=sparse_width,
     )
 
 
@@ -532,14 +596,23 @@ def model_for_tasks(model, n_threads: int | None):
 
 
 def _method_on_block(block, model, method: str, width: int | None, columns):
-    """``model.method`` of one partition (pandas or numpy), on one thread; an empty
-    partition gives an empty result of the right shape (a model refuses 0 rows)."""
-    values = np.asarray(block.to_numpy() if hasattr(block, "to_numpy") else block)
+    """``model.method`` of one partition (pandas, numpy, or a sparse chunk, passed as it is
+    to a model that takes sparse rows), on one thread; an empty partition gives an empty
+    result of the right shape (a model refuses 0 rows)."""
+    import scipy.sparse as sp
+
+    if sp.issparse(block):
+        values = block
+    else:
+        values = np.asarray(block.to_numpy() if hasattr(block, "to_numpy") else block)
     with thread_budget(1):
-        if len(values):
+        if values.shape[0]:
             out = np.asarray(getattr(model, method)(values))
         else:
-            out = np.asarray(getattr(model, method)(np.zeros((1, values.shape[1]), values.dtype)))
+            one_row = sp.csr_matrix if sp.issparse(values) else np.zeros
+            out = np.asarray(
+                getattr(model, method)(one_row((1, values.shape[1]), dtype=values.dtype))
+            )
             out = out[:0]
     if not hasattr(block, "index"):
         return out
@@ -564,13 +637,21 @@ def map_method(model, X, method: str):
             f"X: {type(X).__name__} of {getattr(X, 'ndim', 1)} dimension(s); expected a Dask "
             "DataFrame or a 2-D Dask Array"
         )
-    n_features = len(_feature_names(X))  # numeric columns, or a clear error
+    features, sparse_width = _columns(X)  # numeric columns, or a clear error
+    n_features = len(features) if sparse_width is None else sparse_width
     dtype = np.result_type(*X.dtypes) if isinstance(X, dd.DataFrame) else X.dtype
     expected = getattr(model, "n_features_in_", n_features)
     if n_features != expected:
         raise ValueError(f"X has {n_features} features; the model expects {expected}")
-    # the result's type and width from one row (this also checks that the model is fitted)
-    sample = np.asarray(getattr(model, method)(np.zeros((1, n_features), dtype=dtype)))
+    # the result's type and width from one row (this also checks that the model is fitted,
+    # and that it takes sparse rows if X's are)
+    if sparse_width is None:
+        one_row = np.zeros((1, n_features), dtype=dtype)
+    else:
+        import scipy.sparse as sp
+
+        one_row = sp.csr_matrix((1, n_features), dtype=dtype)
+    sample = np.asarray(getattr(model, method)(one_row))
     width = None if sample.ndim == 1 else int(sample.shape[1])
     classes = getattr(model, "classes_", None)
     columns = (
