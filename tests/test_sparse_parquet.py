@@ -5,6 +5,8 @@ plain pyarrow in the layout is read; bad layouts are errors naming the file and 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +15,7 @@ import scipy.sparse as sp
 
 from elmscale.core.errors import DataError
 from elmscale.data import load, load_parquet, open_parquet, write_parquet
-from elmscale.data.sparse_rows import VECTOR_TYPE
+from elmscale.data.sparse_rows import SPARK_ROW_METADATA, VECTOR_TYPE, spark_row_schema
 
 
 def _csr(n_rows=500, width=2000, density=0.01, seed=0) -> sp.csr_matrix:
@@ -101,6 +103,80 @@ def test_a_file_written_by_plain_pyarrow_is_read(tmp_path):
         np.testing.assert_array_equal(whole.y, [1.0, -1.0, 1.0])
         X, y = open_parquet(path).read()
         np.testing.assert_array_equal(X.toarray(), expected)
+
+
+#: Spark's row schema of a ``features`` vector column and a double ``label``, as Spark
+#: writes it to a Parquet footer under SPARK_ROW_METADATA: copied verbatim (its "features"
+#: and "label" fields; the file's other two fields left out) from ``parquet-tools meta`` of a
+#: Spark-written file (creator "parquet-mr version 1.10.0"), quoted in a public notes file
+#: found with the search tool (code corpus, "org.apache.spark.sql.parquet.row.metadata
+#: VectorUDT pyClass").  It is what Spark's source says: UserDefinedType.jsonValue (type,
+#: class, pyClass, sqlType; apache/spark sql/catalyst/.../types/UserDefinedType.scala) of
+#: VectorUDT (sqlType: type byte not null, size int, indices array<int>, values
+#: array<double>, no null elements; mllib/.../ml/linalg/VectorUDT.scala).
+SPARK_WRITTEN = (
+    '{"type":"struct","fields":[{"name":"features","type":{"type":"udt",'
+    '"class":"org.apache.spark.ml.linalg.VectorUDT","pyClass":"pyspark.ml.linalg.VectorUDT",'
+    '"sqlType":{"type":"struct","fields":[{"name":"type","type":"byte","nullable":false,'
+    '"metadata":{}},{"name":"size","type":"integer","nullable":true,"metadata":{}},'
+    '{"name":"indices","type":{"type":"array","elementType":"integer","containsNull":false},'
+    '"nullable":true,"metadata":{}},{"name":"values","type":{"type":"array",'
+    '"elementType":"double","containsNull":false},"nullable":true,"metadata":{}}]}},'
+    '"nullable":true,"metadata":{}},{"name":"label","type":"double","nullable":true,'
+    '"metadata":{}}]}'
+)
+
+
+def _spark_metadata(path) -> str | None:
+    found = pq.read_metadata(path).metadata or {}
+    value = found.get(SPARK_ROW_METADATA.encode())
+    return None if value is None else value.decode()
+
+
+def test_sparse_rows_are_written_with_sparks_row_schema(tmp_path):
+    """The footer names the column VectorUDT in Spark's own JSON (so Spark reads it back as
+    a Vector), to the character; other label types by Spark's names; dense columns get
+    none (nothing for Spark to know beyond the Parquet types)."""
+    X, y = _csr(n_rows=50, width=40), _labels(50)
+    path = write_parquet(X, tmp_path / "rows.parquet", y=y)
+    assert _spark_metadata(path) == SPARK_WRITTEN
+    assert load(path).X.shape == (50, 40)
+    names = write_parquet(X, tmp_path / "names.parquet", y=np.array(["a", "b"] * 25))
+    fields = json.loads(_spark_metadata(names))["fields"]
+    assert [f["type"] for f in fields][1:] == ["string"]
+    counts = write_parquet(X, tmp_path / "counts.parquet", y=np.arange(50))
+    assert json.loads(_spark_metadata(counts))["fields"][1]["type"] == "long"
+    unlabelled = write_parquet(X, tmp_path / "unlabelled.parquet")
+    assert (
+        json.loads(_spark_metadata(unlabelled))["fields"][0]
+        == json.loads(SPARK_WRITTEN)["fields"][0]
+    )
+    dense = write_parquet(X.toarray(), tmp_path / "dense.parquet", y=y)
+    assert _spark_metadata(dense) is None
+    # a type Spark has no name for here: no metadata rather than a wrong one
+    odd = pa.schema([pa.field("features", VECTOR_TYPE), pa.field("when", pa.date32())])
+    assert spark_row_schema(odd) is None
+
+
+def test_files_with_and_without_sparks_row_schema_read_the_same(tmp_path):
+    """elmscale's own file, the same table without the footer's metadata (as other
+    writers leave it), and one with Spark's metadata as Spark writes it, next to other
+    keys: the same rows."""
+    X, y = _csr(n_rows=300, width=120), _labels(300)
+    ours = write_parquet(X, tmp_path / "ours.parquet", y=y)
+    table = pq.read_table(ours)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(table.replace_schema_metadata(None), bare)
+    assert _spark_metadata(bare) is None
+    spark = tmp_path / "spark.parquet"
+    metadata = {SPARK_ROW_METADATA: SPARK_WRITTEN, "org.apache.spark.version": "3.5.1"}
+    pq.write_table(table.replace_schema_metadata(metadata), spark)
+    assert _spark_metadata(spark) == SPARK_WRITTEN
+    for path in (ours, bare, spark):
+        whole = load(path)
+        assert (whole.X != X).nnz == 0 and np.array_equal(whole.y, y), path
+        rows, labels = open_parquet(path).with_units(3).read()
+        assert (rows != X.astype(np.float32)).nnz == 0 and np.array_equal(labels, y), path
 
 
 def test_dense_rows_of_the_layout_are_read(tmp_path):

@@ -38,7 +38,13 @@ from elmscale.data.columns import (
     vector_column,
 )
 from elmscale.data.dataset import Dataset, MissingPolicy, _assemble, _check_missing_policy
-from elmscale.data.sparse_rows import VECTOR_TYPE, csr_from_vectors, vector_array, vector_width
+from elmscale.data.sparse_rows import (
+    VECTOR_TYPE,
+    csr_from_vectors,
+    vector_array,
+    vector_width,
+    with_spark_metadata,
+)
 from elmscale.data.storage import Location, locate, storage_errors, write_whole
 
 #: Row-group size bounds (rows) for :func:`write_parquet`.
@@ -402,15 +408,15 @@ def _label_column(
 def _schema(
     names: list[str], label_name: str, y_arr: pa.Array | None, sparse_rows: bool = False
 ) -> pa.Schema:
-    """One float32 field per feature (or one field of sparse rows), then the label's field
-    in its own type."""
+    """One float32 field per feature (or one field of sparse rows, with Spark's row schema
+    in the metadata: Spark reads it as a Vector), then the label's field in its own type."""
     if sparse_rows:
         fields = [pa.field(names[0], VECTOR_TYPE)]
     else:
         fields = [pa.field(nm, pa.float32()) for nm in names]
     if y_arr is not None:
         fields.append(pa.field(label_name, y_arr.type))
-    return pa.schema(fields)
+    return with_spark_metadata(pa.schema(fields))
 
 
 def _write_row_groups(

@@ -13,6 +13,13 @@ rows are stored in Parquet files; any writer can produce it (pyarrow, Spark, Pol
 
 ``type`` may be left out (every row sparse); a dense row (``type`` 1) has a null ``size``
 and ``indices`` and ``size`` values.  Every row of a data set has the same width.
+
+Spark also names the column's type in the file's key-value metadata: under
+:data:`SPARK_ROW_METADATA` the whole row schema as JSON (Spark's ``StructType.json``),
+the column's type a ``udt`` of class ``org.apache.spark.ml.linalg.VectorUDT``, so that
+Spark reads it back as a ``Vector``, not a struct.  :func:`with_spark_metadata` adds it to
+a schema with vector columns (``write_parquet`` writes it); readers here need it not:
+files with or without it read the same.
 :func:`vector_array` writes a CSR matrix in this layout; :func:`csr_from_vectors` reads a
 column back as a float32 CSR block, checking it (a bad row is a
 :class:`~elmscale.core.errors.DataError` naming the file, the column, the row group and
@@ -20,6 +27,8 @@ the row).  No scikit-learn here: Parquet work units read on workers use it.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +38,16 @@ import scipy.sparse as sp
 
 from elmscale.core.errors import DataError
 
-__all__ = ["VECTOR_TYPE", "csr_from_vectors", "is_vector_type", "vector_array", "vector_width"]
+__all__ = [
+    "SPARK_ROW_METADATA",
+    "VECTOR_TYPE",
+    "csr_from_vectors",
+    "is_vector_type",
+    "spark_row_schema",
+    "vector_array",
+    "vector_width",
+    "with_spark_metadata",
+]
 
 #: Spark ML's ``VectorUDT.sqlType``, as elmscale writes it.
 VECTOR_TYPE = pa.struct(
@@ -42,6 +60,82 @@ VECTOR_TYPE = pa.struct(
 )
 
 _SPARSE, _DENSE = 0, 1
+
+#: The Parquet key-value metadata key under which Spark stores a file's row schema
+#: (``ParquetReadSupport.SPARK_METADATA_KEY``).
+SPARK_ROW_METADATA = "org.apache.spark.sql.parquet.row.metadata"
+
+#: Spark SQL's JSON names of the Arrow types elmscale writes (``DataType.typeName``)
+_SPARK_TYPE_NAMES = {
+    pa.int8(): "byte",
+    pa.int16(): "short",
+    pa.int32(): "integer",
+    pa.int64(): "long",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+    pa.string(): "string",
+    pa.large_string(): "string",
+}
+
+
+def _spark_type(t: pa.DataType, *, udt: bool = True):
+    """Spark's JSON of ``t`` (``DataType.jsonValue``), or None for a type without one
+    here; with ``udt``, elmscale's :data:`VECTOR_TYPE` is VectorUDT (whose ``sqlType`` is
+    that struct)."""
+    if t in _SPARK_TYPE_NAMES:
+        return _SPARK_TYPE_NAMES[t]
+    if udt and t == VECTOR_TYPE:
+        return {
+            "type": "udt",
+            "class": "org.apache.spark.ml.linalg.VectorUDT",
+            "pyClass": "pyspark.ml.linalg.VectorUDT",
+            "sqlType": _spark_type(VECTOR_TYPE, udt=False),
+        }
+    if pa.types.is_list(t):
+        element = _spark_type(t.value_type)
+        return (
+            None
+            if element is None
+            else {
+                "type": "array",
+                "elementType": element,
+                "containsNull": t.value_field.nullable,
+            }
+        )
+    if pa.types.is_struct(t):
+        fields = [_spark_field(t.field(i)) for i in range(t.num_fields)]
+        return None if None in fields else {"type": "struct", "fields": fields}
+    return None
+
+
+def _spark_field(f: pa.Field):
+    kind = _spark_type(f.type)
+    if kind is None:
+        return None
+    return {"name": f.name, "type": kind, "nullable": f.nullable, "metadata": {}}
+
+
+def spark_row_schema(schema: pa.Schema) -> str | None:
+    """``schema`` as Spark's row schema JSON (compact, as ``StructType.json`` writes it),
+    vector columns as VectorUDT; None if a field has a type not mapped here."""
+    fields = [_spark_field(f) for f in schema]
+    if None in fields:
+        return None
+    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+
+
+def with_spark_metadata(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with Spark's row schema in its metadata (:data:`SPARK_ROW_METADATA`)
+    when it has a vector column, so Spark reads that column as a Vector; as it was
+    otherwise (no vector column, or a type without a Spark name here)."""
+    if not any(f.type == VECTOR_TYPE for f in schema):
+        return schema
+    row_schema = spark_row_schema(schema)
+    if row_schema is None:
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), SPARK_ROW_METADATA: row_schema})
+
 
 EXPECTED = (
     "expected sparse rows in Spark ML's vector layout: struct<type: int8 (0 sparse, "
