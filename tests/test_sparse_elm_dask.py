@@ -16,6 +16,7 @@ from elmscale import SparseELMClassifier, open_parquet
 from elmscale.core.threads import blas_controller, blas_limits, thread_budget
 from elmscale.data import write_generated_parquet
 from elmscale.distributed import dataset_ops, newton
+from elmscale.features.layers import HiddenLayer
 
 TOL = 1e-3
 
@@ -398,3 +399,58 @@ def test_the_default_fit_needs_no_shared_folder(binary_set, dask_client, tmp_pat
     np.testing.assert_array_equal(result.beta.T, returned.coef_)
     np.testing.assert_array_equal(result.support, returned.support_)
     assert os.listdir(temp) == []
+
+
+def _pinned_as_the_nanny_set() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed at glibc's default
+    libc.mallopt(-1, int(os.environ["MALLOC_TRIM_THRESHOLD_"]))  # M_TRIM_THRESHOLD
+
+
+def _worker_page_faults() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def test_the_workers_heaps_serve_the_passes_and_are_put_back(binary_set, dask_client):
+    """Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which pins glibc's mmap threshold at 128 KB:
+    each pass's temporaries would be fresh pages.  During a fit's passes the workers'
+    thresholds are raised (``worker_heap.passes_heap``); after it they are as the nanny set
+    them, and a pass faults in fewer pages than with them pinned."""
+    from elmscale.distributed.worker_heap import heap_tuned, passes_heap
+
+    assert all(dask_client.run(lambda: "MALLOC_TRIM_THRESHOLD_" in os.environ).values())
+    during = []
+    units = newton.parquet_units(binary_set)
+    layer = HiddenLayer("sigmoid", binary_set.n_features, 20, 0).to_dict()
+
+    def fit():
+        before = dask_client.run(_worker_page_faults)
+        result = newton.fit_newton(
+            units,
+            layer,
+            [0, 1],
+            C=1.0,
+            tol=TOL,
+            client=dask_client,
+            on_pass=lambda *_: during.append(all(dask_client.run(heap_tuned).values())),
+        )
+        after = dask_client.run(_worker_page_faults)
+        return result, sum(after[w] - before[w] for w in after)
+
+    tuned, faults = fit()
+    assert during and all(during)
+    assert not any(dask_client.run(heap_tuned).values())
+    # the same passes with the thresholds pinned (a second fit leaves them raised: the
+    # heap's counter is at 2, so this fit's own raise changes nothing)
+    dask_client.run(passes_heap, True)
+    dask_client.run(_pinned_as_the_nanny_set)
+    try:
+        pinned, pinned_faults = fit()
+    finally:
+        dask_client.run(passes_heap, False)
+    np.testing.assert_array_equal(tuned.beta, pinned.beta)
+    assert faults < pinned_faults, (faults, pinned_faults)

@@ -54,6 +54,7 @@ from elmscale.distributed.breakdown import (  # (the pass records' columns: re-e
     timings_array,
 )
 from elmscale.distributed.collections import holder_groups, submit_placed
+from elmscale.distributed.worker_heap import passes_heap
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
 from elmscale.solvers import primal_newton as pn
@@ -880,6 +881,8 @@ def fit_newton(
         stream = get_task_stream(client=client)
         # sent once: each task then names it (a few hundred bytes less per task and pass)
         task_problem = client.scatter(problem, broadcast=True, hash=False)
+        # the workers' pass temporaries from their heaps, not fresh pages (worker_heap)
+        client.run(passes_heap, True, on_error="ignore")
     try:
         with stream as task_stream:
             for index in range(cap):
@@ -966,6 +969,9 @@ def fit_newton(
                 support = _support_rows(in_order, problem, int(n_support.sum()))
     finally:
         _clean_up(client, problem)
+        if client is not None:
+            with contextlib.suppress(Exception):  # (a cluster going away: nothing to undo)
+                client.run(passes_heap, False, on_error="ignore")
     return NewtonResult(
         beta=np.array([s.beta for s in solves]),
         dual=np.array([s.dual for s in solves]),
