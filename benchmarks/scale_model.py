@@ -4,38 +4,56 @@ random-node sparse ELM's Newton passes and the kernel sparse ELM's working set.
     python benchmarks/scale_model.py            # Newton 400k rows, working set 20k rows
     python benchmarks/scale_model.py --quick    # 20k and 2k rows, for CI
 
-What it measures (every figure from the fits' own breakdowns: ``pass_breakdown`` and
-``exchange_breakdown`` in ``elmscale.distributed``, the workers' compute from Dask's task
-stream):
-
-1. **Compute per row**, in this process on one thread (one block: no Dask): each Newton
-   pass's seconds per row, and each working-set exchange's.  The coordinator's own work
-   (the L x L steps, phase 2's gathered solve, the working set's subproblem) is measured in
-   the same fit: it is the same arithmetic, to the bit, as on the cluster.
-2. **Compute per unit**: the same Newton fit with 4x the work units; the extra seconds per
-   unit and pass.
-3. **Fixed costs per exchange** on a Dask LocalCluster of 1 and of 2 one-thread workers:
-   a fit of few rows, whose passes are all overhead (the wait: the scheduler's round trip,
-   the messages, their (de)serialization), and its fixed cost per fit (the set-up and the
-   last pass); the bytes each block returns per pass.
+Every figure comes from the fits' own breakdowns (``elmscale.distributed.breakdown``'s
+pass records; ``working_set.exchange_breakdown``): the workers' compute from Dask's task
+stream (Newton) or the actors' own timers (the working set: Dask's task stream does not
+see actor calls).
 
 The model: a fit on K workers and N rows takes
 
-    sum over passes p of [ a_p N / K + u U / K + coordinator_p + wait(K) ] + fixed(K)
+    T(K, N) = sum over passes p of [ w a_p N / K  +  w u U / K  +  c_p  +  r(K) ]  +  f(K)
 
-(a_p the pass's seconds per row, U the units, wait(K) and fixed(K) as measured at K = 1 and
-2).  It then predicts the Dask fits on the calibration rows at K = 1 and 2, runs them, and
-prints prediction against measurement (target: within 15 %).  The passes are the same for
-any K (the solver's passes are exact map-reduces), and the working set's iterations too.
+* ``a_p``, the **compute per row** of pass p: measured in this process on one thread (one
+  block, no Dask) at N rows, one pass at a time.  It gives each pass's share (the first
+  pass computes the hidden outputs, the later ones read them from the cache; the active
+  rows shrink) and the passes themselves, which do not depend on K (each pass is an exact
+  map-reduce: the same iterates on any number of blocks);
+* ``w``, **a Dask worker's compute over this process's**, for the same block of the same
+  code path: a fit at N / 2 rows in this process and on a 1-worker LocalCluster, the
+  worker's compute per pass from Dask's task stream (each block's task's ``compute``
+  interval) over this process's map time.  A worker differs: the nanny starts it with
+  ``MALLOC_TRIM_THRESHOLD_`` set, which pins glibc's mmap threshold at 128 KB, so every
+  large temporary array is fresh pages (here 27x the minor page faults of this process and
+  1.2 s of system time on 2.6 s of user time at 200k rows);
+* ``u``, the **compute per unit and pass** (a unit's fixed cost: its cache entry, its
+  slices, its answer), from the same fit in this process with 4x the units, times ``w``;
+* ``c_p``, **the coordinator's own work** in pass p (the requests, the tree's last sums,
+  the L x L steps, phase 2's gathered solve): measured in this process, the same
+  arithmetic to the bit as on the cluster;
+* ``r(K)``, **the fixed cost of a pass: a measured round trip**, on the cluster of K
+  one-thread workers: K tasks sent at once, one to each worker, each returning a block's
+  answer (its bytes as measured in the fit), from the send to the answers in hand (the
+  median of 15: the scheduler's round trip, the messages, their (de)serialization);
+* ``f(K)``, **the fixed cost per fit**: the set-up and the last pass (every row's duals),
+  from this process's fit split over K, plus what a Dask fit of 4,000 rows (all overhead)
+  spends beyond its passes.
 
-Projection: 8, 64 and 256 workers at 10M, 100M and 1B rows, with a 1 ms network round trip
-added per exchange, each block's answers crossing a ``--gbit`` network link into the
+The working set's exchanges are modelled the same way: compute per row and exchange
+(this process, one thread) times the worker's ratio ``w`` measured at half the rows on a
+1-worker cluster, the coordinator's subproblem per exchange, the wait per exchange
+measured on a fit of 1,000 rows (its actor calls' round trips), and its fixed cost per fit.
+
+It predicts the Dask fits at N rows on K = 1 and 2 workers, runs them, and prints
+prediction against measurement, term by term (target: within 15 %).
+
+Projection: 8, 64 and 256 workers at 10M, 100M and 1B rows, with a 1 ms network round
+trip added per exchange, each block's answer crossing a ``--gbit`` network link into the
 coordinator (K answers a pass), the scheduler's cost per task as measured between K = 1
-and 2, and this machine's per-core speed.  The Newton fit keeps its passes; phase 2's
-gathered solve grows with the rows (the rows near the margin do).  The working set's
-iterations grow with the rows as measured between two sizes here (N^e), each iteration
-computing n x q kernel values split over the workers.  Projections, not measurements:
-only K = 1, 2 are measured on this 2-core machine.
+and 2, and this machine's per-core speed on a worker (``w``).  The Newton fit keeps its
+passes; phase 2's gathered solve grows with the rows (the rows near the margin do).  The
+working set's iterations grow with the rows as measured between two sizes here (N^e), each
+iteration computing n x q kernel values split over the workers.  Projections, not
+measurements: only K = 1, 2 are measured on this 2-core machine.
 """
 
 from __future__ import annotations
@@ -95,6 +113,26 @@ def _noop(i):
     return i
 
 
+def _answer(nbytes: int) -> np.ndarray:
+    """A block's answer of ``nbytes`` bytes (what a pass brings back from each block)."""
+    return np.zeros(max(1, nbytes // 8))
+
+
+def _round_trip(client, nbytes: int, repeats: int = 15) -> float:
+    """A pass's fixed cost on this cluster: one task on each worker, sent at once, each
+    returning ``nbytes``; from the send to the answers in hand (the median of ``repeats``,
+    after 2 not counted)."""
+    workers = sorted(client.nthreads())
+    times = []
+    for _ in range(repeats + 2):
+        started = time.perf_counter()
+        client.gather(
+            [client.submit(_answer, int(nbytes), workers=[w], pure=False) for w in workers]
+        )
+        times.append(time.perf_counter() - started)
+    return float(np.median(times[2:]))
+
+
 def _per_task_seconds(client, n: int = 400) -> float:
     """The scheduler's and the workers' cost per task: a burst of ``n`` empty tasks."""
     client.gather(client.map(_noop, range(20), pure=False))
@@ -135,10 +173,19 @@ def _working_set(units, client=None, n_blocks=1, q=DEFAULT_Q):
     return result, time.perf_counter() - started, timings
 
 
-class NewtonModel:
-    """The Newton fit's costs, from a one-thread fit here and small Dask fits."""
+def _worker_ratio(here: float, on_worker: float) -> float:
+    """``w``: a Dask worker's compute over this process's for the same blocks."""
+    return on_worker / here if here > 0 else 1.0
 
-    def __init__(self, local, rows, per_unit, n_units, dask_small, per_task, gbit):
+
+class NewtonModel:
+    """The Newton fit's costs (the module's docstring: ``a_p``, ``w``, ``u``, ``c_p``,
+    ``r(K)``, ``f(K)``), from one-thread fits here, a 1-worker fit at half the rows, round
+    trips and a small Dask fit."""
+
+    def __init__(
+        self, local, rows, per_unit, n_units, worker, dask_small, round_trip, per_task, gbit
+    ):
         result, seconds, phases = local
         t = result.timings
         self.rows = rows
@@ -150,6 +197,13 @@ class NewtonModel:
         self.gathered = np.array([phase != "newton" for phase in phases])
         self.per_unit = per_unit
         self.n_units = n_units
+        # w: the worker's compute per pass over this process's map, same blocks, N / 2 rows
+        (half_here, _, _), (half_worker, _, _) = worker
+        self.worker = _worker_ratio(
+            sum(p["map_s"] for p in half_here.timings),
+            sum(max(p["compute_s"]) for p in half_worker.timings),
+        )
+        self.round_trip = round_trip  # r(K): a pass's measured round trip
         # the set-up and the last pass (the duals of every row): compute, split over K
         self.local_fixed = seconds - sum(result.seconds)
         # per K measured on few rows: the wait per pass, the fixed cost per fit, the bytes
@@ -157,9 +211,7 @@ class NewtonModel:
             k: np.mean([p["wait_s"] for p in r.timings]) for k, (r, _, _) in dask_small.items()
         }
         self.fixed = {k: s - sum(r.seconds) for k, (r, s, _) in dask_small.items()}
-        self.block_bytes = np.mean(
-            [p["bytes_returned"] / len(p["compute_s"]) for p in dask_small[1][0].timings]
-        )
+        self.block_bytes = np.mean([p["bytes_returned"] for p in t])  # (one block here)
         self.per_task = per_task  # the scheduler's cost per task (a burst of empty tasks)
         self.bandwidth = gbit * 1e9 / 8
 
@@ -167,27 +219,30 @@ class NewtonModel:
         """The measured setting: this machine, K = 1 or 2, the calibration rows."""
         compute = (self.per_row.sum() * self.rows + self.per_unit * self.n_units * self.passes) / k
         parts = {
-            "compute": compute,
-            "wait": self.passes * self.wait[k],
+            "compute": self.worker * compute,
+            "wait": self.passes * self.round_trip[k],
             "coordinator": self.coordinator.sum(),
-            "fixed": self.local_fixed / k + self.fixed[k],
+            "fixed": self.worker * self.local_fixed / k + self.fixed[k],
         }
         parts["total"] = sum(parts.values())
         return parts
 
     def project(self, k: int, n: int, rtt: float) -> dict:
         scale = n / self.rows
-        compute = self.per_row.sum() * n / k
+        compute = self.worker * self.per_row.sum() * n / k
         units = -(-n // MAX_UNIT_ROWS)
-        unit_cost = self.per_unit * units / k * self.passes
+        unit_cost = self.worker * self.per_unit * units / k * self.passes
         # phase 2's gathered solve grows with the gathered rows, which grow with the rows
         coordinator = (
             self.coordinator[~self.gathered].sum() + scale * self.coordinator[self.gathered].sum()
         )
         exchange = self.passes * (
-            self.wait[1] + self.per_task * (k - 1) + rtt + k * self.block_bytes / self.bandwidth
+            self.round_trip[1]
+            + self.per_task * (k - 1)
+            + rtt
+            + k * self.block_bytes / self.bandwidth
         )
-        fixed = self.local_fixed * scale / k + self.fixed[1]
+        fixed = self.worker * self.local_fixed * scale / k + self.fixed[1]
         total = compute + unit_cost + coordinator + exchange + fixed
         return {"total": total, "exchange": exchange, "coordinator": coordinator}
 
@@ -225,10 +280,12 @@ def main(argv=None) -> int:
     # -- Newton: calibration --------------------------------------------------------------
     data, units = _data(args.data_dir, rows, 8)
     _, many = _data(args.data_dir, rows, 32)
+    _, half = _data(args.data_dir, rows // 2, 8)
     layer = HiddenLayer("sigmoid", data.n_features, N_HIDDEN, 0).to_dict()
     _newton(units[:1], layer)  # compiled before timing
     local = _newton(units, layer)
     local_many = _newton(many, layer)
+    local_half = _newton(half, layer)
     per_unit = max(
         0.0,
         (sum(p["map_s"] for p in local_many[0].timings) - sum(p["map_s"] for p in local[0].timings))
@@ -239,21 +296,40 @@ def main(argv=None) -> int:
     ws_measured, ws_small = {}, {}
     _, ws_units = _data(args.data_dir, ws_rows, 8)
     _, ws_units2 = _data(args.data_dir, 2 * ws_rows, 8)
+    _, ws_half = _data(args.data_dir, ws_rows // 2, 8)
     _working_set(ws_units[:1])  # compiled before timing
     _, ws_tiny = _data(args.data_dir, 1_000, 8)
     ws_local, ws_local_s, ws_t = _working_set(ws_units)
     ws_local2, ws_local2_s, ws_t2 = _working_set(ws_units2)
     ws_tiny_local = _working_set(ws_tiny)
+    ws_half_local = _working_set(ws_half)
+    round_trip: dict = {}
+    block_bytes = np.mean([p["bytes_returned"] for p in local[0].timings])
     for k in (1, 2):
         with two_worker_cluster(k) as cluster, Client(cluster) as client:
             _newton(units[:2], layer, client, n_blocks=k)  # the workers warm
+            _working_set(ws_tiny, client, n_blocks=k)
+            if k == 1:  # w: the same blocks on a worker, half the rows
+                newton_worker = _newton(half, layer, client, n_blocks=1)
+                ws_worker = _working_set(ws_half, client, n_blocks=1)
+            round_trip[k] = _round_trip(client, int(block_bytes))
             dask_small[k] = _newton(small, layer, client, n_blocks=k)
             measured[k] = _newton(units, layer, client, n_blocks=k)
             ws_small[k] = _working_set(ws_tiny, client, n_blocks=k)
             ws_measured[k] = _working_set(ws_units, client, n_blocks=k)
             if k == 2:
                 per_task = _per_task_seconds(client)
-    model = NewtonModel(local, rows, per_unit, len(units), dask_small, per_task, args.gbit)
+    model = NewtonModel(
+        local,
+        rows,
+        per_unit,
+        len(units),
+        (local_half, newton_worker),
+        dask_small,
+        round_trip,
+        per_task,
+        args.gbit,
+    )
 
     say(f"\n## Newton fit: {rows:,} rows, {len(units)} units, L = {N_HIDDEN}, C = 1, tol 1e-3")
     say(
@@ -264,10 +340,16 @@ def main(argv=None) -> int:
         f"coordinator {model.coordinator.sum():.2f} s in all"
     )
     say(
-        f"Dask fixed costs (4,000 rows): wait per pass {1e3 * model.wait[1]:.1f} ms (K = 1), "
-        f"{1e3 * model.wait[2]:.1f} ms (K = 2); per fit {model.fixed[1]:.2f} s, "
-        f"{model.fixed[2]:.2f} s; {model.block_bytes / 1024:.0f} KB back per block and pass; "
-        f"{1e3 * per_task:.2f} ms per task (a burst of empty tasks, K = 2)"
+        f"a worker's compute over this process's (w, {rows // 2:,} rows, one block, Dask's "
+        f"task stream): {model.worker:.2f}"
+    )
+    say(
+        f"Dask fixed costs: a pass's round trip r(K) (a {model.block_bytes / 1024:.0f} KB "
+        f"answer from each worker) {1e3 * model.round_trip[1]:.1f} ms (K = 1), "
+        f"{1e3 * model.round_trip[2]:.1f} ms (K = 2); the wait per pass a fit of 4,000 rows "
+        f"saw: {1e3 * model.wait[1]:.1f} ms, {1e3 * model.wait[2]:.1f} ms; per fit "
+        f"{model.fixed[1]:.2f} s, {model.fixed[2]:.2f} s; {1e3 * per_task:.2f} ms per task "
+        f"(a burst of empty tasks, K = 2)"
     )
     say(
         f"{'K':>3} {'':<10} {'total s':>8} {'compute':>8} {'wait':>8} {'coord':>8} "
@@ -287,6 +369,11 @@ def main(argv=None) -> int:
 
     # -- working set: calibration --------------------------------------------------------
     ws = _ws_model(ws_t, ws_rows, ws_t2, 2 * ws_rows)
+    # w of the working set: the actors' compute over this process's exchanges, same rows
+    ws_w = _worker_ratio(
+        sum(e["seconds"] for e in ws_half_local[2]),
+        sum(max(e["compute_s"]) for e in ws_worker[2]),
+    )
     # fixed per fit: the blocks made (their rows read) and the end, split over K, and the
     # Dask set-up (actors) beyond it as measured on 1,000 rows; the wait per exchange
     ws_local_fixed = ws_local_s - _ws_busy(ws_t)
@@ -298,7 +385,8 @@ def main(argv=None) -> int:
         f"calibration (one thread): {len(ws_t)} exchanges ({ws_local_s:.2f} s) at "
         f"{ws_rows:,} rows, {len(ws_t2)} ({ws_local2_s:.2f} s) at {2 * ws_rows:,}: "
         f"exchanges ~ N^{ws['exponent']:.2f}; compute {1e9 * ws['per_row']:.1f} ns per row "
-        f"and exchange; coordinator {1e3 * ws['coordinator']:.2f} ms per exchange"
+        f"and exchange; coordinator {1e3 * ws['coordinator']:.2f} ms per exchange; a "
+        f"worker's compute over this process's (w, {ws_rows // 2:,} rows): {ws_w:.2f}"
     )
     say(
         f"Dask fixed costs (1,000 rows): wait per exchange {1e3 * waits[1]:.1f} ms (K = 1), "
@@ -307,8 +395,8 @@ def main(argv=None) -> int:
     say(f"{'K':>3} {'predicted s':>11} {'measured s':>10} {'ratio':>6}  (target: within 15 %)")
     for k in (1, 2):
         result, seconds, _ = ws_measured[k]
-        predicted = len(ws_t) * (ws["per_row"] * ws_rows / k + ws["coordinator"] + waits[k])
-        predicted += ws_local_fixed / k + ws_fixed[k]
+        predicted = len(ws_t) * (ws_w * ws["per_row"] * ws_rows / k + ws["coordinator"] + waits[k])
+        predicted += ws_w * ws_local_fixed / k + ws_fixed[k]
         same = np.array_equal(result.seen.alpha, ws_local.seen.alpha)
         say(
             f"{k:>3} {predicted:>11.2f} {seconds:>10.2f} {predicted / seconds:>6.2f}"
@@ -332,7 +420,7 @@ def main(argv=None) -> int:
         for n in ROWS:
             iters = ws["exchanges"] * (n / ws_rows) ** ws["exponent"]
             exchange = waits[1] + model.per_task * (k - 1) + rtt
-            total = iters * (ws["per_row"] * n / k + ws["coordinator"] + exchange)
+            total = iters * (ws_w * ws["per_row"] * n / k + ws["coordinator"] + exchange)
             cells.append(f"{_hms(total):>9} ({100 * iters * exchange / total:.0f}%)")
         say(f"{'working set':<12} {k:>4} " + " ".join(f"{c:>14}" for c in cells))
     say("(in brackets: the exchanges' share: the scheduler, the round trip, the bytes)")
