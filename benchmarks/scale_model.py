@@ -21,10 +21,11 @@ The model: a fit on K workers and N rows takes
 * ``w``, **a Dask worker's compute over this process's**, for the same block of the same
   code path: a fit at N / 2 rows in this process and on a 1-worker LocalCluster, the
   worker's compute per pass from Dask's task stream (each block's task's ``compute``
-  interval) over this process's map time.  A worker differs: the nanny starts it with
+  interval) over this process's map time.  A worker can differ: the nanny starts it with
   ``MALLOC_TRIM_THRESHOLD_`` set, which pins glibc's mmap threshold at 128 KB, so every
-  large temporary array is fresh pages (here 27x the minor page faults of this process and
-  1.2 s of system time on 2.6 s of user time at 200k rows);
+  large temporary array was fresh pages (27x the minor page faults of this process, 1.5x
+  its compute, until ``distributed.worker_heap`` raised the thresholds for the passes);
+  ``w`` measures whatever is left;
 * ``u``, the **compute per unit and pass** (a unit's fixed cost: its cache entry, its
   slices, its answer), from the same fit in this process with 4x the units, times ``w``;
 * ``c_p``, **the coordinator's own work** in pass p (the requests, the tree's last sums,
