@@ -315,6 +315,21 @@ def _cli_without_aws_env(*args):
     )
 
 
+def _in_two_lanes(*lanes):
+    """``_cli_without_aws_env`` of each command of ``lanes`` (tuples of argument tuples):
+    a lane's commands one after another, two lanes at a time.  Each command spends most of
+    its time starting (importing scikit-learn, Dask, s3fs) and waiting on the store, so two
+    side by side take about the time of one on a 2-core host.  Returns the finished
+    commands, lane after lane."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run_lane(lane):
+        return [_cli_without_aws_env(*args) for args in lane]
+
+    with ThreadPoolExecutor(2) as pool:
+        return [done for finished in pool.map(run_lane, lanes) for done in finished]
+
+
 def test_storage_option_flags_parse_as_fsspec_options(capsys):
     from elmscale.app.cli import UsageError, _storage_flags
 
@@ -383,29 +398,38 @@ workers = 1
 dir = "s3://{bucket}/runs"
 """
     )
-    # without the flags the store is not reached (no credentials, no endpoint)
-    bare = _cli_without_aws_env("validate", pipeline)
+
+    def succeeded(*finished):
+        for done in finished:
+            assert done.returncode == 0, f"{done.args[3:5]}: {done.stderr[-3000:]}"
+
+    # without the flags the store is not reached (no credentials, no endpoint); with them
+    # the same file validates, and runs (beside the two)
+    bare, validated, ran = _in_two_lanes(
+        [("validate", pipeline), ("validate", pipeline, *flags)], [("run", pipeline, *flags)]
+    )
     assert bare.returncode == 2, bare.stdout + bare.stderr
-    outputs = [bare]
-
-    def ok(*args):
-        done = _cli_without_aws_env(*args, *flags)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outputs.append(done)
-        return done
-
-    ok("validate", pipeline)
-    ran = ok("run", pipeline)
+    succeeded(validated, ran)
     assert "scored 50 rows in 1 file(s)" in ran.stdout, ran.stdout
     fs = s3_server.filesystem()
     fs.invalidate_cache()
     (run_dir,) = fs.ls(f"{bucket}/runs")
     model = f"s3://{run_dir}/model.elm"
-    ok("score", model, f"s3://{bucket}/score/", f"s3://{bucket}/scored/", "--quiet")
-    ok("export", model, f"s3://{bucket}/model.onnx")
-    assert "ELMClassifier" in ok("info", model).stdout
-    ok("train", f"s3://{bucket}/train.parquet", f"s3://{bucket}/m2.elm", "--label", "label")
-    ok("predict", f"s3://{bucket}/m2.elm", f"s3://{bucket}/train.parquet", tmp_path / "p.csv")
+    model_2, predictions = f"s3://{bucket}/m2.elm", tmp_path / "p.csv"
+    later = _in_two_lanes(
+        [
+            ("score", model, f"s3://{bucket}/score/", f"s3://{bucket}/scored/", "--quiet", *flags),
+            ("export", model, f"s3://{bucket}/model.onnx", *flags),
+            ("info", model, *flags),
+        ],
+        [
+            ("train", f"s3://{bucket}/train.parquet", model_2, "--label", "label", *flags),
+            ("predict", model_2, f"s3://{bucket}/train.parquet", predictions, *flags),
+        ],
+    )
+    succeeded(*later)
+    assert "ELMClassifier" in later[2].stdout  # info
+    outputs = [bare, validated, ran, *later]
     fs.invalidate_cache()
     assert fs.exists(f"{bucket}/model.onnx") and fs.exists(f"{bucket}/scored/part-0.parquet")
 
