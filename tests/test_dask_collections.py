@@ -620,3 +620,30 @@ def test_bad_sparse_chunks_are_named_with_what_was_expected(sparse_rows, dask_cl
     rows = da.from_array(X, chunks=(SPARSE_PART, SPARSE_WIDTH), asarray=False)
     with pytest.raises(ValueError, match="solver='working_set' reads dense rows"):
         SparseELMClassifier(solver="working_set").fit(rows, y_dask, client=dask_client)
+
+
+def test_sparse_chunks_read_as_csr_and_take_a_scale_without_shift(sparse_rows, dask_client):
+    """The units read each partition's rows as float32 CSR blocks with sorted indices
+    (CSC chunks too); a MaxAbsScaler's scale is applied to them, a min-max Scaler's
+    offset, which would fill the zeros, is refused, as for a Parquet column of them."""
+    from sklearn.preprocessing import MaxAbsScaler
+
+    from elmscale.data import Scaler
+
+    X, y, _ = sparse_rows
+    chunks = (SPARSE_PART, SPARSE_WIDTH)
+    for source in (X, X.tocsc()):
+        X_dask = da.from_array(source, chunks=chunks, asarray=False)
+        dataset = from_collections(X_dask, da.from_array(y, chunks=SPARSE_PART), dask_client)
+        assert dataset.n_features == SPARSE_WIDTH and "sparse rows" in repr(dataset)
+        rows, labels = dataset.read()
+        assert sp.isspmatrix_csr(rows) and rows.dtype == np.float32 and rows.has_sorted_indices
+        assert (rows != X).nnz == 0 and np.array_equal(labels, y)
+        scaler = MaxAbsScaler().fit(X)
+        scaled, _ = dataset.scaled(scaler).read()
+        assert sp.isspmatrix_csr(scaled)
+        np.testing.assert_allclose(
+            scaled.toarray(), scaler.transform(X).toarray().astype(np.float32), rtol=1e-6
+        )
+        with pytest.raises(DataError, match="shifts the features"):
+            dataset.scaled(Scaler().fit(X.toarray()))

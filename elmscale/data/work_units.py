@@ -100,9 +100,9 @@ class PartitionUnit:
                 X.sort_indices()
         else:
             X = _float32_rows(X_part, lo, hi, self._where())
-        if self.scale is not None and self.sparse_width is None:
-            X *= np.asarray(self.scale, dtype=np.float32)
-            X += np.asarray(self.shift, dtype=np.float32)
+            if self.scale is not None:
+                X *= np.asarray(self.scale, dtype=np.float32)
+                X += np.asarray(self.shift, dtype=np.float32)
         y = None
         if with_labels and self.label is not None and y_part is not None:
             y = _labels(y_part, lo, hi, self._where())
