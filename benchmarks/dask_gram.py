@@ -11,7 +11,10 @@ the peak resident memory of the coordinator and of each worker during the fit (t
 < 2 GB each, flat when the rows double); then a 10-value C path with 5 folds on the first
 set (one pass for the per-fold Grams, one to score the folds' validation rows), against
 one plain fit (target < 1.3x), and the same scored from the Grams only (mean squared error,
-no second pass).  Test accuracy on 100k fresh generated rows for every model.
+no second pass).  Test accuracy on 100k fresh generated rows for every model.  Each Dask
+fit's Gram reduction broken down (``gram_timings_``, issue 53): the busiest worker's
+compute from Dask's task stream and its thread CPU, the wait, the coordinator's work, the
+bytes each way.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from two_workers import two_worker_cluster
 
 from elmscale import ELMClassifier, dataplane, open_parquet
 from elmscale.data import generate_classification
+from elmscale.distributed.breakdown import breakdown_table
 
 CS = np.logspace(-2, 3, 10)
 
@@ -71,6 +75,8 @@ def main(argv=None) -> int:
                 f"workers {', '.join(f'{w:.0f}' for w in workers)} MB, "
                 f"test acc {fitted.score(test.X, test.y):.4f}"
             )
+            print("  its Gram reduction (gram_timings_):")
+            print("    " + breakdown_table(fitted.gram_timings_).replace("\n", "\n    "))
         ds = open_parquet(sets[rows])
         for scoring in ("accuracy", "neg_mean_squared_error"):
             result, seconds, coordinator, workers = measured(

@@ -54,7 +54,8 @@ from two_workers import two_worker_cluster
 
 from elmscale import SparseELMClassifier, open_parquet
 from elmscale.data import generate_classification
-from elmscale.distributed.newton import breakdown_table
+from elmscale.distributed import dataset_ops
+from elmscale.distributed.breakdown import breakdown_table
 
 
 def _model(args, **kw) -> SparseELMClassifier:
@@ -172,20 +173,23 @@ def _relative(a: float, b: float) -> float:
     return (a - b) / abs(b)
 
 
-def _exchange_table(timings: list[dict]) -> str:
-    """The working set's exchanges (``exchange_timings_``), summed by kind."""
+def _exchange_table(timings: np.ndarray) -> str:
+    """The working set's exchanges (``exchange_timings_``, columns
+    ``working_set.EXCHANGE_COLUMNS``), summed by kind."""
+    from elmscale.distributed.working_set import EXCHANGE_COLUMNS
+
+    at = {name: i for i, name in enumerate(EXCHANGE_COLUMNS)}
     lines = [
         f"{'exchange':<8} {'count':>6} {'wall s':>8} {'compute s':>9} {'cpu s':>8} "
         f"{'wait s':>7} {'coord s':>8}"
     ]
-    for method in sorted({e["method"] for e in timings}):
-        mine = [e for e in timings if e["method"] == method]
-        lines.append(
-            f"{method:<8} {len(mine):>6} {sum(e['seconds'] for e in mine):>8.2f} "
-            f"{sum(max(e['compute_s']) for e in mine):>9.2f} "
-            f"{sum(max(e['cpu_s']) for e in mine):>8.2f} {sum(e['wait_s'] for e in mine):>7.2f} "
-            f"{sum(e['coordinator_s'] for e in mine):>8.2f}"
+    for name, exact in (("step", 0.0), ("exact", 1.0)):
+        mine = timings[timings[:, at["exact"]] == exact]
+        cells = " ".join(
+            f"{mine[:, at[c]].sum():>{w}.2f}"
+            for c, w in (("seconds", 8), ("compute_s", 9), ("cpu_s", 8), ("wait_s", 7))
         )
+        lines.append(f"{name:<8} {len(mine):>6} {cells} {mine[:, at['coordinator_s']].sum():>8.2f}")
     lines.append("(compute, cpu: the slowest block's per exchange; wait: the exchange beyond it)")
     return "\n".join(lines)
 
@@ -210,6 +214,10 @@ def must_show(args) -> int:
     started = time.perf_counter()
     dual = kernel_model(solver="dual", n_threads=1).fit(X, y)
     dual_s = time.perf_counter() - started
+    # the ceiling of a fit gathered here: the dual on this process's 2 threads, no cluster
+    started = time.perf_counter()
+    kernel_model(solver="dual", n_threads=2).fit(X, y)
+    dual2_s = time.perf_counter() - started
     X = y = None
     warm_path = make_parquet(args.data_dir / "classification-20000", 20_000)
     with two_worker_cluster() as cluster, Client(cluster) as client:
@@ -219,11 +227,25 @@ def must_show(args) -> int:
         started = time.perf_counter()
         two = _model(args).fit(open_parquet(newton_path, label="label"), client=client)
         two_s = time.perf_counter() - started
+        # the kernel fit's parts: the rows gathered here (timed alone, as "auto" gathers
+        # them), then the solve; the workers' own CPU meanwhile (Dask's idle work: the
+        # heartbeats, the event loops' ticks), on the cores the solve runs on
+        started = time.perf_counter()
+        gathered, _ = dataset_ops.gather_rows(
+            open_parquet(kernel_path, label="label"), client=client
+        )
+        gather_s = time.perf_counter() - started
+        layout = (gathered.dtype, gathered.flags["C_CONTIGUOUS"])
+        gathered = None
+        workers_cpu = client.run(time.process_time)
+        here_cpu = time.process_time()
         started = time.perf_counter()
         spread = kernel_model(solver="auto").fit(
             open_parquet(kernel_path, label="label"), client=client
         )
         spread_s = time.perf_counter() - started
+        here_cpu = time.process_time() - here_cpu
+        workers_cpu = {w: c - workers_cpu[w] for w, c in client.run(time.process_time).items()}
     rel = _relative(two.objective_[0], one.objective_[0])
     print(
         f"Newton fit, {newton_rows:,} rows, L = {args.n_hidden}, C = 1, tol {args.tol:g}: one "
@@ -244,7 +266,16 @@ def must_show(args) -> int:
         f"{'within' if abs(rel) <= args.tol else 'NOT within'} tol)",
         flush=True,
     )
-    if getattr(spread, "exchange_timings_", None):
+    print(
+        f"the kernel fit's parts: the rows gathered here {gather_s:.2f} s ({layout[0]}, "
+        f"C-contiguous {layout[1]}: the solver takes them without a copy); the rest, "
+        f"{spread_s - gather_s:.2f} s, against the dual on 2 threads here with no cluster "
+        f"{dual2_s:.2f} s ({dual_s / dual2_s:.2f}x the one-thread dual); during the fit "
+        f"this process used {here_cpu:.1f} s of CPU, the idle workers "
+        f"{', '.join(f'{c:.2f}' for c in workers_cpu.values())} s (Dask's own work)",
+        flush=True,
+    )
+    if getattr(spread, "exchange_timings_", None) is not None and spread.solver_ == "working_set":
         print("the working set's exchanges (exchange_timings_):")
         print(_exchange_table(spread.exchange_timings_))
     return 0
