@@ -112,6 +112,15 @@ def _thread_cpu(dask_worker) -> float:
     )
 
 
+def _workers_cpu(client) -> dict:
+    """``_thread_cpu`` of each worker that answers (a worker lost during a pass, or not
+    back yet, is left out: the record's CPU is then None, the fit goes on)."""
+    try:
+        return client.run(_thread_cpu, on_error="ignore")
+    except Exception:  # (the cluster going away: the pass's own error, if any, stands)
+        return {}
+
+
 class DaskPass:
     """One pass's record (``PASS_COLUMNS``), appended to ``timings`` when the pass ends.
 
@@ -150,7 +159,7 @@ class DaskPass:
         if self.client is not None:
             from distributed import get_task_stream
 
-            self._cpu_before = self.client.run(_thread_cpu)
+            self._cpu_before = _workers_cpu(self.client)
             self._stream = get_task_stream(client=self.client)
             self._stream.__enter__()
         self._cpu = time.process_time()
@@ -182,8 +191,8 @@ class DaskPass:
         self._stream.__exit__(*exc)
         if exc[0] is not None:
             return
-        after = self.client.run(_thread_cpu)
-        wanted = set(self.keys)
+        after = _workers_cpu(self.client)
+        wanted, back = set(self.keys), set(self.back_keys)
         found = [r for r in self._stream.data if r["key"] in wanted]
         compute: dict = defaultdict(float)
         transfer = 0.0
@@ -203,15 +212,13 @@ class DaskPass:
                 "map_s": map_s,
                 "compute_s": compute_s,
                 "cpu_s": (
-                    max(0.0, after.get(busiest, 0.0) - self._cpu_before.get(busiest, 0.0))
-                    if busiest is not None
-                    else 0.0
+                    max(0.0, after[busiest] - self._cpu_before[busiest])
+                    if busiest in after and busiest in self._cpu_before
+                    else None  # (a worker lost or come since: none to compare)
                 ),
                 "wait_s": max(0.0, map_s - compute_s),
                 "transfer_s": transfer,
                 "bytes_sent": self.bytes_sent,
-                "bytes_returned": int(
-                    sum(r.get("nbytes", 0) for r in found if r["key"] in set(self.back_keys))
-                ),
+                "bytes_returned": int(sum(r.get("nbytes", 0) for r in found if r["key"] in back)),
             }
         )
