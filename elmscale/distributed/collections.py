@@ -215,7 +215,7 @@ def _columns(X) -> tuple[tuple[str, ...], int | None]:
     their width (a name per feature would travel with every unit: a million of them)."""
     if not _is_sparse(X):
         return _feature_names(X), None
-    _feature_names(X)  # 2-D, numbers
+    _check_array(X)
     if X.numblocks[1] > 1:
         raise ValueError(
             f"X: a Dask Array of sparse chunks split along its features into "
@@ -240,11 +240,16 @@ def _feature_names(X) -> tuple[str, ...]:
                     "(select them first, e.g. X = df[feature_columns])"
                 )
         return tuple(str(c) for c in X.columns)
+    _check_array(X)
+    return tuple(f"x{j}" for j in range(X.shape[1]))
+
+
+def _check_array(X) -> None:
+    """A Dask Array of features: 2-D, numbers."""
     if X.ndim != 2:
         raise ValueError(f"X: a Dask Array of {X.ndim} dimension(s); expected 2 (rows, features)")
     if X.dtype.kind not in "biuf":
         raise ValueError(f"X: a Dask Array of dtype {X.dtype}; expected numbers")
-    return tuple(f"x{j}" for j in range(X.shape[1]))
 
 
 def _label_name(y) -> str:
