@@ -373,8 +373,12 @@ def test_run_against_a_ray_head_and_as_a_ray_job_equals_the_local_run(tmp_path):
     assert results["local"]["test"]["accuracy"] > 0.6
 
 
-@pytest.fixture
-def scoring_setup(tmp_path):
+@pytest.fixture(scope="module")
+def scoring_setup(tmp_path_factory):
+    """A fitted model, its model file and 12 Parquet files of 60,000 rows to score, made
+    once for the module's four scoring tests: they only read them (each writes its outputs
+    under its own tmp_path)."""
+    tmp_path = tmp_path_factory.mktemp("scoring")
     train = generate_classification(3000, n_features=6, random_state=1)
     model = ELMClassifier(n_hidden=60, random_state=0).fit(train.X, train.y)
     model_path = save(
