@@ -1,6 +1,8 @@
-"""The kernel dual's column source (issue 52): dense rows that are mostly zeros get their
-columns from a CSR copy ("auto" below ``column_cache.CSR_SOURCE_MAX_DENSITY``), and the
-solve from either source reaches the same optimum."""
+"""The kernel dual's column source (issue 52): rows of 0s and 1s get their columns from the
+rows packed ("auto": ``core.bit_kernels.bits_pay``), other dense rows that are mostly zeros
+from a CSR copy ("auto" below ``column_cache.CSR_SOURCE_MAX_DENSITY``), and the solve from
+any source reaches the same optimum; the packed and CSR sources' columns, and the CSR
+source's block fetches, are equal to the bit."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from elmscale.solvers.column_cache import (
     KernelSolverState,
     csr_source_pays,
 )
-from elmscale.solvers.kernel_columns import SOURCE_CSR, SOURCE_ROWS
+from elmscale.solvers.kernel_columns import SOURCE_BITS, SOURCE_CSR, SOURCE_ROWS
 from elmscale.solvers.kernel_dual import solve_kernel_dual
 
 TOL = 1e-3
@@ -56,12 +58,22 @@ def _solve(X, t, sigma, C, **kw):
     return alpha, g, info
 
 
+def _halved(load_rows):
+    """The same rows with their ones at 0.5: the same zeros, not 0 / 1 values."""
+
+    def load_halved(rows):
+        X, t = load_rows(rows)
+        return 0.5 * X, t
+
+    return load_halved
+
+
 @pytest.mark.needs_shared
 @pytest.mark.parametrize(
     "name, load_rows, chosen",
     [
-        ("a9a", _a9a, SOURCE_CSR),
-        ("mushrooms", _mushrooms, SOURCE_ROWS),
+        ("a9a halved", _halved(_a9a), SOURCE_CSR),
+        ("mushrooms halved", _halved(_mushrooms), SOURCE_ROWS),
         ("cod-rna", _codrna, SOURCE_ROWS),
     ],
 )
@@ -79,10 +91,112 @@ def test_auto_takes_the_csr_source_below_the_measured_density(name, load_rows, c
     assert kept["column_source"] == SOURCE_ROWS
 
 
+@pytest.mark.needs_shared
+@pytest.mark.parametrize("name, load_rows", [("a9a", _a9a), ("mushrooms", _mushrooms)])
+def test_auto_packs_rows_of_zeros_and_ones(name, load_rows):
+    X, t = load_rows(600)
+    _, _, info = _solve(X, t, 4.0, 1.0)
+    assert info["column_source"] == SOURCE_BITS
+    _, _, sparse_info = _solve(sp.csr_matrix(X), t, 4.0, 1.0)
+    assert sparse_info["column_source"] == SOURCE_BITS
+    _, _, forced = _solve(X, t, 4.0, 1.0, column_source="csr")
+    assert forced["column_source"] == SOURCE_CSR
+    with pytest.raises(ValueError, match="every value is 0 or 1"):
+        _solve(0.5 * X, t, 4.0, 1.0, column_source="bits")
+
+
+@pytest.mark.needs_shared
+@pytest.mark.parametrize(
+    "kind, sigma", [("gaussian", 4.0), ("laplacian", 2.0), ("polynomial", 1.0)]
+)
+def test_the_packed_source_solves_as_the_csr_source_to_the_bit(kind, sigma):
+    # the packed columns are the CSR source's to the bit (the products and distances of
+    # 0s and 1s are exact in float64, and the values come from the same arithmetic): the
+    # same steps and solution; a cache of a few columns makes columns be computed again
+    X, t = _a9a(1_200)
+    kernel = Kernel(kind, sigma=sigma, degree=2)
+    kw = dict(kernel=kernel, C=1.0, tol=TOL, cache_size=1.0, fetch_block=1)
+    info_bits, info_csr = {}, {}
+    a_bits, n_bits, ok_bits, g_bits = solve_kernel_dual(
+        X, t, column_source="bits", info=info_bits, **kw
+    )
+    a_csr, n_csr, ok_csr, g_csr = solve_kernel_dual(X, t, column_source="csr", info=info_csr, **kw)
+    assert ok_bits and ok_csr
+    assert info_bits["column_source"] == SOURCE_BITS and info_csr["column_source"] == SOURCE_CSR
+    assert n_bits == n_csr
+    np.testing.assert_array_equal(a_bits, a_csr)
+
+
+def test_packed_kernel_products_equal_the_sparse_ones():
+    from elmscale.core.bit_kernels import bit_rows, bits_pay, is_binary
+
+    rng = np.random.default_rng(3)
+    A = (rng.random((300, 150)) < 0.1).astype(np.float32)
+    B = (rng.random((80, 150)) < 0.1).astype(np.float32)
+    coef = rng.standard_normal((80, 3))
+    assert is_binary(A) and bits_pay(A) and not bits_pay(0.5 * A)
+    # 150 features: three words a row; packing dense and CSR rows gives the same words
+    packed, packed_csr = bit_rows(A), bit_rows(sp.csr_matrix(A))
+    assert packed.words.shape == (300, 3)
+    np.testing.assert_array_equal(packed.words, packed_csr.words)
+    np.testing.assert_array_equal(packed.counts, A.sum(axis=1))
+    for kind in ("gaussian", "laplacian", "polynomial", "mg"):
+        kernel = Kernel(kind, sigma=1.5, degree=3, sigma_star=4.0, tau=0.3)
+        bits = kernel.block_matvec(A, B, coef)  # packed: both sides 0 / 1
+        sparse = kernel.block_matvec(sp.csr_matrix(A), sp.csr_matrix(B), coef)
+        # the same float64 values, summed in the same order over B's rows
+        np.testing.assert_allclose(bits, sparse, rtol=1e-13, atol=1e-13)
+        exact = kernel.block(A.astype(np.float64), B.astype(np.float64)) @ coef
+        np.testing.assert_allclose(bits, exact, rtol=1e-10, atol=1e-10)
+
+
+def test_block_fetched_sparse_columns_are_the_per_column_ones():
+    from elmscale.core.sparse_kernels import csr_q_block, csr_q_segment, csr_rows, csr_scatter_block
+
+    rng = np.random.default_rng(5)
+    X = sp.random(900, 400, density=0.03, random_state=6, dtype=np.float32, format="csr")
+    rows = csr_rows(X, by_column=False)
+    perm = rng.permutation(900).astype(np.int64)
+    t32 = np.where(rng.random(900) < 0.5, -1.0, 1.0).astype(np.float32)
+    positions = np.array([7, 0, 899, 450, 12, 301], np.int64)
+    slots = np.array([5, 2, 0, 1, 4, 3], np.int64)
+    for kind, degree in ((0, 0), (1, 0), (2, 3), (3, 0)):
+        block = np.zeros((6, 900), np.float32)
+        block_rows = np.zeros((400, 6))
+        csr_scatter_block(rows, perm, positions, 6, block_rows, None)
+        # two ranges, as the solver's thread and its helper split a block
+        for start, end in ((0, 333), (333, 900)):
+            args = (kind, 0.8, degree, 2.0, 0.25, block_rows, block, slots)
+            csr_q_block(rows, perm, t32, positions, 6, start, end, *args)
+        csr_scatter_block(rows, perm, positions, 6, block_rows, 0.0)
+        assert not block_rows.any()  # cleared for the next block
+        one = np.zeros((6, 900), np.float32)
+        for k in range(6):
+            csr_q_segment(
+                rows, perm, t32, positions[k], 0, 900, kind, 0.8, degree, 2.0, 0.25, one[slots[k]]
+            )
+        np.testing.assert_array_equal(block, one)
+
+
+def test_sparse_block_fetches_reach_the_plain_duals_solution():
+    X = sp.random(1_500, 300, density=0.05, random_state=2, dtype=np.float32, format="csr")
+    X.data = np.abs(X.data) + 0.25  # not 0 / 1: the CSR source
+    row_sums = np.asarray(X.sum(axis=1)).ravel()
+    t = np.where(row_sums > np.median(row_sums), 1.0, -1.0)
+    kw = dict(cache_size=2.0)
+    a_one, g_one, one = _solve(X, t, 1.0, 1.0, fetch_block=1, **kw)
+    a_blk, g_blk, blk = _solve(X, t, 1.0, 1.0, fetch_block=8, **kw)
+    assert one["column_source"] == SOURCE_CSR == blk["column_source"]
+    assert one["block_fetches"] == 0 and blk["block_fetches"] > 0
+    assert one["steps"] == blk["steps"]
+    np.testing.assert_array_equal(a_one, a_blk)
+
+
 def test_the_density_rule_at_both_sides_of_the_crossover():
     rng = np.random.default_rng(0)
-    below = (rng.random((400, 50)) < 0.5 * CSR_SOURCE_MAX_DENSITY).astype(np.float32)
-    above = (rng.random((400, 50)) < 2.0 * CSR_SOURCE_MAX_DENSITY).astype(np.float32)
+    # values of 2: the density rule, not the packed rows of 0s and 1s
+    below = 2 * (rng.random((400, 50)) < 0.5 * CSR_SOURCE_MAX_DENSITY).astype(np.float32)
+    above = 2 * (rng.random((400, 50)) < 2.0 * CSR_SOURCE_MAX_DENSITY).astype(np.float32)
     assert csr_source_pays(below) and not csr_source_pays(above)
     kernel = Kernel("gaussian", sigma=2.0)
     assert KernelSolverState(below, np.ones(400), kernel, 10.0).csr.n_features == 50
@@ -157,7 +271,7 @@ def test_block_fetched_columns_are_the_per_column_ones():
         positions = np.array([5, 0, 699, 312, 77], np.int64)
         slots = np.array([3, 0, 4, 1, 2], np.int64)
         block = np.zeros((5, 700), np.float32)
-        q_columns_pass(Xt, t32, positions, 5, 700, code, sigma, block, slots)
+        q_columns_pass(Xt, t32, positions, 5, 0, 700, code, sigma, block, slots)
         one = np.zeros((5, 700), np.float32)
         q_columns(Xt, t32, 700, X[positions], t32[positions], slots, 0, 5, *kernel._params(), one)
         # the per-column kernel's arithmetic: equal to the bit, so within its bound too

@@ -76,9 +76,9 @@ _FETCH_SEGMENT = 256
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
-def q_columns_pass(Xt, t32, positions, m, end, kind, sigma, cols, slots):
+def q_columns_pass(Xt, t32, positions, m, start, end, kind, sigma, cols, slots):
     """``cols[slots[k], p] = t_k t_p K(x_k, x_p)`` (float32) for the positions ``p`` in
-    ``[0, end)`` of ``Xt`` (d, n) and the ``m`` columns ``positions[:m]``: the dual's cached
+    ``[start, end)`` of ``Xt`` (d, n) and the ``m`` columns ``positions[:m]``: the dual's cached
     columns for gaussian (``kind`` 0) or laplacian (1), several in one pass over the rows.
 
     Each segment of positions is read from memory once and then from cache by every column
@@ -92,7 +92,7 @@ def q_columns_pass(Xt, t32, positions, m, end, kind, sigma, cols, slots):
             xb[k, f] = Xt[f, positions[k]]
     acc = np.empty(_FETCH_SEGMENT, np.float32)
     kbuf = np.empty(_FETCH_SEGMENT, np.int32)
-    for s in range(0, end, _FETCH_SEGMENT):
+    for s in range(start, end, _FETCH_SEGMENT):
         e = min(s + _FETCH_SEGMENT, end)
         w = e - s
         for k in range(m):

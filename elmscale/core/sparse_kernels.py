@@ -318,3 +318,79 @@ def csr_q_segment(rows, perm, t32, i, start, end, kind, sigma, degree, sigma_sta
         _values_from_dots(acc, e - s, sq_x, sq, kind, sigma, degree, sigma_star, tau, kbuf)
         for p in range(s, e):
             out[p] = ti * t32[p] * acc[p - s]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def csr_scatter_block(rows, perm, positions, m, block_rows, value):
+    """``block_rows[f, k]`` = row ``perm[positions[k]]``'s feature f for ``k < m`` (``value``
+    None) or back to 0 (``value`` 0.0): the block of rows ``csr_q_block`` reads, (d, m)
+    float64, kept zero between blocks so that only their nonzeros are written."""
+    for k in range(m):
+        r = perm[positions[k]]
+        for jj in range(rows.indptr[r], rows.indptr[r + 1]):
+            block_rows[rows.indices[jj], k] = rows.data[jj] if value is None else value
+
+
+_BLOCK_SEGMENT = 256  # positions per segment: (m, 256) float64 products stay in L1 / L2
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def csr_q_block(
+    rows,
+    perm,
+    t32,
+    positions,
+    m,
+    start,
+    end,
+    kind,
+    sigma,
+    degree,
+    sigma_star,
+    tau,
+    block_rows,
+    cols,
+    slots,
+):
+    """``cols[slots[k], p] = t_i t_p K(x_perm[i], x_perm[p])``, ``i = positions[k]``, for the
+    ``m`` columns of a block and the solver's positions ``p`` in ``[start, end)``: the kernel
+    solver's columns from sparse rows (``rows``, ``CsrRows``) as ``csr_q_segment``'s direct
+    path computes them, several at once.  ``block_rows`` (d, m) holds the block's rows
+    (``csr_scatter_block``).
+
+    The direct path's product of one column is a chain of dependent float64 adds over each
+    row's nonzeros (their latency, not the arithmetic, bounds it: a9a's 14 nonzeros a row,
+    26 ns an entry); here each row's nonzeros are read once for the ``m`` columns, whose
+    ``m`` sums run side by side.  Each sum adds the same products in the same order as
+    ``_csr_dot`` and the values come from ``_values_from_dots`` as there, so a column is
+    ``csr_q_segment``'s to the bit."""
+    indptr, indices, data, sq_norms = rows.indptr, rows.indices, rows.data, rows.sq_norms
+    dots = np.empty((_BLOCK_SEGMENT, m))  # a position's m sums side by side
+    vals = np.empty(_BLOCK_SEGMENT)
+    sq = np.empty(_BLOCK_SEGMENT)
+    kbuf = np.empty(_BLOCK_SEGMENT, np.int64)
+    for s in range(start, end, _BLOCK_SEGMENT):
+        e = min(s + _BLOCK_SEGMENT, end)
+        for p in range(s, e):
+            r = perm[p]
+            acc = dots[p - s]
+            for k in range(m):
+                acc[k] = 0.0
+            for jj in range(indptr[r], indptr[r + 1]):
+                v = np.float64(data[jj])
+                b = block_rows[indices[jj]]
+                for k in range(m):
+                    acc[k] += v * b[k]
+            sq[p - s] = sq_norms[r]
+        w = e - s
+        for k in range(m):
+            i = positions[k]
+            for j in range(w):
+                vals[j] = dots[j, k]
+            _values_from_dots(
+                vals, w, sq_norms[perm[i]], sq, kind, sigma, degree, sigma_star, tau, kbuf
+            )
+            ti = t32[i]
+            o = cols[slots[k]]
+            for p in range(s, e):
+                o[p] = ti * t32[p] * vals[p - s]

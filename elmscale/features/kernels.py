@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from elmscale.core import bit_kernels as _bits
 from elmscale.core import jit as _jit
 from elmscale.core import sparse_kernels as _sparse
 from elmscale.core.memory import empty_huge
@@ -44,6 +45,15 @@ def _sparse_operands(A, B) -> tuple | None:
     # b's inverted index (its nonzeros by feature) where it is cheaper than direct products
     b = _sparse.csr_rows(A if B is None else B, by_column=_sparse.inverted_pays(A, B))
     return _sparse.csr_rows(A, by_column=False), b
+
+
+def _packed_operands(A, B) -> tuple | None:
+    """``(a, b)`` as ``core.bit_kernels.BitRows`` when both block sides are rows of 0s and
+    1s narrow enough to pack (``bits_pay``), else None.  ``B is A``: the same rows twice."""
+    if not _bits.bits_pay(A) or not (B is A or _bits.bits_pay(B)):
+        return None
+    a = _bits.bit_rows(A)
+    return a, (a if B is A else _bits.bit_rows(B))
 
 
 def _transposed32(B: np.ndarray) -> np.ndarray:
@@ -132,13 +142,31 @@ class Kernel:
         the thread budget), the sums in float64.  ``precision="double"``: every kernel value
         in float64; ``"single"``: gaussian and laplacian values in float32 (about twice as
         fast), within :func:`float32_error_bound` of the double ones.  Either side scipy
-        sparse: float64 values in both precisions (from sparse dot products)."""
+        sparse: float64 values in both precisions (from sparse dot products); both sides
+        rows of 0s and 1s (``core.bit_kernels.bits_pay``): float64 values in both, each from
+        the pair's shared ones by a table, exact as the sparse path's."""
         if precision not in SCORE_PRECISIONS:
             raise ValueError(f"precision must be one of {SCORE_PRECISIONS}; got {precision!r}")
         coef2 = np.ascontiguousarray(coef, dtype=np.float64)
         squeeze = coef2.ndim == 1
         if squeeze:
             coef2 = coef2[:, None]
+        packed = _packed_operands(A, B)
+        if packed is not None:  # rows of 0s and 1s: every value from one integer, exactly
+            a, b = packed
+            code, sigma, degree, sigma_star, tau = self._params()
+            max_count = int(max(a.counts.max(initial=0), b.counts.max(initial=0)))
+            table = _bits.value_table(max_count, code, sigma, degree, sigma_star, tau)
+            out = np.empty((a.counts.shape[0], coef2.shape[1]), dtype=np.float64)
+            coef_t = np.ascontiguousarray(coef2.T)
+            poly = np.bool_(code == _jit.KERNEL_CODES["polynomial"])
+            parallel_rows(
+                lambda start, stop: _bits.bits_kernel_rows_matvec(
+                    a, b, table, poly, coef_t, out, start, stop
+                ),
+                out.shape[0],
+            )
+            return out[:, 0] if squeeze else out
         sparse = _sparse_operands(A, B)
         if sparse is not None:
             a, b = sparse

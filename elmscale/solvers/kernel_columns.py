@@ -8,8 +8,10 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from elmscale.core.bit_kernels import EMPTY_BITS, bits_q_segment
+from elmscale.core.block_kernels import q_columns_pass
 from elmscale.core.jit import SEGMENT_BLOCK, q_segment
-from elmscale.core.sparse_kernels import EMPTY_CSR, csr_q_segment
+from elmscale.core.sparse_kernels import EMPTY_CSR, csr_q_block, csr_q_segment
 from elmscale.solvers.kernel_passes import BLOCK
 
 
@@ -37,6 +39,29 @@ SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X'
 # K computed from sparse rows: ``csr`` (a ``core.sparse_kernels.CsrRows``, in row order, read
 # through ``perm``; ``Xt`` is then (0, n): nothing dense to permute), kind / sigma / degree
 SOURCE_CSR = 2
+# K computed from rows of 0s and 1s packed: ``bits`` (a ``core.bit_kernels.BitRows``, in row
+# order, read through ``perm``; ``Xt`` (0, n)) and ``table``, the kernel's values by the
+# pair's squared distance (its product for the polynomial kernel)
+SOURCE_BITS = 3
+# A block fetch's scratch (``kernel_dual._fetch_block``): the block's solver positions and
+# cache slots, the violations that chose them, and for sparse rows the block's rows
+# scattered dense (d x block, float64, zero between blocks: ``csr_scatter_block``); both
+# threads of a split block read it.  ``fetch_scratch(0, 0)``: none.
+FetchScratch = namedtuple("FetchScratch", ["positions", "slots", "viols", "rows"])
+
+
+def fetch_scratch(block: int, n_features: int) -> FetchScratch:
+    """A ``FetchScratch`` for blocks of up to ``block`` columns (``n_features``: the sparse
+    rows' features, 0 for dense rows, whose block is read from ``Xt``)."""
+    return FetchScratch(
+        np.empty(block, np.int64),
+        np.empty(block, np.int64),
+        np.empty(block),
+        np.zeros((n_features, block)),
+    )
+
+
+NO_FETCH = fetch_scratch(0, 0)
 QMatrix = namedtuple(
     "QMatrix",
     [
@@ -54,8 +79,13 @@ QMatrix = namedtuple(
         "dinv",
         "unit_diag",
         "csr",
+        "fetch",
+        "bits",
+        "table",
     ],
-    defaults=(EMPTY_CSR,),  # a Q of dense rows or a kept K reads no sparse rows
+    # a Q of dense rows or a kept K reads no sparse rows; a Q without block fetches; a Q
+    # of rows not packed
+    defaults=(EMPTY_CSR, NO_FETCH, EMPTY_BITS, np.empty(0)),
 )
 
 
@@ -93,10 +123,13 @@ def step_scratch(d):
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def column_segment(q, i, start, end, scratch, out):
     """Q's column i over positions ``[start, end)`` (``q`` a ``QMatrix``), from its
-    source: read from the kept Gram matrix, computed from sparse rows (``csr_q_segment``),
-    or computed from the dense rows (``q_segment``)."""
+    source: read from the kept Gram matrix, computed from packed rows of 0s and 1s
+    (``bits_q_segment``), from sparse rows (``csr_q_segment``), or from the dense rows
+    (``q_segment``)."""
     if q.source == SOURCE_GRAM:
         gram_segment(q.gram, q.perm, q.t32, i, start, end, out)
+    elif q.source == SOURCE_BITS:
+        bits_q_segment(q.bits, q.perm, q.t32, i, start, end, q.table, q.kind == 2, out)
     elif q.source == SOURCE_CSR:
         csr_q_segment(
             q.csr,
@@ -131,3 +164,32 @@ def column_segment(q, i, start, end, scratch, out):
             scratch.kbuf64,
             out,
         )
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def block_segment(q, m, start, end, cols):
+    """The ``m`` columns of a block fetch (``q.fetch``'s positions, into its slots) over
+    positions ``[start, end)``: from sparse rows (``csr_q_block``, the block's rows
+    scattered in ``q.fetch.rows``) or from the dense rows (``q_columns_pass``); each
+    column equal to the bit to ``column_segment``'s."""
+    f = q.fetch
+    if q.source == SOURCE_CSR:
+        csr_q_block(
+            q.csr,
+            q.perm,
+            q.t32,
+            f.positions,
+            m,
+            start,
+            end,
+            q.kind,
+            q.sigma,
+            q.degree,
+            q.sigma_star,
+            q.tau,
+            f.rows,
+            cols,
+            f.slots,
+        )
+    else:
+        q_columns_pass(q.Xt, q.t32, f.positions, m, start, end, q.kind, q.sigma, cols, f.slots)

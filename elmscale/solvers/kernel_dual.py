@@ -13,7 +13,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from elmscale.core.block_kernels import q_columns_pass
+from elmscale.core.bit_kernels import value_table
 from elmscale.core.jit import KERNEL_CODES, signed_block, weighted_row_sum
 from elmscale.core.sparse_kernels import as_csr32, is_sparse
 from elmscale.core.threads import available_cores
@@ -32,10 +32,13 @@ from elmscale.solvers.dual_common import (
 )
 from elmscale.solvers.exact_tail import box_qp_signed, tail_solution
 from elmscale.solvers.kernel_columns import (
+    NO_FETCH,
+    SOURCE_BITS,
     SOURCE_CSR,
     SOURCE_GRAM,
     SOURCE_ROWS,
     QMatrix,
+    fetch_scratch,
     step_scratch,
 )
 from elmscale.solvers.kernel_passes import (
@@ -50,6 +53,7 @@ from elmscale.solvers.kernel_passes import (
 from elmscale.solvers.solver_helper import (
     HELPER_MIN_ROWS,
     NO_HELPER,
+    block_fill,
     column_fill,
     helper_counts,
     select_partner,
@@ -71,6 +75,13 @@ SHRINK_EVERY = 1000
 # The same steps and solution to the bit: the columns are the per-column kernel's.
 FETCH_BLOCK = 8
 FETCH_KINDS = (0, 1)  # KERNEL_CODES of gaussian and laplacian
+# Sparse rows (the CSR source, without the inverted index): every kernel, the block's
+# columns from ``core.sparse_kernels.csr_q_block``, which reads each row's nonzeros once
+# for the block where the column alone is a chain of dependent adds (a9a, one thread,
+# under load: 28-34 ns an entry alone, 9.3 ns in blocks of 16, 12.3 of 8).  The block's
+# rows are scattered dense: at most FETCH_ROWS_BYTES of them.
+FETCH_BLOCK_SPARSE = 16
+FETCH_ROWS_BYTES = 8 * 2**20
 # The tail: once shrinking has left at most TAIL_SIZE variables active and the steps
 # have gone on for TAIL_STEPS_PER_VARIABLE times that many without another shrink, the
 # reduced problem over them is solved exactly (``box_qp``).  Single and pair steps
@@ -337,13 +348,14 @@ def _shrink(n_active, min_drop, sol, q, cache, tmp):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _fetch_block(i, n_active, head, q, sol, cache, state, block, positions, slots, viols):
+def _fetch_block(i, n_active, head, q, sol, cache, state, block, scratch, helper):
     """Column i (not cached) and up to ``block - 1`` other uncached columns of the active
-    variables with the largest KKT violations computed in one pass over the rows
-    (``q_columns_pass``) into the least recently used slots, i's the LRU head; returns
-    the new head.  ``positions``, ``slots``, ``viols``: ``block`` entries of scratch."""
+    variables with the largest KKT violations computed together (``block_fill``: one pass
+    over the rows) into the least recently used slots, i's the LRU head; returns the new
+    head.  The block's positions and slots are ``q.fetch``'s."""
     g, bound = sol.g, sol.bound
     slot_of, owner, col_len, prev = cache.slot_of, cache.owner, cache.col_len, cache.prev
+    positions, slots, viols = q.fetch.positions, q.fetch.slots, q.fetch.viols
     positions[0] = i
     m = 1
     # the largest violations, kept sorted in positions[1:m] (a block is a few columns)
@@ -376,7 +388,7 @@ def _fetch_block(i, n_active, head, q, sol, cache, state, block, positions, slot
         col_len[s] = n_active
         slots[k] = s
         head = s
-    q_columns_pass(q.Xt, q.t32, positions, m, n_active, q.kind, q.sigma, cache.cols, slots)
+    block_fill(m, n_active, q, sol, cache.cols, scratch, helper)
     state.column_entries += m * n_active
     state.block_fetches += m - 1
     return head
@@ -414,9 +426,6 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
         np.empty(n, np.int64),
         np.empty(n, np.int8),
     )
-    fetch_positions = np.empty(max(fetch_block, 1), np.int64)
-    fetch_slots = np.empty(max(fetch_block, 1), np.int64)
-    fetch_viols = np.empty(max(fetch_block, 1))
     head = state.head
     n_active = state.n_active
     unshrunk = state.unshrunk
@@ -473,17 +482,7 @@ def _kernel_phase(settings, q, sol, cache, state, helper):
         i = i_sel
         if fetch_block > 1 and cache.slot_of[i] < 0:
             head = _fetch_block(
-                i,
-                n_active,
-                head,
-                q,
-                sol,
-                cache,
-                state,
-                fetch_block,
-                fetch_positions,
-                fetch_slots,
-                fetch_viols,
+                i, n_active, head, q, sol, cache, state, fetch_block, scratch, helper
             )
         s = fetch_column(i, n_active, head, q, sol, cache, scratch, state, helper)
         head = s
@@ -666,6 +665,8 @@ def solve_kernel_dual(
     start = _warm_start(exact_q, args, alpha0, gradient0, gradient0_alpha, known_bar, counts)
     sol = _solver_solution(start, state.perm, args.C)
     q = _q_matrix(state, kernel, args.gram)
+    block = _fetch_block_size(fetch_block, q, state.cache)
+    q = _with_fetch(q, block)
     settings = _Settings(
         args.C,
         args.tol,
@@ -673,7 +674,7 @@ def solve_kernel_dual(
         bool(pair_steps),
         int(args.max_iter),
         int(args.tail_size),
-        _fetch_block_size(fetch_block, q, state.cache),
+        block,
     )
     n = args.X32.shape[0]
     progress = new_record(KERNEL_STATE, n_active=n, to_shrink=min(n, SHRINK_EVERY))
@@ -689,19 +690,37 @@ def solve_kernel_dual(
 def _fetch_block_size(fetch_block, q, cache):
     """Columns a block fetch computes together: ``fetch_block`` (1: none), by default
     ``FETCH_BLOCK`` for gaussian and laplacian columns of dense rows of at least
-    ``BLOCK_MIN_FEATURES`` features, else 1; at most a quarter of the cache's slots."""
+    ``BLOCK_MIN_FEATURES`` features, ``FETCH_BLOCK_SPARSE`` for sparse rows without the
+    inverted index, else 1; at most a quarter of the cache's slots, and for sparse rows
+    as many as ``FETCH_ROWS_BYTES`` of scattered rows hold."""
+    sparse_ok = q.source == SOURCE_CSR
+    dense_ok = q.source == SOURCE_ROWS and q.kind in FETCH_KINDS
     if fetch_block is None:
-        wide = q.source == SOURCE_ROWS and q.Xt.shape[0] >= BLOCK_MIN_FEATURES
-        fetch_block = FETCH_BLOCK if wide and q.kind in FETCH_KINDS else 1
+        wide = q.Xt.shape[0] >= BLOCK_MIN_FEATURES
+        if dense_ok and wide:
+            fetch_block = FETCH_BLOCK
+        elif sparse_ok and q.csr.colptr.shape[0] == 0:
+            fetch_block = FETCH_BLOCK_SPARSE
+        else:
+            fetch_block = 1
     fetch_block = int(fetch_block)
     if fetch_block < 1:
         raise ValueError(f"fetch_block must be a positive number of columns; got {fetch_block}")
-    if fetch_block > 1 and (q.source != SOURCE_ROWS or q.kind not in FETCH_KINDS):
+    if fetch_block > 1 and not (sparse_ok or dense_ok):
         raise ValueError(
-            "fetch_block > 1 needs gaussian or laplacian columns from dense rows "
-            "(column_source='rows')"
+            "fetch_block > 1 needs columns from sparse rows, or gaussian or laplacian "
+            "columns from dense rows (not a kept Gram matrix)"
         )
+    if sparse_ok:
+        fetch_block = min(fetch_block, FETCH_ROWS_BYTES // (8 * max(q.csr.n_features, 1)))
     return max(1, min(fetch_block, cache.cols.shape[0] // 4))
+
+
+def _with_fetch(q, block):
+    """``q`` with the scratch of block fetches of ``block`` columns (none for 1)."""
+    if block <= 1:
+        return q
+    return q._replace(fetch=fetch_scratch(block, q.csr.n_features if q.source == SOURCE_CSR else 0))
 
 
 def _arguments(X, t, gram, C, tol, max_iter, tail_size, face_qp_max_free, helper):
@@ -816,22 +835,30 @@ def _solver_solution(start, perm, C):
 def _q_matrix(state, kernel: Kernel, gram):
     """Q as the phases' column source (``QMatrix``): the kept K when given, else the rows
     (``state``'s, in the solver's order) and the kernel's parameters."""
+    packed = gram is None and state.bits.counts.shape[0] > 0
     sparse = gram is None and state.csr.n_features > 0
+    if gram is not None:
+        source = SOURCE_GRAM
+    else:
+        source = SOURCE_BITS if packed else (SOURCE_CSR if sparse else SOURCE_ROWS)
+    code = KERNEL_CODES[kernel.kind]
+    params = (float(kernel.sigma), int(kernel.degree), float(kernel.sigma_star), float(kernel.tau))
+    max_count = int(state.bits.counts.max(initial=0))
     return QMatrix(
-        SOURCE_GRAM if gram is not None else (SOURCE_CSR if sparse else SOURCE_ROWS),
+        source,
         state.Xt,
         state.tp,
         state.perm,
         gram if gram is not None else np.empty((0, 0)),
-        KERNEL_CODES[kernel.kind],
-        float(kernel.sigma),
-        int(kernel.degree),
-        float(kernel.sigma_star),
-        float(kernel.tau),
+        code,
+        *params,
         state.diag,
         state.dinv,
         state.unit_diag,
         state.csr,
+        NO_FETCH,
+        state.bits,
+        value_table(max_count, code, *params) if packed else np.empty(0),
     )
 
 

@@ -18,7 +18,13 @@ from elmscale.core.jit import (
     sleep_us,
     yield_cpu,
 )
-from elmscale.solvers.kernel_columns import column_segment, step_scratch
+from elmscale.core.sparse_kernels import csr_scatter_block
+from elmscale.solvers.kernel_columns import (
+    SOURCE_CSR,
+    block_segment,
+    column_segment,
+    step_scratch,
+)
 from elmscale.solvers.kernel_passes import (
     BLOCK,
     add_column,
@@ -55,7 +61,9 @@ Helper = namedtuple("Helper", ["ctrl", "fargs"])
 _CTRL_POSTED = 0  # the number of the job posted (the solver's thread writes it)
 _CTRL_DONE = 1  # of the job the helper has done
 _CTRL_JOB = 2  # its kind (_JOB_*)
-_CTRL_VAR = 3  # the variable whose column is computed; for an update, 1 if two columns
+# the variable whose column is computed; for an update, 1 if two columns; for a block
+# fetch, its number of columns
+_CTRL_VAR = 3
 _CTRL_START = 4  # the helper's part of the pass: [start, end)
 _CTRL_END = 5
 _CTRL_SLOT = 6  # the cache slot of the (first) column
@@ -83,6 +91,7 @@ _JOB_COLUMN = 1
 _JOB_PARTNER = 2
 _JOB_UPDATE = 3
 _JOB_G_BAR = 4
+_JOB_BLOCK = 5
 SPLIT_MIN = 4096
 HELPER_MIN_ROWS = 2 * SPLIT_MIN  # problems smaller than this never start a helper
 NO_HELPER = Helper(np.zeros(0, np.int64), np.zeros(0))
@@ -152,6 +161,8 @@ def _run_job(ctrl, fargs, q, sol, cols, scratch):
         fargs[_F_MAX_V] = max_v
     elif job == _JOB_G_BAR:
         add_column(sol.g_bar, fargs[_F_ARG], cols[s], start, end)
+    elif job == _JOB_BLOCK:
+        block_segment(q, var, start, end, cols)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -249,6 +260,27 @@ def column_fill(i, start, end, s, q, sol, cols, scratch, helper):
     column_segment(q, i, start, mid, scratch, cols[s])
     if split:
         _finish(helper, q, sol, cols, scratch)
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def block_fill(m, end, q, sol, cols, scratch, helper):
+    """A block fetch's ``m`` columns (``q.fetch``) over positions ``[0, end)``, the far half
+    on the helper if any; sparse rows' block scattered into ``q.fetch.rows`` first and
+    cleared after."""
+    sparse = q.source == SOURCE_CSR
+    if sparse:
+        csr_scatter_block(q.csr, q.perm, q.fetch.positions, m, q.fetch.rows, None)
+    mid = _split_point(helper, 0, end)
+    split = mid > 0
+    if split:
+        _post(helper.ctrl, _JOB_BLOCK, m, mid, end, 0, 0)
+    else:
+        mid = end
+    block_segment(q, m, 0, mid, cols)
+    if split:
+        _finish(helper, q, sol, cols, scratch)
+    if sparse:
+        csr_scatter_block(q.csr, q.perm, q.fetch.positions, m, q.fetch.rows, 0.0)
 
 
 @njit(cache=True, nogil=True, inline="always", error_model="numpy")
