@@ -204,6 +204,11 @@ class NewtonModel:
             sum(p["map_s"] for p in half_here.timings),
             sum(max(p["compute_s"]) for p in half_worker.timings),
         )
+        # the same by thread CPU (what a shared machine's load changes least): a check
+        self.worker_cpu = _worker_ratio(
+            sum(max(p["cpu_s"]) for p in half_here.timings),
+            sum(max(p["cpu_s"]) for p in half_worker.timings),
+        )
         self.round_trip = round_trip  # r(K): a pass's measured round trip
         # the set-up and the last pass (the duals of every row): compute, split over K
         self.local_fixed = seconds - sum(result.seconds)
@@ -342,7 +347,8 @@ def main(argv=None) -> int:
     )
     say(
         f"a worker's compute over this process's (w, {rows // 2:,} rows, one block, Dask's "
-        f"task stream): {model.worker:.2f}"
+        f"task stream): {model.worker:.2f} (by thread CPU, which load changes less: "
+        f"{model.worker_cpu:.2f})"
     )
     say(
         f"Dask fixed costs: a pass's round trip r(K) (a {model.block_bytes / 1024:.0f} KB "
