@@ -10,6 +10,15 @@ import numpy as np
 from numba import njit
 
 from elmscale.core.jit import _distance_kernel, _kernel_row32, _vexp32
+from elmscale.core.threads import parallel_rows
+
+#: Rows of ``B`` to a GEMM in ``gemm_kernel_matvec``: the float64 products of 128 rows with
+#: 30,000 are 30 MB.
+GEMM_ROWS = 128
+#: Features from which ``gemm_kernel_matvec`` is faster than the fused per-row kernel
+#: (``core.jit.kernel_rows_matvec``, double): below, its two passes over the products cost
+#: more than the distance of a few features.
+GEMM_MATVEC_MIN_FEATURES = 48
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
@@ -102,3 +111,32 @@ def q_columns_pass(Xt, t32, positions, m, start, end, kind, sigma, cols, slots):
             o = cols[slots[k]]
             for j in range(w):
                 o[s + j] = tk * t32[s + j] * a[j]
+
+
+def gemm_kernel_matvec(A64, sq_a, B64, sq_b, params, coef, products=None, n_threads=None):
+    """``K(A, B) @ coef`` (n, outputs) in float64 for a kernel of the distance: ``B A'`` by
+    float64 GEMMs of ``GEMM_ROWS`` rows of ``B`` (or ``products(B_rows)``, (rows, n), for
+    rows that are not dense), then ``distance_values64``'s float64 values from the squared
+    norms ``sq_a``, ``sq_b``, then a GEMM with ``coef`` (m, outputs).  ``params``: ``(kind,
+    sigma, sigma_star, tau)``.
+
+    The distance ``|a|^2 + |b|^2 - 2 a.b`` is off by about ``d 2^-53 (|a|^2 + |b|^2)``,
+    where the fused kernel's sum of squared differences is off by ``d 2^-53 |a - b|^2``:
+    for an exact check's values, which are compared with ``tol``, both are exact."""
+    n = A64.shape[0]
+    out = np.zeros((n, coef.shape[1]))
+    for lo in range(0, B64.shape[0], GEMM_ROWS):
+        hi = min(lo + GEMM_ROWS, B64.shape[0])
+        dots = B64[lo:hi] @ A64.T if products is None else products(B64[lo:hi])
+        vals = np.empty(dots.shape)
+        sb = sq_b[lo:hi]
+        parallel_rows(
+            lambda s, e, dots=dots, sb=sb, vals=vals: distance_values64(
+                dots, sb, sq_a, *params, vals, s, e
+            ),
+            hi - lo,
+            n_threads,
+            min_rows=1,
+        )
+        out += vals.T @ coef[lo:hi]
+    return out

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from elmscale.core import bit_kernels as _bits
+from elmscale.core import block_kernels as _blocks
 from elmscale.core import jit as _jit
 from elmscale.core import sparse_kernels as _sparse
 from elmscale.core.memory import empty_huge
@@ -27,6 +28,8 @@ KERNELS = ("gaussian", "laplacian", "polynomial")
 KERNEL_KINDS = (*KERNELS, "mg")
 #: ``Kernel.block_matvec``'s precisions of kernel values (the sums are float64 in both)
 SCORE_PRECISIONS = ("single", "double")
+#: the kinds computed from the squared distance (the products by BLAS for wide rows)
+DISTANCE_KINDS = ("gaussian", "laplacian", "mg")
 #: the kinds whose values ``precision="single"`` computes in float32 (the others in float64)
 FLOAT32_KINDS = ("gaussian", "laplacian")
 
@@ -181,6 +184,21 @@ class Kernel:
             )
             return out[:, 0] if squeeze else out
         A32 = _as_float32_rows(A)
+        if (
+            precision == "double"
+            and self.kind in DISTANCE_KINDS
+            and A32.shape[1] >= _blocks.GEMM_MATVEC_MIN_FEATURES
+        ):
+            # wide rows: the products by BLAS (an exact check's, a wide set's scores)
+            A64 = A32.astype(np.float64)
+            B64 = A64 if B is A else _as_float32_rows(B).astype(np.float64)
+            sq_a = np.einsum("ij,ij->i", A64, A64)
+            sq_b = sq_a if B64 is A64 else np.einsum("ij,ij->i", B64, B64)
+            code, sigma, _, sigma_star, tau = self._params()
+            out = _blocks.gemm_kernel_matvec(
+                A64, sq_a, B64, sq_b, (code, sigma, sigma_star, tau), coef2
+            )
+            return out[:, 0] if squeeze else out
         Bt = _transposed32(B)
         out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
         params = self._params()
