@@ -1,7 +1,7 @@
 """Sparse ELM against the CPU SVCs (LIBSVM, oneDAL) in the situations a user meets.
 
     python benchmarks/sparse_elm_field.py                        # every mode, the COD-RNA half
-    python benchmarks/sparse_elm_field.py --quick                # CI size: 5,000 rows, C = 1
+    python benchmarks/sparse_elm_field.py --quick                # CI size: 2,000 rows, C = 1
     python benchmarks/sparse_elm_field.py --only first-fit       # one mode (or several)
     python benchmarks/sparse_elm_field.py --only warm --repeat 5 # best of 5 instead of 3
     python benchmarks/sparse_elm_field.py --only first-fit --top 25   # longer compile table
@@ -17,7 +17,7 @@ scikit-learn-intelex is installed (``pip install "elmscale[bench]"``), oneDAL's
   and predict times (the best of N in a row), accuracies, support vectors, our steps; then
   issue 52's other rows, each against the same peers: a9a dense and as CSR (sigma 4, C 1;
   a line says so when CSR input is refused), satimage (6 classes, sigma 0.5, C 10) and a
-  generated wide dense set (300 features, 20,000 rows, sigma 10, C 1); quick: 1,500 rows.
+  generated wide dense set (300 features, 20,000 rows, sigma 10, C 1); quick: 500 rows.
 - ``first-fit``: a fresh process with an empty compile cache times its first fit; a second
   fresh process with that cache filled times its first and second fits; a fresh process
   times SVC's first fit.  Also the CPU seconds inside numba's compiler and the functions
@@ -77,7 +77,7 @@ import first_fit  # noqa: E402
 import sparse_elm_vs_svc as vs  # noqa: E402
 
 HALF = first_fit.HALF  # 29,768 training rows, the paper's split
-QUICK_ROWS = 5_000
+QUICK_ROWS = 2_000  # --quick (CI: it runs and prints; the cold compile is most of its time)
 SIGMA = 0.5
 WARM_CS = (0.1, 1.0, 10.0, 100.0, 1000.0)
 # a warm-up fit this large takes the two-thread solver path too (binary problems of 8,192
@@ -432,7 +432,7 @@ def mode_warm(ctx):
 
 # The issue's other rows (issue 52): (name, sigma, C, loader of (X_tr, y_tr, X_te, y_te)).
 WIDE_ROWS, WIDE_FEATURES, WIDE_SIGMA = 20_000, 300, 10.0
-QUICK_OTHER_ROWS = 1_500  # --quick: each other set's first rows (train and test)
+QUICK_OTHER_ROWS = 500  # --quick: each other set's first rows (train and test)
 
 
 def _dense(X):
@@ -766,7 +766,7 @@ RUN = {
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="5,000 rows, C = 1, fewer runs")
+    parser.add_argument("--quick", action="store_true", help="2,000 rows, C = 1, fewer runs")
     parser.add_argument("--only", nargs="+", choices=MODES, default=list(MODES), metavar="MODE")
     parser.add_argument("--repeat", type=int, default=None, help="default 3, 2 with --quick")
     parser.add_argument("--rows", type=int, default=None, help="COD-RNA training rows")
