@@ -20,11 +20,14 @@ from pathlib import Path
 
 # the latest warm run recorded, with LIBSVM and oneDAL timed in the same run
 RESULTS = "benchmarks/results/sparse_elm_field_warm_onedal.txt"
+# the issue's other rows (a9a dense and CSR, the wide set, ...: ``--sets``), their latest
+# run: the summary's rows for those sets, as the benchmark printed them
+OTHERS = "benchmarks/results/sparse_elm_field_packed_rows.txt"
 # each page and the figures it must carry (a page that drops a mark fails the test)
 PAGES = {
     "README.md": {"fit", "predict", "source"},
     "docs/guide/sparse-elm.md": {"fit", "predict", "accuracy", "source"},
-    "docs/performance.md": {"table", "source"},
+    "docs/performance.md": {"table", "source", "others", "others-source"},
 }
 LIBSVM, ONEDAL = "LIBSVM", "oneDAL"  # sparse_elm_vs_svc.py's names for the peers
 ALIASES = {"SVC": LIBSVM}  # the files written before oneDAL was a peer say "SVC"
@@ -38,6 +41,8 @@ WARM = re.compile(
 OURS = re.compile(r"ours\s+([\d.]+) (m?s)")
 PEER = re.compile(r"(\w+)\s+([\d.]+) (m?s), ratio\s+([\d.]+)x")
 PAIR = re.compile(r"(\w+) ([\d.]+)")
+SUMMARY_HEADER = re.compile(r"^  situation\s+ours")
+OTHER_ROW = re.compile(r"^  (warm fit|warm predict|accuracy), (?!C=)")
 PRECISION = re.compile(r"single precision: .*? max ([\d.e+-]+) .*labels that differ: (\d+)")
 
 
@@ -221,24 +226,47 @@ def _table(run: WarmRun) -> str:
     return "\n\n" + "\n".join(out) + f"\n\n    ({run.test_rows} test rows)\n\n"
 
 
-def _link(page: str) -> str:
-    """The results file's address from ``page`` (the docs site publishes
+def _others(text: str) -> str:
+    """The other sets' rows of a results file's summary (their fit, predict and accuracy
+    against the peers), as printed, as a fixed-width block; ValueError when it has none."""
+    lines = text.splitlines()
+    header = [line for line in lines if SUMMARY_HEADER.match(line)]
+    rows = [line for line in lines if OTHER_ROW.match(line)]
+    if not header or not rows:
+        raise ValueError(f"{OTHERS} has no summary rows of the other sets")
+    return "\n\n" + "\n".join("  " + line for line in header[:1] + rows) + "\n\n"
+
+
+def _others_source(text: str, link: str) -> str:
+    header = HEADER.match(text)
+    if header is None:
+        raise ValueError(f"{OTHERS} does not start with '# python ...   (date, ...)'")
+    return f"[`{OTHERS}`]({link}), `{header[1]}`, {header[2]}"
+
+
+def _link(page: str, results: str = RESULTS) -> str:
+    """A results file's address from ``page`` (the docs site publishes
     benchmarks/results/ as results/, docs/hooks.py)."""
     if not page.startswith("docs/"):
-        return RESULTS
-    published = "docs/results/" + Path(RESULTS).name
+        return results
+    published = "docs/results/" + Path(results).name
     return os.path.relpath(published, os.path.dirname(page)).replace(os.sep, "/")
 
 
-def fragments(run: WarmRun, page: str) -> dict:
-    """Every figure's Markdown, by its mark's name, for ``page``."""
-    return {
+def fragments(run: WarmRun, page: str, others: str = "") -> dict:
+    """Every figure's Markdown, by its mark's name, for ``page`` (``others``: the text of
+    :data:`OTHERS`, for the marks that read it)."""
+    figures = {
         "fit": _fit(run),
         "predict": _predict(run),
         "accuracy": _accuracy(run),
         "source": _source(run, _link(page)),
         "table": _table(run),
     }
+    if others:
+        figures["others"] = _others(others)
+        figures["others-source"] = _others_source(others, _link(page, OTHERS))
+    return figures
 
 
 def render(text: str, figures: dict) -> str:
@@ -263,8 +291,9 @@ def pages(root: Path) -> dict:
     """``{page: its text with the figures from the results file}`` for every page of
     :data:`PAGES` (paths relative to ``root``, the checkout)."""
     run = parse_warm((root / RESULTS).read_text(encoding="utf-8"))
+    others = (root / OTHERS).read_text(encoding="utf-8")
     return {
-        page: render((root / page).read_text(encoding="utf-8"), fragments(run, page))
+        page: render((root / page).read_text(encoding="utf-8"), fragments(run, page, others))
         for page in PAGES
     }
 

@@ -50,7 +50,7 @@ def test_the_results_file_is_read_as_written():
 
 
 def test_a_figure_changed_on_a_page_is_reported(tmp_path):
-    for page in [speed_figures.RESULTS, *speed_figures.PAGES]:
+    for page in [speed_figures.RESULTS, speed_figures.OTHERS, *speed_figures.PAGES]:
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / page).write_text((ROOT / page).read_text())
     readme = tmp_path / "README.md"
@@ -96,3 +96,26 @@ def test_a_run_where_onedal_fell_back_is_refused():
     fell = text.replace("| steps 7684", "| steps 7684 | oneDAL FELL BACK to scikit-learn", 1)
     with pytest.raises(ValueError, match="FELL BACK"):
         speed_figures.parse_warm(fell)
+
+
+def test_the_other_sets_rows_are_the_results_files(tmp_path):
+    text = (ROOT / speed_figures.OTHERS).read_text()
+    block = speed_figures.fragments(_run(), "docs/performance.md", text)["others"]
+    rows = [line.strip() for line in block.strip("\n").splitlines()]
+    # the summary's header, then each other set's fit, predict and accuracy rows, verbatim
+    assert rows[0].startswith("situation") and "oneDAL" in rows[0]
+    printed = [line.strip() for line in text.splitlines() if line.startswith("  warm fit, a9a")]
+    assert printed and all(row in rows for row in printed)
+    assert not any(row.startswith("warm fit, C=") for row in rows)  # COD-RNA's: the table's
+    # a row changed in the file changes the page: the page is then reported
+    for page in [speed_figures.RESULTS, speed_figures.OTHERS, *speed_figures.PAGES]:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text((ROOT / page).read_text())
+    assert speed_figures.problems(tmp_path) == []
+    changed = text.replace(printed[0], printed[0].replace("s ", "s  ", 1), 1)
+    (tmp_path / speed_figures.OTHERS).write_text(changed)
+    assert speed_figures.problems(tmp_path) == [
+        f"docs/performance.md: its speed figures differ from {speed_figures.RESULTS}'s"
+    ]
+    with pytest.raises(ValueError, match="no summary rows"):
+        speed_figures.fragments(_run(), "docs/performance.md", "# python x   (2026-12-07)\n")
