@@ -44,11 +44,15 @@ def dask_candidate_gram(
     shares' sums combined here."""
     workers = sorted(client.scheduler_info()["workers"])
     shares = np.array_split(np.arange(X.shape[0]), min(len(workers), X.shape[0]))
-    cand = client.scatter(X_cand, broadcast=True)
     futures = []
     for share, worker in zip(shares, workers):
         rows = slice(int(share[0]), int(share[-1]) + 1)
-        X_part, Y_part = client.scatter([X[rows], Y[rows]], workers=[worker])
+        # the candidates sent to each worker from here, under keys of its own: a broadcast
+        # scatter copies them between the workers (Dask's replicate), and a copy under a
+        # content key shared with an earlier fit's may be released while it is sent
+        X_part, Y_part, cand = client.scatter(
+            [X[rows], Y[rows], X_cand], workers=[worker], hash=False
+        )
         futures.append(
             client.submit(
                 _share_gram, kernel.to_dict(), X_part, cand, Y_part, workers=[worker], pure=False
