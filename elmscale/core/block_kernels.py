@@ -114,17 +114,16 @@ def q_columns_pass(Xt, t32, positions, m, start, end, kind, sigma, cols, slots):
 
 
 def gemm_kernel_matvec(A64, sq_a, B64, sq_b, params, coef, products=None, n_threads=None):
-    """``K(A, B) @ coef`` (n, outputs) in float64 for a kernel of the distance: ``B A'`` by
-    float64 GEMMs of ``GEMM_ROWS`` rows of ``B`` (or ``products(B_rows)``, (rows, n), for
-    rows that are not dense), then ``distance_values64``'s float64 values from the squared
-    norms ``sq_a``, ``sq_b``, then a GEMM with ``coef`` (m, outputs).  ``params``: ``(kind,
-    sigma, sigma_star, tau)``.
+    """``K(A, B) @ coef`` (n, outputs) in float64 for a kernel of the distance, n =
+    ``sq_a``'s length: ``B A'`` by float64 GEMMs of ``GEMM_ROWS`` rows of ``B`` (or
+    ``products(B_rows)``, (rows, n), for rows kept otherwise: ``A64`` is then unused), then
+    ``distance_values64``'s float64 values from the squared norms ``sq_a``, ``sq_b``, then
+    a GEMM with ``coef`` (m, outputs).  ``params``: ``(kind, sigma, sigma_star, tau)``.
 
     The distance ``|a|^2 + |b|^2 - 2 a.b`` is off by about ``d 2^-53 (|a|^2 + |b|^2)``,
     where the fused kernel's sum of squared differences is off by ``d 2^-53 |a - b|^2``:
     for an exact check's values, which are compared with ``tol``, both are exact."""
-    n = A64.shape[0]
-    out = np.zeros((n, coef.shape[1]))
+    out = np.zeros((sq_a.shape[0], coef.shape[1]))
     for lo in range(0, B64.shape[0], GEMM_ROWS):
         hi = min(lo + GEMM_ROWS, B64.shape[0])
         dots = B64[lo:hi] @ A64.T if products is None else products(B64[lo:hi])

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from elmscale.core.block_kernels import distance_values64, signed_columns32
+from elmscale.core.block_kernels import gemm_kernel_matvec, signed_columns32
 from elmscale.core.threads import parallel_rows
 from elmscale.features.kernels import Kernel
 
@@ -127,44 +127,44 @@ class BlockRows:
         B64 = np.ascontiguousarray(XB, dtype=np.float64)
         coef = np.asarray(coef, dtype=np.float64)
         sq_b = np.einsum("ij,ij->i", B64, B64)
+        if precise:  # the exact check's float64 values: core.block_kernels' product
+            return gemm_kernel_matvec(
+                None,
+                self.sq[:n],
+                B64,
+                sq_b,
+                self._params,
+                coef[:, None],
+                products=lambda B: self._products(B, n),
+                n_threads=n_threads,
+            )[:, 0]
         out = np.zeros(n)
         ones_a = np.ones(n, np.float32)
         for lo in range(0, B64.shape[0], COLUMNS_PER_PRODUCT):
             hi = min(lo + COLUMNS_PER_PRODUCT, B64.shape[0])
             dots = self._products(B64[lo:hi], n)
             sb = sq_b[lo:hi]
-            if precise:
-                vals = np.empty(dots.shape)
-                parallel_rows(
-                    lambda s, e, dots=dots, sb=sb, vals=vals: distance_values64(
-                        dots, sb, self.sq[:n], *self._params, vals, s, e
-                    ),
-                    hi - lo,
-                    n_threads,
-                    min_rows=1,
-                )
-            else:
-                vals = np.empty(dots.shape, np.float32)
-                ones_b = np.ones(hi - lo, np.float32)
-                slots = np.arange(hi - lo, dtype=np.int64)
-                parallel_rows(
-                    lambda s, e, dots=dots, sb=sb, vals=vals, ones_b=ones_b, slots=slots: (
-                        signed_columns32(
-                            dots,
-                            sb,
-                            self.sq[:n],
-                            ones_b,
-                            ones_a,
-                            *self._params,
-                            vals,
-                            slots,
-                            s,
-                            e,
-                        )
-                    ),
-                    hi - lo,
-                    n_threads,
-                    min_rows=1,
-                )
+            vals = np.empty(dots.shape, np.float32)
+            ones_b = np.ones(hi - lo, np.float32)
+            slots = np.arange(hi - lo, dtype=np.int64)
+            parallel_rows(
+                lambda s, e, dots=dots, sb=sb, vals=vals, ones_b=ones_b, slots=slots: (
+                    signed_columns32(
+                        dots,
+                        sb,
+                        self.sq[:n],
+                        ones_b,
+                        ones_a,
+                        *self._params,
+                        vals,
+                        slots,
+                        s,
+                        e,
+                    )
+                ),
+                hi - lo,
+                n_threads,
+                min_rows=1,
+            )
             out += coef[lo:hi] @ vals
         return out
