@@ -113,7 +113,11 @@ def test_the_check_mode_names_a_stale_page_and_writes_nothing(tmp_path):
     (copy / "gen_reference.py").write_text(script.read_text())
     (tmp_path / "elmscale").symlink_to(ROOT / "elmscale")
     # the speed figures it also writes (docs/speed_figures.py): their module, file and pages
-    for path in ["docs/speed_figures.py", speed_figures.RESULTS, *speed_figures.PAGES]:
+    for path in [
+        "docs/speed_figures.py",
+        *speed_figures.SOURCES,
+        *speed_figures.PAGES,
+    ]:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text((ROOT / path).read_text())
     for name, text in reference.pages().items():

@@ -50,7 +50,7 @@ def test_the_results_file_is_read_as_written():
 
 
 def test_a_figure_changed_on_a_page_is_reported(tmp_path):
-    for page in [speed_figures.RESULTS, speed_figures.OTHERS, *speed_figures.PAGES]:
+    for page in [*speed_figures.SOURCES, *speed_figures.PAGES]:
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / page).write_text((ROOT / page).read_text())
     readme = tmp_path / "README.md"
@@ -108,7 +108,7 @@ def test_the_other_sets_rows_are_the_results_files(tmp_path):
     assert printed and all(row in rows for row in printed)
     assert not any(row.startswith("warm fit, C=") for row in rows)  # COD-RNA's: the table's
     # a row changed in the file changes the page: the page is then reported
-    for page in [speed_figures.RESULTS, speed_figures.OTHERS, *speed_figures.PAGES]:
+    for page in [*speed_figures.SOURCES, *speed_figures.PAGES]:
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / page).write_text((ROOT / page).read_text())
     assert speed_figures.problems(tmp_path) == []
