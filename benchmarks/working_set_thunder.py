@@ -5,6 +5,12 @@ crossover that ``solvers.thunder.thunder_wins`` records (issue 52 item 3).
 
     python benchmarks/working_set_thunder.py            # a9a's first 8,000 rows, COD-RNA's
     python benchmarks/working_set_thunder.py --quick    # 2,000 rows each, q = 512 only
+    python benchmarks/working_set_thunder.py --wide     # the crossover by features
+
+``--wide``: generated dense sets (``elmscale.data.generate_classification``, uniform
+features) of 20,000 rows (``--rows``) at 32 to 300 features, gaussian sigma 10 sqrt(d /
+300) (sparse_elm_field.py's wide set at d = 300), C 1, and q = 512 (the default), against
+the dual: the crossover that ``thunder.THUNDER_MIN_FEATURES`` records.
 
 a9a: 123 binary features, gaussian sigma 4, C 1 (issue 52's row); COD-RNA: the seeded
 half's first rows (benchmarks/sparse_elm_vs_svc.py's split), 8 features, sigma 0.5, C 100.
@@ -40,6 +46,18 @@ def sets(rows):
     )
 
 
+#: ``--wide``'s feature counts
+WIDE_FEATURES = (32, 64, 128, 200, 300)
+
+
+def wide_sets(rows):
+    from elmscale.data import generate_classification
+
+    for d in WIDE_FEATURES:
+        data = generate_classification(rows, d, 2, random_state=0)
+        yield (f"wide d={d}", np.asarray(data.X, np.float32), data.y, 10.0 * np.sqrt(d / 300), 1.0)
+
+
 def best_of(repeat, fn):
     best, out = np.inf, None
     for _ in range(repeat):
@@ -54,11 +72,16 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rows", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--wide", action="store_true", help="the crossover by features")
     args = parser.parse_args(argv)
-    rows = args.rows or (2_000 if args.quick else 8_000)
-    qs = (512,) if args.quick else (256, 1024, 2048)
+    if args.wide:
+        rows = args.rows or (2_000 if args.quick else 20_000)
+        qs: tuple = (512,)
+    else:
+        rows = args.rows or (2_000 if args.quick else 8_000)
+        qs = (512,) if args.quick else (256, 1024, 2048)
     print(f"first {rows:,} rows; times the best of {args.repeat}; ratio = dual / working set")
-    for name, X, y, sigma, C in sets(rows):
+    for name, X, y, sigma, C in wide_sets(rows) if args.wide else sets(rows):
         y_idx = np.unique(y, return_inverse=True)[1]
         kernel = Kernel("gaussian", sigma=sigma)
 

@@ -6,13 +6,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 from _datasets import shared_data
 
 from elmscale import SparseELMClassifier
 from elmscale.core.jit import q_columns
 from elmscale.data import Scaler, load, load_csv
 from elmscale.features.kernels import Kernel, float32_error_bound
-from elmscale.solvers.block_columns import BLOCK_MIN_FEATURES, BlockRows, blocks_pay
+from elmscale.solvers.block_columns import (
+    BLOCK_MIN_FEATURES,
+    FLOAT32_PRODUCTS_MAX_ERROR,
+    BlockRows,
+    blocks_pay,
+    float32_products_error,
+)
 from elmscale.solvers.thunder import THUNDER_MIN_ROWS, solve_thunder, thunder_wins
 
 TOL = 1e-3
@@ -34,20 +41,48 @@ def test_block_columns_are_the_per_column_ones_within_the_float32_bound(kind, d)
     kernel = Kernel(kind, sigma=float(np.sqrt(d / 8)))
     XB, tB = np.ascontiguousarray(X[:m]), np.ascontiguousarray(t[:m])
     block = np.empty((m, n), np.float32)
-    BlockRows(kernel, X, t).columns(XB, tB, n, block)
+    rows = BlockRows(kernel, X, t)
+    # gaussian rows of these norms take float32 products, which add their own bound
+    assert (rows.X32 is not None) == (kind == "gaussian")
+    assert rows.products_error == (
+        float32_products_error(kernel, d, float(np.max(np.sum(X.astype(np.float64) ** 2, 1))))
+        if kind == "gaussian"
+        else 0.0
+    )
+    rows.columns(XB, tB, n, block)
     one = np.empty((m, n), np.float32)
     q_columns(np.ascontiguousarray(X.T), t, n, XB, tB, np.arange(m), 0, m, *kernel._params(), one)
     signs = tB[:, None] * t[None, :]
     exact = kernel.block(XB, X) * signs
     bound = _entry_bounds(kernel, X, XB)
-    assert np.all(np.abs(block - exact) <= bound)
+    assert np.all(np.abs(block - exact) <= bound + rows.products_error)
     assert np.all(np.abs(one - exact) <= bound)
-    # each within the bound of the exact value: the two within twice it of each other
-    assert np.all(np.abs(block - one) <= 2.0 * bound)
-    # rows given as CSR (sparse products, not densified) give the block's values
+    # each within its bound of the exact value: the two within the sum of each other
+    assert np.all(np.abs(block - one) <= 2.0 * bound + rows.products_error)
+    # rows given as CSR (sparse products in float64, not densified) give the block's values
     sparse = np.empty((m, n), np.float32)
     BlockRows(kernel, sp.csr_matrix(X), t).columns(XB, tB, n, sparse)
     assert np.all(np.abs(sparse - exact) <= bound)
+
+
+def test_float32_products_hold_their_bound_on_near_duplicates_and_leave_large_norms():
+    """Near-duplicate rows (the distance near 0, where a float32 product's error is largest
+    against the value) stay within ``products_error``; rows of large norms, whose float32
+    products would pass ``FLOAT32_PRODUCTS_MAX_ERROR``, keep float64 products."""
+    rng = np.random.default_rng(11)
+    d = 300
+    base = rng.uniform(0.0, 1.0, (200, d))
+    X = np.concatenate([base, base + rng.normal(0.0, 1e-4, base.shape)]).astype(np.float32)
+    kernel = Kernel("gaussian", sigma=10.0)
+    rows = BlockRows(kernel, X)
+    assert rows.X32 is not None and 0.0 < rows.products_error <= FLOAT32_PRODUCTS_MAX_ERROR
+    out = np.empty((200, X.shape[0]), np.float32)
+    rows.columns(X[:200], np.ones(200, np.float32), X.shape[0], out)
+    exact = kernel.block(X[:200], X)
+    bound = _entry_bounds(kernel, X, X[:200])
+    assert np.all(np.abs(out - exact) <= bound + rows.products_error)
+    unscaled = BlockRows(kernel, X * np.float32(50.0))
+    assert unscaled.X32 is None and unscaled.products_error == 0.0
 
 
 def test_block_products_are_float64_kernel_sums():
@@ -62,6 +97,13 @@ def test_block_products_are_float64_kernel_sums():
     single = rows.matvec(X[:130], coef, precise=False)
     bound = float32_error_bound(kernel, X, X[:130], coef)
     assert np.all(np.abs(single - reference) <= bound)
+    # support rows among the rows themselves (scattered, 3 blocks of GEMM_ROWS and a part):
+    # the product by symmetry is the same float64 product
+    own = rng.permutation(700)[:300]
+    own_coef = rng.normal(size=300)
+    by_symmetry = rows.matvec_own(own, own_coef)
+    direct = kernel.block_matvec(X, X[own], own_coef)
+    np.testing.assert_allclose(by_symmetry, direct, rtol=0, atol=1e-11)
 
 
 def test_block_rows_refuse_the_polynomial_kernel():
@@ -120,8 +162,10 @@ def test_auto_takes_the_working_set_past_the_measured_crossover():
     assert not thunder_wins(gaussian, 8, 10.0, rows, min_C=100.0)
     poly = Kernel("polynomial", degree=2)
     assert not thunder_wins(poly, 300, 1e3, 10 * rows, min_features=wide, min_C=1.0)
-    # as measured on two cores: the dual solver at 123 features and at C = 1000
-    assert not thunder_wins(gaussian, 123, 1.0, 32_561)
+    # as measured on two cores: the working set from 64 features, the dual below and at C =
+    # 1000 on narrow rows
+    assert thunder_wins(gaussian, 64, 1.0, 20_000) and thunder_wins(gaussian, 300, 1.0, 20_000)
+    assert not thunder_wins(gaussian, 32, 1.0, 20_000)
     assert not thunder_wins(gaussian, 8, 1000.0, 29_768)
 
 
@@ -133,6 +177,15 @@ def test_the_estimator_runs_the_working_set_in_process_and_auto_follows_thunder_
     auto = model.fit(X, y)
     wins = thunder_wins(model._kernel_obj(), 60, 1.0, X.shape[0])
     assert auto.solver_ == ("working_set" if wins else "dual")
+    # 0/1 rows, however wide, go to the dual solver (its packed columns); others past the
+    # crossover to the working set
+    binary = (X > 0.5).astype(np.float64)
+    wide = np.concatenate([X, X], axis=1)
+    model.set_params(max_iter=1)  # (the choice is what is checked here, not the fit)
+    with pytest.warns(ConvergenceWarning):
+        assert model.fit(np.concatenate([binary, binary], axis=1), y).solver_ == "dual"
+    with pytest.warns(ConvergenceWarning):
+        assert model.fit(wide, y).solver_ == "working_set"
     X, y = X[:1_500], y[:1_500]  # (the in-process working set on fewer rows: its speed)
     thunder = SparseELMClassifier(sigma=3.0, C=1.0, tol=TOL, solver="working_set")
     thunder.set_params(working_set_size=128).fit(X, y)

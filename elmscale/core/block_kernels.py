@@ -26,7 +26,7 @@ def signed_columns32(
     dots, sq_b, sq_a, t_b, t_a, kind, sigma, sigma_star, tau, out, slots, start, stop
 ):
     """``out[slots[k], j] = t_b[k] t_a[j] K(b_k, a_j)`` (float32) for the block's rows ``k`` in
-    ``[start, stop)``, from ``dots[k, j] = b_k . a_j`` (float64, (m, n)) and the squared
+    ``[start, stop)``, from ``dots[k, j] = b_k . a_j`` ((m, n), float64 or float32) and the squared
     norms ``sq_b``, ``sq_a`` (float64): the distance in float64 (clipped at 0), the exp's
     argument rounded to float32 and the float32 exp (``core.jit._vexp32``, the per-column
     kernel's) for gaussian (``kind`` 0) and laplacian (1); mg (3) in float64, rounded."""
@@ -138,4 +138,33 @@ def gemm_kernel_matvec(A64, sq_a, B64, sq_b, params, coef, products=None, n_thre
             min_rows=1,
         )
         out += vals.T @ coef[lo:hi]
+    return out
+
+
+def symmetric_kernel_matvec(S64, sq_s, params, coef, n_threads=None):
+    """``K(S, S) @ coef`` (m, outputs) in float64, ``gemm_kernel_matvec``'s arithmetic over
+    the upper block triangle only: each ``GEMM_ROWS`` rows of ``S`` against the rows from
+    their own on, the block's values then used twice (their rows' sums, and mirrored, the
+    later rows').  Half the products and values of ``gemm_kernel_matvec(S, S)`` where a
+    solver's rows are checked against support rows that are among them."""
+    m = S64.shape[0]
+    out = np.zeros((m, coef.shape[1]))
+    for lo in range(0, m, GEMM_ROWS):
+        hi = min(lo + GEMM_ROWS, m)
+        dots = S64[lo:hi] @ S64[lo:].T
+        vals = np.empty(dots.shape)
+        sb, sa = sq_s[lo:hi], sq_s[lo:]
+        parallel_rows(
+            lambda s, e, dots=dots, sb=sb, sa=sa, vals=vals: distance_values64(
+                dots, sb, sa, *params, vals, s, e
+            ),
+            hi - lo,
+            n_threads,
+            min_rows=1,
+        )
+        # rows lo:hi against every row from lo (the diagonal block's both halves once) ...
+        out[lo:hi] += vals @ coef[lo:]
+        # ... and, mirrored, the rows after hi against lo:hi (the earlier rows' blocks did
+        # the rows here against the rows before lo)
+        out[hi:] += vals[:, hi - lo :].T @ coef[lo:hi]
     return out

@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _ovr_decision_function
 from sklearn.utils.validation import check_is_fitted, check_random_state, validate_data
 
+from elmscale.core.bit_kernels import bits_pay
 from elmscale.core.sparse_kernels import SPARSE_FORMATS, float32_rows, is_sparse
 from elmscale.core.threads import resolve_n_threads, thread_budget
 from elmscale.distributed.collections import lazy_on_collections
@@ -130,9 +131,12 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         computed in blocks, one GEMM each, from 48 features.  "auto" takes "working_set"
         for a ParquetDataset fitted with a ``client`` of at least 4 worker threads
         (projected faster from there; on 2 workers the one-process dual solver measured
-        faster: ``docs/performance.md``); else "dual", from arrays too (faster there at
-        every size measured, 123 features and C = 100 included:
-        ``benchmarks/results/working_set_thunder.txt``).  Random nodes:
+        faster: ``docs/performance.md``); from dense arrays of at least 64 features and
+        4,096 rows (gaussian, laplacian or mg; not rows of 0s and 1s, whose packed columns
+        make the dual faster), the one-process working set (measured 1.17x the dual's speed
+        at 64 features, 3.6x at 300: ``benchmarks/results/working_set_thunder_wide.txt``);
+        else "dual" (narrow rows: ``benchmarks/results/working_set_thunder.txt``).  Random
+        nodes:
         "newton": primal Newton passes on a smoothed hinge, one pass over the
         rows serving every one-vs-one pair, finished on the exact dual over the rows near
         the margin (``elmscale.solvers.primal_newton``): the same optimum, certified by the
@@ -660,11 +664,13 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
             return "working_set"
         if self.solver != "auto" or self.hidden is not None or ray_address is not None:
             return "dual"
-        # from arrays the dual solver was faster at every size measured (2 threads: 0.61-0.70x
-        # for the working set from 100,000 to 400,000 rows); on a cluster, from enough workers
+        # from arrays: the one-process working set past its measured crossover (wide dense
+        # rows, thunder_wins); on a cluster, from enough workers
         if client is None:
             # (dense arrays: sparse rows and the others are solved by the dual solver)
             if not isinstance(X, np.ndarray) or X.ndim != 2:
+                return "dual"
+            if bits_pay(X):  # 0/1 rows: the dual's packed columns are cheaper than GEMMs
                 return "dual"
             wins = thunder_wins(self._kernel_obj(), X.shape[1], float(self.C), X.shape[0])
             return "working_set" if wins else "dual"

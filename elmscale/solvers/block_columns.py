@@ -16,6 +16,14 @@ value is within ``EXP32_RELATIVE K + 2^-24 z K + FLOAT32_EXP_FLOOR`` of the exac
 (``z`` the exp's argument), inside ``float32_error_bound``'s ``(1.25 d + 6) 2^-24 z``
 (tested: ``tests/test_thunder_working_set.py``).
 
+For the solver's columns (not an exact check's values) a gaussian kernel's products are
+float32 GEMMs where that is safe, twice as fast as float64 ones: ``|fl32(a.b) - a.b| <=
+gamma_d |a| |b|`` (``gamma_d = d 2^-24 / (1 - d 2^-24)``, any order of summation), so the
+exp's argument ``|a - b|^2 / (2 sigma^2)`` moves by at most ``gamma_d max|x|^2 / sigma^2``
+and the value by ``exp`` of that minus 1 (``float32_products_error``); the rows' norms and
+sigma decide, and float64 products are kept where that passes ``FLOAT32_PRODUCTS_MAX_ERROR``
+(unscaled features).  The working set's certificate adds it to its column error.
+
 Measured (``benchmarks/working_set_block_columns.py``, the crossover's table in
 ``benchmarks/results/working_set_block_columns.txt``): the block is slower than the per-
 column kernel at few features (its GEMM and its second pass over the block cost more than
@@ -27,11 +35,21 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from elmscale.core.block_kernels import gemm_kernel_matvec, signed_columns32
+from elmscale.core.block_kernels import (
+    gemm_kernel_matvec,
+    signed_columns32,
+    symmetric_kernel_matvec,
+)
 from elmscale.core.threads import parallel_rows
 from elmscale.features.kernels import Kernel
 
-__all__ = ["BLOCK_KINDS", "BLOCK_MIN_FEATURES", "BlockRows", "blocks_pay"]
+__all__ = [
+    "BLOCK_KINDS",
+    "BLOCK_MIN_FEATURES",
+    "BlockRows",
+    "blocks_pay",
+    "float32_products_error",
+]
 
 #: The kernels computed from distances, which a block's products give (not polynomial).
 BLOCK_KINDS = ("gaussian", "laplacian", "mg")
@@ -40,6 +58,24 @@ BLOCK_KINDS = ("gaussian", "laplacian", "mg")
 BLOCK_MIN_FEATURES = 48
 #: Columns per GEMM: the float64 products of 128 columns over 30,000 rows are 30 MB.
 COLUMNS_PER_PRODUCT = 128
+#: The largest error of a kernel value that float32 products may add (``float32_products_
+#: error``) for the solver's columns to take them: a tenth of the default tol.
+FLOAT32_PRODUCTS_MAX_ERROR = 1e-4
+
+
+def float32_products_error(kernel: Kernel, n_features: int, max_sq_norm: float) -> float:
+    """A bound on what float32 products ``fl32(a.b)`` add to the error of a gaussian kernel
+    value of rows of ``n_features`` features and squared norms at most ``max_sq_norm``
+    (see the module's docstring); inf for the other kernels (laplacian's square root turns
+    a distance's error near 0 into a much larger one; mg is not an exp of the distance)."""
+    if kernel.kind != "gaussian":
+        return float("inf")
+    unit = n_features * 2.0**-24
+    if unit >= 0.5:
+        return float("inf")
+    gamma = unit / (1.0 - unit)
+    sigma = float(kernel._params()[1])
+    return float(np.expm1(gamma * float(max_sq_norm) / sigma**2))
 
 
 def blocks_pay(kernel: Kernel, n_features: int) -> bool:
@@ -64,7 +100,12 @@ def _squared_norms(X64) -> np.ndarray:
 class BlockRows:
     """The rows kernel columns run over, kept for products: float64 rows (dense, or CSR)
     and their squared norms, labels ``t`` (float32 +-1; ones when None) for Q's signs.
-    ``permute`` follows a solver's reordering of its rows (the active ones first)."""
+    ``permute`` follows a solver's reordering of its rows (the active ones first).
+
+    Dense rows of a gaussian kernel whose ``float32_products_error`` is at most
+    ``FLOAT32_PRODUCTS_MAX_ERROR`` also keep float32 rows, from which ``columns`` and the
+    float32 ``matvec`` take their products; ``products_error`` is then that bound (0 with
+    float64 products), which a solver adds to its columns' error."""
 
     def __init__(self, kernel: Kernel, X, t=None):
         if kernel.kind not in BLOCK_KINDS:
@@ -79,6 +120,13 @@ class BlockRows:
         self.t = np.ones(n, np.float32) if t is None else np.asarray(t, np.float32).copy()
         code, sigma, _, sigma_star, tau = kernel._params()
         self._params = (code, sigma, sigma_star, tau)
+        self.X32 = None
+        self.products_error = 0.0
+        if not sp.issparse(self.X) and n:
+            bound = float32_products_error(kernel, self.X.shape[1], float(self.sq.max()))
+            if bound <= FLOAT32_PRODUCTS_MAX_ERROR:
+                self.X32 = np.ascontiguousarray(X, dtype=np.float32)
+                self.products_error = bound
 
     @property
     def n_rows(self) -> int:
@@ -90,12 +138,20 @@ class BlockRows:
             self.X = np.ascontiguousarray(self.X)
         self.sq = self.sq[order]
         self.t = self.t[order]
+        if self.X32 is not None:
+            self.X32 = np.ascontiguousarray(self.X32[order])
 
     def _products(self, B64, n) -> np.ndarray:
         """``B A[:n]'`` (m, n) float64: one GEMM (a sparse-dense product for CSR rows)."""
         if sp.issparse(self.X):
             return np.ascontiguousarray((self.X[:n] @ B64.T).T)
         return B64 @ self.X[:n].T
+
+    def _column_products(self, B64, n) -> np.ndarray:
+        """The products the columns take: float32 ones where the rows keep ``X32``."""
+        if self.X32 is None:
+            return self._products(B64, n)
+        return B64.astype(np.float32) @ self.X32[:n].T
 
     def columns(self, XB, tB, n, out, slots=None, n_threads=None) -> None:
         """``out[slots[k], :n] = tB[k] t_j K(XB[k], x_j)`` (float32) over the first ``n``
@@ -109,7 +165,7 @@ class BlockRows:
         sq_a, t_a = self.sq[:n], self.t[:n]
         for lo in range(0, m, COLUMNS_PER_PRODUCT):
             hi = min(lo + COLUMNS_PER_PRODUCT, m)
-            dots = self._products(B64[lo:hi], n)
+            dots = self._column_products(B64[lo:hi], n)
             sb, tb, sl = sq_b[lo:hi], tB[lo:hi], slots[lo:hi]
             parallel_rows(
                 lambda s, e, dots=dots, sb=sb, tb=tb, sl=sl: signed_columns32(
@@ -119,6 +175,36 @@ class BlockRows:
                 n_threads,
                 min_rows=1,
             )
+
+    def matvec_own(self, positions, coef, n_threads=None) -> np.ndarray:
+        """``K(A, A[positions]) @ coef`` (unsigned) in float64 over every row, as ``matvec``'s
+        precise product, where the support rows are some of the rows themselves: their own
+        part ``K(S, S) coef`` by symmetry (``symmetric_kernel_matvec``: half its products),
+        the other rows' against them by ``gemm_kernel_matvec``.  CSR rows: ``matvec``."""
+        positions = np.asarray(positions, dtype=np.int64)
+        coef = np.asarray(coef, dtype=np.float64)
+        if sp.issparse(self.X):
+            return self.matvec(self.X[positions].toarray(), coef, n_threads=n_threads)
+        n = self.n_rows
+        S64, sq_s = self.X[positions], self.sq[positions]
+        out = np.empty(n)
+        out[positions] = symmetric_kernel_matvec(
+            S64, sq_s, self._params, coef[:, None], n_threads=n_threads
+        )[:, 0]
+        rest = np.ones(n, bool)
+        rest[positions] = False
+        rest = np.flatnonzero(rest)
+        if rest.size:
+            out[rest] = gemm_kernel_matvec(
+                self.X[rest],
+                self.sq[rest],
+                S64,
+                sq_s,
+                self._params,
+                coef[:, None],
+                n_threads=n_threads,
+            )[:, 0]
+        return out
 
     def matvec(self, XB, coef, n=None, precise=True, n_threads=None) -> np.ndarray:
         """``K(A[:n], XB) @ coef`` (unsigned), the sums in float64; the values in float64
@@ -142,7 +228,7 @@ class BlockRows:
         ones_a = np.ones(n, np.float32)
         for lo in range(0, B64.shape[0], COLUMNS_PER_PRODUCT):
             hi = min(lo + COLUMNS_PER_PRODUCT, B64.shape[0])
-            dots = self._products(B64[lo:hi], n)
+            dots = self._column_products(B64[lo:hi], n)
             sb = sq_b[lo:hi]
             vals = np.empty(dots.shape, np.float32)
             ones_b = np.ones(hi - lo, np.float32)

@@ -27,7 +27,8 @@ What oneDAL's Thunder SVM does (``cpp/daal/src/algorithms/svm/svm_train_thunder_
 Here: the same choice of q (``DEFAULT_Q``: measured, ``working_set_size``), half the set
 kept (its free variables), local steps to 0.1 x the set's largest violation
 (``SUBPROBLEM_SHARE``, with ``tol / 10`` floor and ``box_qp`` past 100 steps per variable),
-the same LRU-cached columns computed in blocks, shrinking, and the dual solver's stopping
+the same LRU-cached columns computed in blocks (a gaussian kernel's by float32 GEMMs where
+their error bound allows: ``block_columns``), no shrinking, and the dual solver's stopping
 rule: every row's violation within ``tol`` at an exact float64 check.
 """
 
@@ -45,22 +46,24 @@ from elmscale.solvers.working_set import (
     RowBlock,
     WorkingSetResult,
     check_q,
+    column_error_bound,
     solve_working_set,
 )
 
 __all__ = ["THUNDER_MIN_C", "THUNDER_MIN_FEATURES", "solve_thunder", "thunder_wins"]
 
-#: Features from which the one-process working set beats the dual solver; None: it did not
-#: on the 2 cores measured (``benchmarks/results/working_set_thunder.txt``, under load: a9a's
-#: first 8,000 rows, 123 features, C = 1, the working set 0.34-0.47x the dual's speed at q =
-#: 256-2,048 with its columns in blocks).  The block columns are 3.4x cheaper each at 123
-#: features, but the working set computes many times as many columns as the dual solver's
-#: LRU-cached steps (every changed variable's, each iteration), a trade that pays where
-#: the GEMMs run on many cores (oneDAL's design), not on two.
-THUNDER_MIN_FEATURES = None
+#: Features from which the one-process working set beats the dual solver on dense rows that
+#: are not 0/1 (``benchmarks/results/working_set_thunder_wide.txt``, alone, 20,000
+#: generated rows, gaussian, C = 1, q = 512: 0.90x the dual's speed at 32 features, 1.17x
+#: at 64, 1.72x at 128, 3.6x at 200 and 300).  Its columns come by GEMMs (float32 ones for
+#: a gaussian kernel: ``block_columns``) with no shrinking, so one exact product ends it;
+#: the dual's come one fused pass over the features each.  0/1 rows go to the dual, whose
+#: packed columns (``bit_kernels``) are cheaper still (all of a9a, 123 features: the dual
+#: 5.5 s, the working set 7.8 s).
+THUNDER_MIN_FEATURES: int | None = 64
 #: C from which it beats the dual solver on narrow rows; None: it did not (the same file:
 #: COD-RNA's first 8,000 rows, 8 features, C = 100, 0.20-0.33x).
-THUNDER_MIN_C = None
+THUNDER_MIN_C: float | None = None
 #: Rows below which the dual solver's per-fit overheads are smaller (the working set's
 #: exchanges and q x q subproblems cost more than a small problem's steps).
 THUNDER_MIN_ROWS = 4096
@@ -158,5 +161,11 @@ def solve_thunder(
         tol=tol,
         q=q,
         max_iter=max_iter,
+        # no shrinking, as oneDAL's: the unshrinking's product of every row against the
+        # support rows cost more than the shorter columns saved (the wide set of
+        # sparse_elm_field.py, q = 1,024: 9.99 s shrinking every 5 iterations, 7.98 s not)
+        shrink_every=None,
         block_columns=block_columns,
+        # (column_error_bound is 0 for the polynomial kernel, which takes no blocks)
+        column_error=column_error_bound(kernel) + block.products_error,
     )

@@ -58,6 +58,7 @@ __all__ = [
     "SeenRows",
     "WorkingSetResult",
     "check_q",
+    "column_error_bound",
     "solve_subproblem",
     "solve_working_set",
 ]
@@ -163,11 +164,14 @@ class Update(NamedTuple):
 
 class Support(NamedTuple):
     """The support rows of every pair (features float32) and, per pair, the positions of
-    its own among them and their ``alpha t``: what an exact gradient is computed from."""
+    its own among them and their ``alpha t``: what an exact gradient is computed from;
+    ``ids``, the rows' numbers (a block holding every support row of a pair among its own
+    rows takes its product by symmetry: ``BlockRows.matvec_own``)."""
 
     X: np.ndarray
     members: list
     coef: list
+    ids: np.ndarray | None = None
 
 
 class _ColumnLRU:
@@ -380,7 +384,10 @@ class _PairRows:
         f = np.zeros(n)
         if coef.size and n:
             sv = support.X[support.members[p]]
-            if self.block is not None:
+            own = self._own_positions(support, p) if precise and self.block is not None else None
+            if own is not None:  # every support row is one of these: half the products
+                f = self.block.matvec_own(own, coef, n_threads=n_threads)
+            elif self.block is not None:
                 f = self.block.matvec(sv, coef, precise=precise, n_threads=n_threads)
             elif precise:
                 f = kernel.block_matvec(np.ascontiguousarray(self.Xt.T), sv, coef)
@@ -389,6 +396,15 @@ class _PairRows:
         self.g = self.t.astype(np.float64) * f - 1.0
         v = violations(self.alpha, self.g, C)
         return float(v.max(initial=0.0)), float(self.alpha @ (self.g - 1.0))
+
+    def _own_positions(self, support: Support, p):
+        """The positions of pair ``p``'s support rows among these rows, in the support's
+        order, when every one of them is here (one block of all the rows), else None."""
+        if support.ids is None:
+            return None
+        ids = support.ids[support.members[p]]
+        pos, mine = self.positions(ids)
+        return pos if mine.size == ids.size else None
 
     def _float32_product(self, sv, coef, params, n_threads, out):
         """``out += K(rows, sv) @ coef``, the kernel values float32 (``q_columns``, unsigned),
@@ -454,6 +470,11 @@ class RowBlock:
             for pair, n in zip(pairs, picks)
         ]
         self.n_rows = int(ids.size)
+        # what the columns' float32 products add to their error (``BlockRows``), at most
+        self.products_error = max(
+            (pair.block.products_error for pair in self.pairs if pair.block is not None),
+            default=0.0,
+        )
 
     def set_alpha(self, alphas):
         """Alpha of this block's rows from ``alphas[p] = (row numbers, values)`` (a rebuilt
@@ -526,7 +547,7 @@ class SeenRows:
             m = np.flatnonzero(self.alpha[:, p] > 0.0)
             members.append(m)
             coef.append(self.alpha[m, p] * np.where(self.cls[m] == a, 1.0, -1.0))
-        return Support(self.X, members, coef)
+        return Support(self.X, members, coef, self.ids)
 
 
 class WorkingSetResult(NamedTuple):
@@ -605,15 +626,18 @@ def solve_working_set(
     shrink_every=SHRINK_EVERY,
     on_iteration=None,
     block_columns=False,
+    column_error=None,
 ) -> WorkingSetResult:
     """Solve every one-vs-one pair of ``pairs`` on ``blocks``: an object with
     ``step(updates, shrink, q)`` and ``exact(support, which, q)``, each returning the list
     of every block's answer in block order (``RowBlock``'s methods, run where the blocks
     live), and ``rebuilt`` (blocks rebuilt so far).  See the module's docstring.
     ``max_iter`` caps the iterations per pair (< 0: ``DEFAULT_MAX_ITERATIONS``);
+    ``shrink_every``: iterations between shrinking rounds (None: no shrinking);
     ``on_iteration(iteration, seconds)`` is called after each exchange; ``block_columns``:
     the subproblems' kernels as the blocks' ``BlockRows`` compute Q (the blocks built
-    with ``block_columns=True``)."""
+    with ``block_columns=True``); ``column_error``: a bound on a column entry's error, the
+    certificate's (None: ``column_error_bound``)."""
     C, tol, q = float(C), float(tol), check_q(q)
     cap = DEFAULT_MAX_ITERATIONS if max_iter < 0 else int(max_iter)
     n_pairs = len(pairs)
@@ -628,7 +652,7 @@ def solve_working_set(
     # on its gradient's float32 error since, and that error per unit of |change| (0: none)
     certifying = np.zeros(n_pairs, bool)
     drift = np.zeros(n_pairs)
-    eps_column = column_error_bound(kernel)
+    eps_column = column_error_bound(kernel) if column_error is None else float(column_error)
     seconds: list = []
     rebuilt = int(blocks.rebuilt)
 
@@ -644,15 +668,27 @@ def solve_working_set(
         return answers
 
     pending = list(range(n_pairs))
-    unshrunk = np.zeros(n_pairs, bool)
+
+    def whole(p):
+        """Whether every row of pair ``p`` has its gradient kept since its last
+        recomputation: unshrunk since, or never shrunk."""
+        return bool(unshrunk[p] or not shrunk[p])
+
+    unshrunk = np.zeros(n_pairs, bool)  # every row's gradient made again since a shrink
+    shrunk = np.zeros(n_pairs, bool)  # rows of the pair shrunk at some point
     # every pair's reports, block by block
     reports = call("step", [None] * n_pairs, None, q)
+    # each pair's rows (all active at first): a pair none of whose rows was ever shrunk has
+    # every row's gradient kept by the steps, so it needs no unshrinking check at 10 tol
+    n_rows = [sum(r[p].n_active for r in reports) for p in range(n_pairs)]
     thresholds = [None] * n_pairs
     since_shrink = 0
     while pending:
         merged, working = {}, {}
         for p in pending:
             parts = [r[p] for r in reports]
+            if sum(r.n_active for r in parts) < n_rows[p]:
+                shrunk[p] = True
             merged[p] = Candidates.merge([r.candidates for r in parts], q)
             working[p] = _working_set(merged[p], [r.kept for r in parts if r.kept is not None], q)
             thresholds[p] = (
@@ -676,12 +712,12 @@ def solve_working_set(
             p
             for p in pending
             if merged[p].v.size == 0
-            or (not certifying[p] and merged[p].v[0] <= (tol if unshrunk[p] else 10.0 * tol))
+            or (not certifying[p] and merged[p].v[0] <= (tol if whole(p) else 10.0 * tol))
             or (certifying[p] and drift[p] >= 0.5 * tol)
         ]
         if done_here:
             support = seen.support(pairs)
-            precise = bool(all(unshrunk[p] for p in done_here))
+            precise = bool(all(whole(p) for p in done_here))
             answers = call("exact", support, done_here, q, precise)
             exact_checks += 1
             for j, p in enumerate(done_here):
@@ -735,7 +771,7 @@ def solve_working_set(
             n_iter[p] += 1
         since_shrink += 1
         shrink = None
-        if since_shrink >= shrink_every:
+        if shrink_every is not None and since_shrink >= shrink_every:
             since_shrink = 0
             shrink = [
                 None
