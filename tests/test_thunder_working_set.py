@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
 from _datasets import shared_data
+from sklearn.exceptions import ConvergenceWarning
 
 from elmscale import SparseELMClassifier
 from elmscale.core.jit import q_columns
