@@ -522,22 +522,42 @@ class SeenRows:
 
     def __init__(self, n_features, n_pairs):
         self.slot: dict = {}
-        self.ids = np.empty(0, np.int64)
-        self.X = np.empty((0, n_features), np.float32)
-        self.cls = np.empty(0, np.int64)
-        self.alpha = np.empty((0, n_pairs))
+        self.n = 0
+        # buffers grown by doubling (a copy per added working set cost O(iterations x rows));
+        # ``ids``, ``X``, ``cls`` and ``alpha`` are views of their first ``n`` rows
+        self._ids = np.empty(0, np.int64)
+        self._X = np.empty((0, n_features), np.float32)
+        self._cls = np.empty(0, np.int64)
+        self._alpha = np.empty((0, n_pairs))
+
+    ids = property(lambda self: self._ids[: self.n])
+    X = property(lambda self: self._X[: self.n])
+    cls = property(lambda self: self._cls[: self.n])
+    alpha = property(lambda self: self._alpha[: self.n])
+
+    def _grow(self, size):
+        if size <= self._ids.size:
+            return
+        cap = max(size, 2 * self._ids.size, 1024)
+        for name in ("_ids", "_X", "_cls", "_alpha"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
 
     def add(self, c: Candidates) -> np.ndarray:
         """Slots of the candidates' rows, new ones added."""
         new = [k for k, i in enumerate(c.ids.tolist()) if i not in self.slot]
         if new:
-            start = self.ids.size
+            start, stop = self.n, self.n + len(new)
             for j, k in enumerate(new):
                 self.slot[int(c.ids[k])] = start + j
-            self.ids = np.concatenate([self.ids, c.ids[new]])
-            self.X = np.concatenate([self.X, c.X[new]])
-            self.cls = np.concatenate([self.cls, c.cls[new]])
-            self.alpha = np.concatenate([self.alpha, np.zeros((len(new), self.alpha.shape[1]))])
+            self._grow(stop)
+            self._ids[start:stop] = c.ids[new]
+            self._X[start:stop] = c.X[new]
+            self._cls[start:stop] = c.cls[new]
+            self._alpha[start:stop] = 0.0
+            self.n = stop
         return np.fromiter((self.slot[i] for i in c.ids.tolist()), np.int64, c.ids.size)
 
     def support(self, pairs) -> Support:
