@@ -12,6 +12,7 @@ from sklearn.datasets import make_classification
 
 import elmscale
 from elmscale import SparseELMClassifier
+from elmscale.core.block_kernels import FLOAT32_PRODUCTS_MAX_ERROR, float32_products_error
 from elmscale.features.kernels import (
     EXP32_RELATIVE,
     FLOAT32_EXP_FLOOR,
@@ -47,6 +48,40 @@ def test_single_products_within_the_bound(kind, d, sigma):
     assert np.all(bound <= closed_form[None, :] * (1 + 1e-12))
     if sigma < 4.0:  # at the widest kernel some settings round alike
         assert np.any(single != double)
+
+
+@pytest.mark.parametrize("d", [48, 300])
+def test_single_products_of_wide_rows_by_float32_gemms_within_the_bound(d):
+    """Wide gaussian rows of small norms: "single" takes float32 products
+    (``float32_products_error`` within ``FLOAT32_PRODUCTS_MAX_ERROR``), near-duplicate rows
+    included, and stays within ``float32_error_bound``, which adds their term; rows of
+    large norms keep the fused kernel and its closed form."""
+    rng = np.random.default_rng(d)
+    B = rng.uniform(0.0, 1.0, (1500, d)).astype(np.float32)
+    A = np.vstack([B[:100] + rng.normal(0, 1e-4, (100, d)), rng.uniform(0, 1, (200, d))])
+    A = A.astype(np.float32)
+    coef = rng.normal(size=(1500, 2)) * 10.0
+    kernel = Kernel("gaussian", sigma=float(np.sqrt(d / 3.0)))
+    largest = float(max(np.sum(A.astype(np.float64) ** 2, 1).max(), np.sum(B**2.0, 1).max()))
+    products = float32_products_error(0, kernel.sigma, d, largest)
+    assert 0.0 < products <= FLOAT32_PRODUCTS_MAX_ERROR
+    double = kernel.block_matvec(A, B, coef)
+    single = kernel.block_matvec(A, B, coef, precision="single")
+    bound = float32_error_bound(kernel, A, B, coef)
+    assert np.all(np.abs(single - double) <= bound) and np.any(single != double)
+    fused_form = (EXP32_RELATIVE + (1.25 * d + 6) * 2.0**-24 / np.e + FLOAT32_EXP_FLOOR) * np.abs(
+        coef
+    ).sum(axis=0)
+    wide_form = fused_form * (1 + products) + products * np.abs(coef).sum(axis=0)
+    assert np.all(bound <= wide_form[None, :] * (1 + 1e-12))
+    # the rows moved far from 0 (the same distances, large norms): float32 products would
+    # pass the limit, so the fused kernel
+    big_A, big_B = A + np.float32(100.0), B + np.float32(100.0)
+    big = kernel
+    big_bound = float32_error_bound(big, big_A, big_B, coef)
+    assert np.all(big_bound <= fused_form[None, :] * (1 + 1e-12))
+    big_single = big.block_matvec(big_A, big_B, coef, precision="single")
+    assert np.all(np.abs(big_single - big.block_matvec(big_A, big_B, coef)) <= big_bound)
 
 
 @pytest.mark.parametrize("kind", ["polynomial", "mg"])

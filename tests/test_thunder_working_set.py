@@ -10,16 +10,11 @@ from _datasets import shared_data
 from sklearn.exceptions import ConvergenceWarning
 
 from elmscale import SparseELMClassifier
+from elmscale.core.block_kernels import FLOAT32_PRODUCTS_MAX_ERROR, float32_products_error
 from elmscale.core.jit import q_columns
 from elmscale.data import Scaler, load, load_csv
 from elmscale.features.kernels import Kernel, float32_error_bound
-from elmscale.solvers.block_columns import (
-    BLOCK_MIN_FEATURES,
-    FLOAT32_PRODUCTS_MAX_ERROR,
-    BlockRows,
-    blocks_pay,
-    float32_products_error,
-)
+from elmscale.solvers.block_columns import BLOCK_MIN_FEATURES, BlockRows, blocks_pay
 from elmscale.solvers.thunder import THUNDER_MIN_ROWS, solve_thunder, thunder_wins
 
 TOL = 1e-3
@@ -45,7 +40,9 @@ def test_block_columns_are_the_per_column_ones_within_the_float32_bound(kind, d)
     # gaussian rows of these norms take float32 products, which add their own bound
     assert (rows.X32 is not None) == (kind == "gaussian")
     assert rows.products_error == (
-        float32_products_error(kernel, d, float(np.max(np.sum(X.astype(np.float64) ** 2, 1))))
+        float32_products_error(
+            0, kernel.sigma, d, float(np.max(np.sum(X.astype(np.float64) ** 2, 1)))
+        )
         if kind == "gaussian"
         else 0.0
     )

@@ -79,6 +79,59 @@ def distance_values64(dots, sq_b, sq_a, kind, sigma, sigma_star, tau, out, start
             o[j] = acc[j]
 
 
+#: The largest error of a kernel value that float32 products may add
+#: (``float32_products_error``) for kernel values to be computed from them (a solver's
+#: columns, single-precision scores): a tenth of the default tol.
+FLOAT32_PRODUCTS_MAX_ERROR = 1e-4
+
+
+def float32_products_error(code, sigma, n_features, max_sq_norm) -> float:
+    """A bound on what float32 products ``fl32(a.b)`` add to the error of a gaussian
+    kernel value (``code`` 0, ``core.jit.KERNEL_CODES``) of rows of ``n_features``
+    features and squared norms at most ``max_sq_norm``: ``|fl32(a.b) - a.b| <= gamma_d |a|
+    |b|`` in any order of summation (``gamma_d = d 2^-24 / (1 - d 2^-24)``), so the exp's
+    argument ``|a - b|^2 / (2 sigma^2)`` moves by at most ``gamma_d max|x|^2 / sigma^2``
+    and the value ``K`` by ``K (exp(that) - 1)``, returned (``K <= 1``).  inf for the
+    other kernels (laplacian's square root makes a distance's error near 0 far larger;
+    mg is not one exp of the distance)."""
+    if int(code) != 0:
+        return float("inf")
+    unit = int(n_features) * 2.0**-24
+    if unit >= 0.5:
+        return float("inf")
+    gamma = unit / (1.0 - unit)
+    return float(np.expm1(gamma * float(max_sq_norm) / float(sigma) ** 2))
+
+
+def gemm_kernel_matvec32(A32, sq_a, B32, sq_b, params, coef, n_threads=None):
+    """``K(A, B) @ coef`` (n, outputs) for a gaussian kernel from float32 products: ``B A'``
+    by float32 GEMMs of ``GEMM_ROWS`` rows of ``B``, float32 values as ``signed_columns32``
+    computes a solver's columns, summed in float64 by a GEMM with ``coef`` (m, outputs).
+    Each value within ``float32_products_error`` (for the rows' largest squared norm) of
+    the value from exact products, plus the float32 exp's error: the single-precision
+    scores of wide rows (``features.kernels.Kernel.block_matvec``)."""
+    n = sq_a.shape[0]
+    out = np.zeros((n, coef.shape[1]))
+    ones_a = np.ones(n, np.float32)
+    for lo in range(0, B32.shape[0], GEMM_ROWS):
+        hi = min(lo + GEMM_ROWS, B32.shape[0])
+        dots = B32[lo:hi] @ A32.T
+        vals = np.empty(dots.shape, np.float32)
+        sb = sq_b[lo:hi]
+        ones_b = np.ones(hi - lo, np.float32)
+        slots = np.arange(hi - lo, dtype=np.int64)
+        parallel_rows(
+            lambda s, e, dots=dots, sb=sb, vals=vals, ones_b=ones_b, slots=slots: signed_columns32(
+                dots, sb, sq_a, ones_b, ones_a, *params, vals, slots, s, e
+            ),
+            hi - lo,
+            n_threads,
+            min_rows=1,
+        )
+        out += vals.T.astype(np.float64) @ coef[lo:hi]
+    return out
+
+
 # positions per segment of a block of solver columns: the segment's features (d x 256
 # float32, 300 KB at d = 300) stay in L2 while every column of the block reads them
 _FETCH_SEGMENT = 256

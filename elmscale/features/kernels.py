@@ -184,21 +184,11 @@ class Kernel:
             )
             return out[:, 0] if squeeze else out
         A32 = _as_float32_rows(A)
-        if (
-            precision == "double"
-            and self.kind in DISTANCE_KINDS
-            and A32.shape[1] >= _blocks.GEMM_MATVEC_MIN_FEATURES
-        ):
+        if self.kind in DISTANCE_KINDS and A32.shape[1] >= _blocks.GEMM_MATVEC_MIN_FEATURES:
             # wide rows: the products by BLAS (an exact check's, a wide set's scores)
-            A64 = A32.astype(np.float64)
-            B64 = A64 if B is A else _as_float32_rows(B).astype(np.float64)
-            sq_a = np.einsum("ij,ij->i", A64, A64)
-            sq_b = sq_a if B64 is A64 else np.einsum("ij,ij->i", B64, B64)
-            code, sigma, _, sigma_star, tau = self._params()
-            out = _blocks.gemm_kernel_matvec(
-                A64, sq_a, B64, sq_b, (code, sigma, sigma_star, tau), coef2
-            )
-            return out[:, 0] if squeeze else out
+            wide = self._gemm_matvec(A32, B, B is A, coef2, precision)
+            if wide is not None:
+                return wide[:, 0] if squeeze else wide
         Bt = _transposed32(B)
         out = np.empty((A32.shape[0], coef2.shape[1]), dtype=np.float64)
         params = self._params()
@@ -211,6 +201,27 @@ class Kernel:
             A32.shape[0],
         )
         return out[:, 0] if squeeze else out
+
+    def _gemm_matvec(self, A32, B, same, coef2, precision):
+        """``block_matvec`` of wide dense rows by GEMMs (``core.block_kernels``): "double",
+        float64 products and values; "single", a gaussian kernel's from float32 products
+        where their error (``float32_products_error``, the rows' largest norm) is at most
+        ``FLOAT32_PRODUCTS_MAX_ERROR`` (twice the speed of float64 ones), else None (the
+        fused float32 kernel: ``float32_error_bound``'s own terms)."""
+        code, sigma, _, sigma_star, tau = self._params()
+        params = (code, sigma, sigma_star, tau)
+        if precision == "single":
+            B32 = A32 if same else _as_float32_rows(B)
+            sq_a = np.einsum("ij,ij->i", A32, A32, dtype=np.float64)
+            sq_b = sq_a if same else np.einsum("ij,ij->i", B32, B32, dtype=np.float64)
+            if _single_products_error(self, A32.shape[1], sq_a, sq_b) is None:
+                return None
+            return _blocks.gemm_kernel_matvec32(A32, sq_a, B32, sq_b, params, coef2)
+        A64 = A32.astype(np.float64)
+        B64 = A64 if same else _as_float32_rows(B).astype(np.float64)
+        sq_a = np.einsum("ij,ij->i", A64, A64)
+        sq_b = sq_a if same else np.einsum("ij,ij->i", B64, B64)
+        return _blocks.gemm_kernel_matvec(A64, sq_a, B64, sq_b, params, coef2)
 
     def block_matvec_bounded(
         self, A: np.ndarray, B: np.ndarray, coef: np.ndarray
@@ -303,6 +314,19 @@ def _float32_bound_terms(kernel: Kernel, n_features: int) -> tuple[float, float,
     return EXP32_RELATIVE * factor, per_z * factor, FLOAT32_EXP_FLOOR
 
 
+def _single_products_error(kernel: Kernel, n_features: int, sq_a, sq_b) -> float | None:
+    """What float32 products add to a single-precision value's error where
+    ``block_matvec(precision="single")`` takes them (a gaussian kernel, at least
+    ``GEMM_MATVEC_MIN_FEATURES`` features, ``float32_products_error`` of the rows' largest
+    squared norm within ``FLOAT32_PRODUCTS_MAX_ERROR``), else None."""
+    if kernel.kind not in DISTANCE_KINDS or n_features < _blocks.GEMM_MATVEC_MIN_FEATURES:
+        return None
+    largest = max(float(sq_a.max(initial=0.0)), float(sq_b.max(initial=0.0)))
+    code, sigma = kernel._params()[:2]
+    bound = _blocks.float32_products_error(code, sigma, n_features, largest)
+    return bound if bound <= _blocks.FLOAT32_PRODUCTS_MAX_ERROR else None
+
+
 def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.ndarray):
     """A bound on ``|block_matvec(A, B, coef, "single") - block_matvec(A, B, coef)|``, entry
     by entry: ``sum_j |coef_j| (K_ij (EXP32_RELATIVE + (1.25 d + 6) 2^-24 z_ij) +
@@ -311,7 +335,10 @@ def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.n
     checks, not for scoring).  Zero for polynomial and mg kernels, whose values both
     precisions compute in float64 alike.  Since ``K z = z exp(-z) <= 1/e``, it is at most
     ``(EXP32_RELATIVE + (1.25 d + 6) 2^-24 / e + FLOAT32_EXP_FLOOR) sum_j |coef_j|``.
-    Zero too where either side is scipy sparse: its values are float64 in both precisions."""
+    Zero too where either side is scipy sparse: its values are float64 in both precisions.
+    Where "single" computes wide rows' values from float32 products (``_single_products_
+    error``), each value's bound adds ``K_ij`` times that error, and its float32 terms are
+    taken at ``K_ij`` raised by it."""
     coef2 = np.asarray(coef, dtype=np.float64)
     squeeze = coef2.ndim == 1
     coef2 = coef2[:, None] if squeeze else coef2
@@ -329,6 +356,11 @@ def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.n
     sigma = float(kernel.sigma)
     z = d2 / (2.0 * sigma * sigma) if kernel.kind == "gaussian" else np.sqrt(d2) / sigma
     per_value = np.exp(-z) * (EXP32_RELATIVE + _float32_per_z(A64.shape[1]) * z)
+    products = _single_products_error(
+        kernel, A64.shape[1], np.einsum("ij,ij->i", A64, A64), np.einsum("ij,ij->i", B64, B64)
+    )
+    if products is not None:
+        per_value = per_value * (1.0 + products) + np.exp(-z) * products
     out = (per_value + FLOAT32_EXP_FLOOR) @ np.abs(coef2)
     return out[:, 0] if squeeze else out
 

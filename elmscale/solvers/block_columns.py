@@ -20,9 +20,10 @@ For the solver's columns (not an exact check's values) a gaussian kernel's produ
 float32 GEMMs where that is safe, twice as fast as float64 ones: ``|fl32(a.b) - a.b| <=
 gamma_d |a| |b|`` (``gamma_d = d 2^-24 / (1 - d 2^-24)``, any order of summation), so the
 exp's argument ``|a - b|^2 / (2 sigma^2)`` moves by at most ``gamma_d max|x|^2 / sigma^2``
-and the value by ``exp`` of that minus 1 (``float32_products_error``); the rows' norms and
-sigma decide, and float64 products are kept where that passes ``FLOAT32_PRODUCTS_MAX_ERROR``
-(unscaled features).  The working set's certificate adds it to its column error.
+and the value by ``exp`` of that minus 1 (``core.block_kernels.float32_products_error``);
+the rows' norms and sigma decide, and float64 products are kept where that passes
+``FLOAT32_PRODUCTS_MAX_ERROR`` (unscaled features).  The working set's certificate adds it
+to its column error.
 
 Measured (``benchmarks/working_set_block_columns.py``, the crossover's table in
 ``benchmarks/results/working_set_block_columns.txt``): the block is slower than the per-
@@ -36,6 +37,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from elmscale.core.block_kernels import (
+    FLOAT32_PRODUCTS_MAX_ERROR,
+    float32_products_error,
     gemm_kernel_matvec,
     signed_columns32,
     symmetric_kernel_matvec,
@@ -48,7 +51,6 @@ __all__ = [
     "BLOCK_MIN_FEATURES",
     "BlockRows",
     "blocks_pay",
-    "float32_products_error",
 ]
 
 #: The kernels computed from distances, which a block's products give (not polynomial).
@@ -58,24 +60,6 @@ BLOCK_KINDS = ("gaussian", "laplacian", "mg")
 BLOCK_MIN_FEATURES = 48
 #: Columns per GEMM: the float64 products of 128 columns over 30,000 rows are 30 MB.
 COLUMNS_PER_PRODUCT = 128
-#: The largest error of a kernel value that float32 products may add (``float32_products_
-#: error``) for the solver's columns to take them: a tenth of the default tol.
-FLOAT32_PRODUCTS_MAX_ERROR = 1e-4
-
-
-def float32_products_error(kernel: Kernel, n_features: int, max_sq_norm: float) -> float:
-    """A bound on what float32 products ``fl32(a.b)`` add to the error of a gaussian kernel
-    value of rows of ``n_features`` features and squared norms at most ``max_sq_norm``
-    (see the module's docstring); inf for the other kernels (laplacian's square root turns
-    a distance's error near 0 into a much larger one; mg is not an exp of the distance)."""
-    if kernel.kind != "gaussian":
-        return float("inf")
-    unit = n_features * 2.0**-24
-    if unit >= 0.5:
-        return float("inf")
-    gamma = unit / (1.0 - unit)
-    sigma = float(kernel._params()[1])
-    return float(np.expm1(gamma * float(max_sq_norm) / sigma**2))
 
 
 def blocks_pay(kernel: Kernel, n_features: int) -> bool:
@@ -123,7 +107,7 @@ class BlockRows:
         self.X32 = None
         self.products_error = 0.0
         if not sp.issparse(self.X) and n:
-            bound = float32_products_error(kernel, self.X.shape[1], float(self.sq.max()))
+            bound = float32_products_error(code, sigma, self.X.shape[1], float(self.sq.max()))
             if bound <= FLOAT32_PRODUCTS_MAX_ERROR:
                 self.X32 = np.ascontiguousarray(X, dtype=np.float32)
                 self.products_error = bound
