@@ -148,6 +148,11 @@ def test_packed_kernel_products_equal_the_sparse_ones():
         np.testing.assert_allclose(bits, sparse, rtol=1e-13, atol=1e-13)
         exact = kernel.block(A.astype(np.float64), B.astype(np.float64)) @ coef
         np.testing.assert_allclose(bits, exact, rtol=1e-10, atol=1e-10)
+    # the dual's single-precision final check leaves packed rows to the exact product
+    # (cheaper than its bounded float32 pass), and bounds the same rows scaled
+    gaussian = Kernel("gaussian", sigma=1.5)
+    assert gaussian.block_matvec_bounded(A, B, coef[:, 0]) is None
+    assert gaussian.block_matvec_bounded(0.5 * A, B, coef[:, 0]) is not None
 
 
 def test_block_fetched_sparse_columns_are_the_per_column_ones():

@@ -15,7 +15,8 @@ from elmscale.core.jit import q_columns
 from elmscale.data import Scaler, load, load_csv
 from elmscale.features.kernels import Kernel, float32_error_bound
 from elmscale.solvers.block_columns import BLOCK_MIN_FEATURES, BlockRows, blocks_pay
-from elmscale.solvers.thunder import THUNDER_MIN_ROWS, solve_thunder, thunder_wins
+from elmscale.solvers.thunder import THUNDER_MIN_ROWS, _OneBlock, solve_thunder, thunder_wins
+from elmscale.solvers.working_set import RowBlock, solve_working_set
 
 TOL = 1e-3
 
@@ -190,3 +191,45 @@ def test_the_estimator_runs_the_working_set_in_process_and_auto_follows_thunder_
     assert thunder.solver_ == "working_set" and thunder.converged_.all()
     rel = np.abs(thunder.objective_ - dual.objective_) / np.abs(dual.objective_)
     assert np.all(rel <= TOL), rel
+
+
+class _CountingChecks(_OneBlock):
+    """The one-process block, every exact check's precision recorded."""
+
+    def __init__(self, block, n_threads):
+        super().__init__(block, n_threads)
+        self.checks: list = []
+
+    def exact(self, support, which, q, precise=True):
+        self.checks.append(bool(precise))
+        return super().exact(support, which, q, precise)
+
+
+@pytest.mark.parametrize("shrink_every", [None, 1])
+def test_a_pair_never_shrunk_needs_no_unshrinking_check(shrink_every):
+    """With no shrinking every row's gradient is kept by the steps, so the first check is
+    the exact float64 one; rows shrunk come back first at 10 tol from float32 values."""
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1.0, 1.0, (3_000, 8)).astype(np.float32)
+    y_idx = (np.sin(3.0 * X[:, 0]) + X[:, 1] + 0.3 * rng.normal(size=3_000) > 0).astype(np.int64)
+    kernel = Kernel("gaussian", sigma=0.5)
+    ids = np.arange(X.shape[0], dtype=np.int64)
+    block = RowBlock(X, ids, y_idx, [(0, 1)], kernel.to_dict(), 10.0, 200.0, 1)
+    blocks = _CountingChecks(block, 1)
+    result = solve_working_set(
+        blocks,
+        [(0, 1)],
+        X.shape[1],
+        kernel=kernel,
+        C=10.0,
+        tol=TOL,
+        q=128,
+        shrink_every=shrink_every,
+    )
+    assert result.converged.all() and result.kkt[0] <= TOL
+    assert blocks.checks[-1] is True
+    if shrink_every is None:
+        assert all(blocks.checks)
+    else:
+        assert block.pairs[0].n_active == X.shape[0]  # every row back at the end
+        assert blocks.checks[0] is False

@@ -231,8 +231,12 @@ class Kernel:
         terms, from the float32 values themselves), in one pass; None for the kernels
         computed in float64 either way (polynomial, mg) or past the bound's reach (a
         feature count whose float32 distances would be off by a third), or for sparse rows
-        (whose values are float64 in both precisions: the exact product is the check)."""
+        (whose values are float64 in both precisions: the exact product is the check), or
+        for rows of 0s and 1s on both sides (their packed product is exact and cheaper:
+        a9a's final check 0.9 s against 2.1 s bounded, alone)."""
         if _sparse.is_sparse(A) or _sparse.is_sparse(B):
+            return None
+        if _bits.bits_pay(A) and _bits.bits_pay(B):
             return None
         A32 = _as_float32_rows(A)
         terms = _float32_bound_terms(self, A32.shape[1])
