@@ -22,6 +22,7 @@ al., JMLR 2018).  One iteration:
    of the box by more than the largest violation the other way (LIBLINEAR's thresholds,
    as ``kernel_dual._shrink``) leave the active set;
 5. when no active row violates by more than ``tol``, every row's gradient is recomputed
+   (first at 10 ``tol`` from float32 values if rows were shrunk: LIBSVM's unshrinking), then
    exactly in float64 against the support rows (``exact``: the one-process solver's
    final check, ``Kernel.block_matvec``), every row active again.  A pair ends when that
    exact check passes: every row's KKT violation at most ``tol``, the one-process
