@@ -116,6 +116,15 @@ class BlockRows:
     def n_rows(self) -> int:
         return int(self.X.shape[0])
 
+    def rows32(self, at) -> np.ndarray:
+        """The rows at positions ``at`` as float32, (len(at), d) C-contiguous (the rows are
+        float32 values: exact)."""
+        if self.X32 is not None:
+            return self.X32[at]
+        rows = self.X[at]
+        rows = rows.toarray() if sp.issparse(rows) else rows
+        return np.ascontiguousarray(rows, dtype=np.float32)
+
     def permute(self, order) -> None:
         self.X = self.X[order]
         if not sp.issparse(self.X):

@@ -247,14 +247,16 @@ class _ColumnLRU:
 
 class _PairRows:
     """One pair's rows of a block, the active ones first (positions ``[0, n_active)``):
-    row numbers, classes, features transposed (d x n, float32), labels, alpha, gradient."""
+    row numbers, classes, features (transposed, d x n float32, for the per-column kernel;
+    with a kernel, as ``BlockRows`` keeps them instead: no second copy), labels, alpha,
+    gradient."""
 
     def __init__(self, X32, ids, cls, pair, budget, kernel=None):
         a, b = pair
         pick = (cls == a) | (cls == b)
         self.ids = ids[pick]
         self.cls = cls[pick]
-        self.Xt = np.ascontiguousarray(X32[pick].T)
+        self.Xt = None if kernel is not None else np.ascontiguousarray(X32[pick].T)
         self.t = np.where(self.cls == a, 1.0, -1.0).astype(np.float32)
         n = self.ids.size
         self.alpha = np.zeros(n)
@@ -282,15 +284,22 @@ class _PairRows:
     def permute(self, order):
         for name in ("ids", "cls", "t", "alpha", "g"):
             setattr(self, name, getattr(self, name)[order])
-        self.Xt = np.ascontiguousarray(self.Xt[:, order])
+        if self.Xt is not None:
+            self.Xt = np.ascontiguousarray(self.Xt[:, order])
         if self.block is not None:
             self.block.permute(order)
         self._index()
 
+    def _rows32(self, at) -> np.ndarray:
+        """The features of the rows at positions ``at``, (len(at), d) float32."""
+        if self.block is not None:
+            return self.block.rows32(at)
+        return np.ascontiguousarray(self.Xt[:, at].T)
+
     def _candidates(self, at, v) -> Candidates:
         return Candidates(
             self.ids[at],
-            np.ascontiguousarray(self.Xt[:, at].T),
+            self._rows32(at),
             self.cls[at],
             self.alpha[at],
             self.g[at],
