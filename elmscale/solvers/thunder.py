@@ -64,6 +64,9 @@ THUNDER_MIN_FEATURES: int | None = 64
 #: C from which it beats the dual solver on narrow rows; None: it did not (the same file:
 #: COD-RNA's first 8,000 rows, 8 features, C = 100, 0.20-0.33x).
 THUNDER_MIN_C: float | None = None
+#: The kernels "auto" gives it: the gaussian, whose crossover was measured (its columns by
+#: float32 GEMMs); laplacian and mg columns take float64 products, a crossover not measured.
+THUNDER_KINDS = ("gaussian",)
 #: Rows below which the dual solver's per-fit overheads are smaller (the working set's
 #: exchanges and q x q subproblems cost more than a small problem's steps).
 THUNDER_MIN_ROWS = 4096
@@ -79,10 +82,10 @@ def thunder_wins(
     min_C=THUNDER_MIN_C,
 ) -> bool:
     """Whether "auto" takes the one-process working set over the dual solver: a kernel of
-    the distance, at least ``THUNDER_MIN_ROWS`` rows, and either ``min_features`` features
+    ``THUNDER_KINDS``, at least ``THUNDER_MIN_ROWS`` rows, and either ``min_features`` features
     (where columns in blocks pay too: ``blocks_pay``) or C of at least ``min_C``; a None
     threshold is never reached (the measured crossovers: the constants above)."""
-    if kernel.kind not in BLOCK_KINDS or int(n_rows) < THUNDER_MIN_ROWS:
+    if kernel.kind not in THUNDER_KINDS or int(n_rows) < THUNDER_MIN_ROWS:
         return False
     if min_features is not None and int(n_features) >= min_features:
         return blocks_pay(kernel, n_features)
