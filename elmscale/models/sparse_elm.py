@@ -132,7 +132,7 @@ class SparseELMClassifier(SourceScoreMixin, ProbabilityMixin, ClassifierMixin, B
         for a ParquetDataset fitted with a ``client`` of at least 4 worker threads
         (projected faster from there; on 2 workers the one-process dual solver measured
         faster: ``docs/performance.md``); from dense arrays of at least 64 features and
-        4,096 rows with a gaussian kernel (not rows of 0s and 1s, whose packed columns
+        4,096 rows with a gaussian or laplacian kernel (not rows of 0s and 1s, whose packed columns
         make the dual faster), the one-process working set (measured 1.17x the dual's speed
         at 64 features, 3.6x at 300: ``benchmarks/results/working_set_thunder_wide.txt``);
         else "dual" (narrow rows: ``benchmarks/results/working_set_thunder.txt``).  Random

@@ -64,9 +64,11 @@ THUNDER_MIN_FEATURES: int | None = 64
 #: C from which it beats the dual solver on narrow rows; None: it did not (the same file:
 #: COD-RNA's first 8,000 rows, 8 features, C = 100, 0.20-0.33x).
 THUNDER_MIN_C: float | None = None
-#: The kernels "auto" gives it: the gaussian, whose crossover was measured (its columns by
-#: float32 GEMMs); laplacian and mg columns take float64 products, a crossover not measured.
-THUNDER_KINDS = ("gaussian",)
+#: The kernels "auto" gives it, whose crossovers were measured: the gaussian (its columns by
+#: float32 GEMMs) and the laplacian (float64 products: still 1.16x the dual at 32 features,
+#: 1.30x at 64, 3.41x at 300, ``benchmarks/results/working_set_thunder_wide_laplacian.txt``);
+#: mg not measured.
+THUNDER_KINDS = ("gaussian", "laplacian")
 #: Rows below which the dual solver's per-fit overheads are smaller (the working set's
 #: exchanges and q x q subproblems cost more than a small problem's steps).
 THUNDER_MIN_ROWS = 4096
