@@ -103,19 +103,30 @@ def float32_products_error(code, sigma, n_features, max_sq_norm) -> float:
     return float(np.expm1(gamma * float(max_sq_norm) / float(sigma) ** 2))
 
 
-def gemm_kernel_matvec32(A32, sq_a, B32, sq_b, params, coef, n_threads=None):
-    """``K(A, B) @ coef`` (n, outputs) for a gaussian kernel from float32 products: ``B A'``
-    by float32 GEMMs of ``GEMM_ROWS`` rows of ``B``, float32 values as ``signed_columns32``
-    computes a solver's columns, summed in float64 by a GEMM with ``coef`` (m, outputs).
-    Each value within ``float32_products_error`` (for the rows' largest squared norm) of
-    the value from exact products, plus the float32 exp's error: the single-precision
-    scores of wide rows (``features.kernels.Kernel.block_matvec``)."""
+def usable_float32_products_error(code, sigma, n_features, max_sq_norm) -> float | None:
+    """``float32_products_error`` where it is at most ``FLOAT32_PRODUCTS_MAX_ERROR`` (kernel
+    values may then be computed from float32 products: a solver's columns, single-precision
+    scores), else None (float64 products)."""
+    bound = float32_products_error(code, sigma, n_features, max_sq_norm)
+    return bound if bound <= FLOAT32_PRODUCTS_MAX_ERROR else None
+
+
+def gemm_kernel_matvec32(A32, sq_a, B32, sq_b, params, coef, products=None, n_threads=None):
+    """``K(A, B) @ coef`` (n, outputs) with float32 values, n = ``sq_a``'s length: ``B A'``
+    by float32 GEMMs of ``GEMM_ROWS`` rows of ``B`` (or ``products(B_rows)``, (rows, n),
+    float32 or float64, for rows kept otherwise: ``A32`` is then unused), float32 values as
+    ``signed_columns32`` computes a solver's columns, summed in float64 by a GEMM with
+    ``coef`` (m, outputs).  From float32 products each value is within
+    ``float32_products_error`` (for the rows' largest squared norm) of the value from exact
+    products, plus the float32 exp's error: the single-precision scores of wide rows
+    (``features.kernels.Kernel.block_matvec``) and a solver's float32 checks
+    (``solvers.block_columns.BlockRows.matvec``)."""
     n = sq_a.shape[0]
     out = np.zeros((n, coef.shape[1]))
     ones_a = np.ones(n, np.float32)
     for lo in range(0, B32.shape[0], GEMM_ROWS):
         hi = min(lo + GEMM_ROWS, B32.shape[0])
-        dots = B32[lo:hi] @ A32.T
+        dots = B32[lo:hi] @ A32.T if products is None else products(B32[lo:hi])
         vals = np.empty(dots.shape, np.float32)
         sb = sq_b[lo:hi]
         ones_b = np.ones(hi - lo, np.float32)

@@ -50,10 +50,16 @@ def _sparse_operands(A, B) -> tuple | None:
     return _sparse.csr_rows(A, by_column=False), b
 
 
+def _both_packed(A, B) -> bool:
+    """Whether both block sides are rows of 0s and 1s narrow enough to pack
+    (``bits_pay``): their products are then exact from the packed rows."""
+    return _bits.bits_pay(A) and (B is A or _bits.bits_pay(B))
+
+
 def _packed_operands(A, B) -> tuple | None:
     """``(a, b)`` as ``core.bit_kernels.BitRows`` when both block sides are rows of 0s and
     1s narrow enough to pack (``bits_pay``), else None.  ``B is A``: the same rows twice."""
-    if not _bits.bits_pay(A) or not (B is A or _bits.bits_pay(B)):
+    if not _both_packed(A, B):
         return None
     a = _bits.bit_rows(A)
     return a, (a if B is A else _bits.bit_rows(B))
@@ -236,7 +242,7 @@ class Kernel:
         a9a's final check 0.9 s against 2.1 s bounded, alone)."""
         if _sparse.is_sparse(A) or _sparse.is_sparse(B):
             return None
-        if _bits.bits_pay(A) and _bits.bits_pay(B):
+        if _both_packed(A, B):
             return None
         A32 = _as_float32_rows(A)
         terms = _float32_bound_terms(self, A32.shape[1])
@@ -327,8 +333,7 @@ def _single_products_error(kernel: Kernel, n_features: int, sq_a, sq_b) -> float
         return None
     largest = max(float(sq_a.max(initial=0.0)), float(sq_b.max(initial=0.0)))
     code, sigma = kernel._params()[:2]
-    bound = _blocks.float32_products_error(code, sigma, n_features, largest)
-    return bound if bound <= _blocks.FLOAT32_PRODUCTS_MAX_ERROR else None
+    return _blocks.usable_float32_products_error(code, sigma, n_features, largest)
 
 
 def float32_error_bound(kernel: Kernel, A: np.ndarray, B: np.ndarray, coef: np.ndarray):

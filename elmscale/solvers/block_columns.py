@@ -37,21 +37,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from elmscale.core.block_kernels import (
-    FLOAT32_PRODUCTS_MAX_ERROR,
-    float32_products_error,
     gemm_kernel_matvec,
+    gemm_kernel_matvec32,
     signed_columns32,
     symmetric_kernel_matvec,
+    usable_float32_products_error,
 )
 from elmscale.core.threads import parallel_rows
 from elmscale.features.kernels import Kernel
 
-__all__ = [
-    "BLOCK_KINDS",
-    "BLOCK_MIN_FEATURES",
-    "BlockRows",
-    "blocks_pay",
-]
+__all__ = ["BLOCK_KINDS", "BLOCK_MIN_FEATURES", "BlockRows", "blocks_pay"]
 
 #: The kernels computed from distances, which a block's products give (not polynomial).
 BLOCK_KINDS = ("gaussian", "laplacian", "mg")
@@ -107,8 +102,10 @@ class BlockRows:
         self.X32 = None
         self.products_error = 0.0
         if not sp.issparse(self.X) and n:
-            bound = float32_products_error(code, sigma, self.X.shape[1], float(self.sq.max()))
-            if bound <= FLOAT32_PRODUCTS_MAX_ERROR:
+            bound = usable_float32_products_error(
+                code, sigma, self.X.shape[1], float(self.sq.max())
+            )
+            if bound is not None:
                 self.X32 = np.ascontiguousarray(X, dtype=np.float32)
                 self.products_error = bound
 
@@ -217,33 +214,14 @@ class BlockRows:
                 products=lambda B: self._products(B, n),
                 n_threads=n_threads,
             )[:, 0]
-        out = np.zeros(n)
-        ones_a = np.ones(n, np.float32)
-        for lo in range(0, B64.shape[0], COLUMNS_PER_PRODUCT):
-            hi = min(lo + COLUMNS_PER_PRODUCT, B64.shape[0])
-            dots = self._column_products(B64[lo:hi], n)
-            sb = sq_b[lo:hi]
-            vals = np.empty(dots.shape, np.float32)
-            ones_b = np.ones(hi - lo, np.float32)
-            slots = np.arange(hi - lo, dtype=np.int64)
-            parallel_rows(
-                lambda s, e, dots=dots, sb=sb, vals=vals, ones_b=ones_b, slots=slots: (
-                    signed_columns32(
-                        dots,
-                        sb,
-                        self.sq[:n],
-                        ones_b,
-                        ones_a,
-                        *self._params,
-                        vals,
-                        slots,
-                        s,
-                        e,
-                    )
-                ),
-                hi - lo,
-                n_threads,
-                min_rows=1,
-            )
-            out += coef[lo:hi] @ vals
-        return out
+        # the columns' float32 values (from their products), summed in float64
+        return gemm_kernel_matvec32(
+            None,
+            self.sq[:n],
+            B64,
+            sq_b,
+            self._params,
+            coef[:, None],
+            products=lambda B: self._column_products(B, n),
+            n_threads=n_threads,
+        )[:, 0]
