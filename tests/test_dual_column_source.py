@@ -127,32 +127,43 @@ def test_the_packed_source_solves_as_the_csr_source_to_the_bit(kind, sigma):
     np.testing.assert_array_equal(a_bits, a_csr)
 
 
-def test_packed_kernel_products_equal_the_sparse_ones():
+# 64 and 128: features in the words' top bits (a word above 2^53 is no float64)
+@pytest.mark.parametrize("n_features, n_words", [(64, 1), (128, 2), (150, 3)])
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_packed_kernel_products_equal_the_sparse_ones(n_features, n_words, n_out):
     from elmscale.core.bit_kernels import bit_rows, bits_pay, is_binary
 
     rng = np.random.default_rng(3)
-    A = (rng.random((300, 150)) < 0.1).astype(np.float32)
-    B = (rng.random((80, 150)) < 0.1).astype(np.float32)
-    coef = rng.standard_normal((80, 3))
+    # 301 rows: blocks of 8 rows and a short last one (the packed sums take 8 rows at once)
+    A = (rng.random((301, n_features)) < 0.1).astype(np.float32)
+    B = (rng.random((80, n_features)) < 0.1).astype(np.float32)
+    coef = rng.standard_normal((80, n_out)) if n_out > 1 else rng.standard_normal(80)
     assert is_binary(A) and bits_pay(A) and not bits_pay(0.5 * A)
-    # 150 features: three words a row; packing dense and CSR rows gives the same words
+    # packing dense and CSR rows gives the same words
     packed, packed_csr = bit_rows(A), bit_rows(sp.csr_matrix(A))
-    assert packed.words.shape == (300, 3)
+    assert packed.words.shape == (301, n_words)
     np.testing.assert_array_equal(packed.words, packed_csr.words)
     np.testing.assert_array_equal(packed.counts, A.sum(axis=1))
     for kind in ("gaussian", "laplacian", "polynomial", "mg"):
         kernel = Kernel(kind, sigma=1.5, degree=3, sigma_star=4.0, tau=0.3)
         bits = kernel.block_matvec(A, B, coef)  # packed: both sides 0 / 1
         sparse = kernel.block_matvec(sp.csr_matrix(A), sp.csr_matrix(B), coef)
-        # the same float64 values, summed in the same order over B's rows
-        np.testing.assert_allclose(bits, sparse, rtol=1e-13, atol=1e-13)
-        exact = kernel.block(A.astype(np.float64), B.astype(np.float64)) @ coef
-        np.testing.assert_allclose(bits, exact, rtol=1e-10, atol=1e-10)
+        values = kernel.block(A.astype(np.float64), B.astype(np.float64))
+        exact = values @ coef
+        # the same float64 values (exact products of 0s and 1s), summed in another order:
+        # apart by the sums' rounding, at most (terms) eps sum |K_ij coef_j| each
+        rounding = 2 * B.shape[0] * np.finfo(np.float64).eps * (np.abs(values) @ np.abs(coef))
+        assert np.all(np.abs(bits - sparse) <= rounding), kind
+        assert np.all(np.abs(bits - exact) <= rounding + 1e-12 * np.abs(exact)), kind
+        assert bits.shape == exact.shape
+        # a row's sum does not depend on the rows beside it (the threads' blocks)
+        np.testing.assert_array_equal(kernel.block_matvec(A[5:6], B, coef), bits[5:6])
     # the dual's single-precision final check leaves packed rows to the exact product
     # (cheaper than its bounded float32 pass), and bounds the same rows scaled
     gaussian = Kernel("gaussian", sigma=1.5)
-    assert gaussian.block_matvec_bounded(A, B, coef[:, 0]) is None
-    assert gaussian.block_matvec_bounded(0.5 * A, B, coef[:, 0]) is not None
+    coef1 = coef if n_out == 1 else coef[:, 0]
+    assert gaussian.block_matvec_bounded(A, B, coef1) is None
+    assert gaussian.block_matvec_bounded(0.5 * A, B, coef1) is not None
 
 
 def test_block_fetched_sparse_columns_are_the_per_column_ones():

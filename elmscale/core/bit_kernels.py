@@ -160,21 +160,113 @@ def bits_q_segment(rows, perm, t32, i, start, end, table, poly, out):
         out[p] = ti * t32[p] * table[idx]
 
 
+#: Rows of ``a`` that ``bits_kernel_rows_matvec`` takes together against each row of ``b``:
+#: one read of ``b``'s words serves them, and their adds go to separate buckets, so they do
+#: not wait on each other (one row's adds would: a9a's distances fall in a few buckets).
+_ROWS_TOGETHER = 8
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def bits_kernel_rows_matvec(a, b, table, poly, coef_t, out, start, stop):
     """``out[i, :] = sum_j K(a_i, b_j) coef_t[:, j]`` for the rows ``i`` in ``[start, stop)``
-    of the packed rows ``a`` against every packed row of ``b`` (float64 values from
-    ``table``, float64 sums in ``j``'s order)."""
+    of the packed rows ``a`` against every packed row of ``b``.
+
+    A pair's value is ``table[idx]`` for a small integer ``idx``, so the sum is
+    ``sum_idx table[idx] h[idx]`` with ``h[idx]`` the sum of the coefficients of the rows
+    ``j`` at that index: a pair costs its popcounts and one add into ``h``, no value read
+    and no dependent chain of products (a9a's scores 2.7x faster than summing
+    ``K_ij coef_j`` in ``j``'s order, one thread).  Float64 sums, in an order fixed by
+    ``b``'s rows alone: a row's result does not depend on the rows beside it or on the
+    threads."""
+    cb_max = 0
+    for j in range(b.counts.shape[0]):
+        cb_max = max(cb_max, b.counts[j])
+    if a.words.shape[1] <= 2 and not poly and coef_t.shape[0] == 1:
+        _two_word_distance_sums(a, b, table, coef_t[0], cb_max, out[:, 0], start, stop)
+    else:
+        _index_sums(a, b, table, poly, coef_t, cb_max, out, start, stop)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def _two_word_distance_sums(a, b, table, coef, cb_max, out, start, stop):
+    """``bits_kernel_rows_matvec`` for rows of at most 2 words (128 features: a9a,
+    mushrooms), a kernel of the distance and one output: its arithmetic, written out
+    (1.6x the general loop's speed on a9a)."""
+    R = _ROWS_TOGETHER
+    size = table.shape[0]
+    hist = np.zeros((size, R))
+    w0 = np.zeros(R, np.uint64)
+    w1 = np.zeros(R, np.uint64)
+    ca = np.zeros(R, np.int64)
+    two = a.words.shape[1] == 2
+    for i0 in range(start, stop, R):
+        r = min(R, stop - i0)
+        w0[:] = 0  # (a short last block: rows of no ones, their sums not written)
+        w1[:] = 0
+        ca[:] = 0
+        for s in range(r):
+            w0[s] = a.words[i0 + s, 0]
+            w1[s] = a.words[i0 + s, 1] if two else np.uint64(0)  # (0 alone: a float)
+            ca[s] = a.counts[i0 + s]
+        top = min(size, ca.max() + cb_max + 1)
+        hist[:top] = 0.0
+        for j in range(b.counts.shape[0]):
+            x0 = b.words[j, 0]
+            x1 = b.words[j, 1] if two else np.uint64(0)
+            cb = b.counts[j]
+            c = coef[j]
+            for s in range(R):
+                dot = _popcount(w0[s] & x0) + _popcount(w1[s] & x1)
+                hist[ca[s] + cb - 2 * dot, s] += c
+        for s in range(r):
+            total = 0.0
+            for v in range(top):
+                total += table[v] * hist[v, s]
+            out[i0 + s] = total
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def _index_sums(a, b, table, poly, coef_t, cb_max, out, start, stop):
+    """``bits_kernel_rows_matvec``, any words, kernel and outputs."""
+    R = _ROWS_TOGETHER
     m = b.counts.shape[0]
     n_out = coef_t.shape[0]
-    vals = np.empty(m)
-    for i in range(start, stop):
-        wa = a.words[i]
-        ca = a.counts[i]
+    n_words = a.words.shape[1]
+    size = table.shape[0]
+    hist = np.zeros((size, R * n_out))  # (index, row of the block and output)
+    wa = np.zeros((n_words, R), np.uint64)  # the block's words, row by row within a word
+    ca = np.zeros(R, np.int64)
+    idx = np.zeros(R, np.int64)
+    # the index, branch-free: the product (polynomial) or |a| + |b| - 2 a.b
+    with_norms = 0 if poly else 1
+    per_dot = 1 if poly else -2
+    for i0 in range(start, stop, R):
+        r = min(R, stop - i0)
+        wa[:] = 0  # (a short last block: rows of no ones, their sums not written)
+        ca[:] = 0
+        for s in range(r):
+            for k in range(n_words):
+                wa[k, s] = a.words[i0 + s, k]
+            ca[s] = a.counts[i0 + s]
+        ca_max = ca.max()
+        top = min(size, (min(ca_max, cb_max) if poly else ca_max + cb_max) + 1)
+        hist[:top] = 0.0
         for j in range(m):
-            vals[j] = table[_table_index(wa, ca, b.words, b.counts, j, poly)]
-        for o in range(n_out):
-            total = 0.0
-            for j in range(m):
-                total += vals[j] * coef_t[o, j]
-            out[i, o] = total
+            for s in range(R):
+                idx[s] = 0
+            for k in range(n_words):
+                x = b.words[j, k]
+                for s in range(R):
+                    idx[s] += _popcount(wa[k, s] & x)
+            cb = with_norms * b.counts[j]
+            for s in range(R):
+                row = s * n_out
+                at = with_norms * ca[s] + cb + per_dot * idx[s]
+                for o in range(n_out):
+                    hist[at, row + o] += coef_t[o, j]
+        for s in range(r):
+            for o in range(n_out):
+                total = 0.0
+                for v in range(top):
+                    total += table[v] * hist[v, s * n_out + o]
+                out[i0 + s, o] = total
