@@ -150,13 +150,27 @@ def bits_q_segment(rows, perm, t32, i, start, end, table, poly, out):
     """``out[p] = t_i t_p K(x_perm[i], x_perm[p])`` (float32) for the solver's positions
     ``p`` in ``[start, end)``: the kernel solver's column from packed rows (``rows``,
     ``BitRows``, in row order, read through ``perm``), equal to the bit to
-    ``core.sparse_kernels.csr_q_segment``'s of the same rows."""
+    ``core.sparse_kernels.csr_q_segment``'s of the same rows: ``table`` is
+    ``value_table``'s in float32 (``t_i t_p`` is +-1, so rounding the value first or the
+    product gives the same float32; float32 arithmetic a column, not float64)."""
     ri = perm[i]
     wa = rows.words[ri]
     ca = rows.counts[ri]
     ti = t32[i]
+    words = rows.words
+    if words.shape[1] <= 2 and not poly:
+        # at most 2 words (128 features: a9a, mushrooms), a distance's index: written out,
+        # no loop over the words (a9a's columns 1.2-1.6x faster, one thread)
+        w0 = wa[0]
+        w1 = wa[1] if words.shape[1] == 2 else np.uint64(0)  # (0 alone: a float)
+        last = words.shape[1] - 1
+        for p in range(start, end):
+            r = perm[p]
+            dot = _popcount(w0 & words[r, 0]) + _popcount(w1 & words[r, last])
+            out[p] = ti * t32[p] * table[ca + rows.counts[r] - 2 * dot]
+        return
     for p in range(start, end):
-        idx = _table_index(wa, ca, rows.words, rows.counts, perm[p], poly)
+        idx = _table_index(wa, ca, words, rows.counts, perm[p], poly)
         out[p] = ti * t32[p] * table[idx]
 
 

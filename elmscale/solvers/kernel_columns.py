@@ -40,7 +40,7 @@ SOURCE_GRAM = 1  # read from ``gram``, a kept float64 K(X, X) (n x n, rows in X'
 # through ``perm``; ``Xt`` is then (0, n): nothing dense to permute), kind / sigma / degree
 SOURCE_CSR = 2
 # K computed from rows of 0s and 1s packed: ``bits`` (a ``core.bit_kernels.BitRows``, in row
-# order, read through ``perm``; ``Xt`` (0, n)) and ``table``, the kernel's values by the
+# order, read through ``perm``; ``Xt`` (0, n)) and ``table``, the kernel's float32 values by the
 # pair's squared distance (its product for the polynomial kernel)
 SOURCE_BITS = 3
 # A block fetch's scratch (``kernel_dual._fetch_block``): the block's solver positions and

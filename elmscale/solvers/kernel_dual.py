@@ -858,7 +858,10 @@ def _q_matrix(state, kernel: Kernel, gram):
         state.csr,
         NO_FETCH,
         state.bits,
-        value_table(max_count, code, *params) if packed else np.empty(0),
+        # float32: the column's own type (t_i t_p is +-1, so the stored values are the same)
+        value_table(max_count, code, *params).astype(np.float32)
+        if packed
+        else np.empty(0, np.float32),
     )
 
 
