@@ -86,14 +86,13 @@ def main(argv=None):
     else:
         rows = args.rows or (2_000 if args.quick else 8_000)
         qs = (512,) if args.quick else (256, 1024, 2048)
-    kernel_kind = args.kernel if args.wide else "gaussian"
+    kind = args.kernel if args.wide else "gaussian"
     print(
-        f"first {rows:,} rows; {kernel_kind} kernel; times the best of {args.repeat}; "
+        f"first {rows:,} rows; {kind} kernel; times the best of {args.repeat}; "
         "ratio = dual / working set"
     )
     for name, X, y, sigma, C in wide_sets(rows) if args.wide else sets(rows):
         y_idx = np.unique(y, return_inverse=True)[1]
-        kind = args.kernel if args.wide else "gaussian"
         kernel = Kernel(kind, sigma=sigma)
 
         def dual():

@@ -204,24 +204,16 @@ class BlockRows:
         coef = np.asarray(coef, dtype=np.float64)
         sq_b = np.einsum("ij,ij->i", B64, B64)
         if precise:  # the exact check's float64 values: core.block_kernels' product
-            return gemm_kernel_matvec(
-                None,
-                self.sq[:n],
-                B64,
-                sq_b,
-                self._params,
-                coef[:, None],
-                products=lambda B: self._products(B, n),
-                n_threads=n_threads,
-            )[:, 0]
-        # the columns' float32 values (from their products), summed in float64
-        return gemm_kernel_matvec32(
+            kernel_matvec, products = gemm_kernel_matvec, self._products
+        else:  # the columns' float32 values (from their products), summed in float64
+            kernel_matvec, products = gemm_kernel_matvec32, self._column_products
+        return kernel_matvec(
             None,
             self.sq[:n],
             B64,
             sq_b,
             self._params,
             coef[:, None],
-            products=lambda B: self._column_products(B, n),
+            products=lambda B: products(B, n),
             n_threads=n_threads,
         )[:, 0]
