@@ -141,6 +141,30 @@ def test_on_dask_the_blocks_are_the_threads_blocks(request, dask_client, data):
     )
 
 
+def test_the_workers_heaps_serve_the_exchanges_and_are_put_back(binary_set, dask_client):
+    """The blocks' calls take their temporaries from the workers' heaps, as the Newton
+    passes do (``worker_heap.passes_heap``: the nanny's MALLOC_TRIM_THRESHOLD_ pins glibc's
+    mmap threshold); the thresholds are raised on every worker during the exchanges and put
+    back when the fit ends."""
+    from elmscale.distributed.newton import parquet_units
+    from elmscale.distributed.worker_heap import heap_tuned
+
+    assert not any(dask_client.run(heap_tuned).values())
+    during: list = []
+    fit_working_set(
+        parquet_units(binary_set),
+        [0, 1],
+        Kernel("gaussian", sigma=1.0),
+        C=1.0,
+        tol=TOL,
+        q=64,
+        client=dask_client,
+        on_iteration=lambda *_: during.append(all(dask_client.run(heap_tuned).values())),
+    )
+    assert during and all(during)
+    assert not any(dask_client.run(heap_tuned).values())
+
+
 def _every_worker_holds_a_block(client) -> bool:
     held = client.run(lambda dask_worker: len(dask_worker.state.actors))
     return len(held) == len(client.nthreads()) and all(held.values())
