@@ -18,10 +18,12 @@ The model: a fit on K workers and N rows takes
   pass computes the hidden outputs, the later ones read them from the cache; the active
   rows shrink) and the passes themselves, which do not depend on K (each pass is an exact
   map-reduce: the same iterates on any number of blocks);
-* ``w``, **a Dask worker's compute over this process's**, for the same block of the same
-  code path: a fit at N / 2 rows in this process and on a 1-worker LocalCluster, the
-  worker's compute per pass from Dask's task stream (each block's task's ``compute``
-  interval) over this process's map time.  A worker can differ: the nanny starts it with
+* ``w(K)``, **a Dask worker's compute over this process's**, for the same blocks of the
+  same code path: a fit at N / 2 rows in this process (one thread) and on K one-thread
+  workers, the slowest block's compute per pass from Dask's task stream (each block's
+  task's ``compute`` interval) over this process's map time split K ways.  K = 2 adds what
+  two workers computing at once cost each other here, and the blocks' imbalance.  A worker
+  can differ: the nanny starts it with
   ``MALLOC_TRIM_THRESHOLD_`` set, which pins glibc's mmap threshold at 128 KB, so every
   large temporary array was fresh pages (27x the minor page faults of this process, 1.5x
   its compute, until ``distributed.worker_heap`` raised the thresholds for the passes);
@@ -39,9 +41,10 @@ The model: a fit on K workers and N rows takes
   from this process's fit split over K, plus what a Dask fit of 4,000 rows (all overhead)
   spends beyond its passes.
 
-The working set's exchanges are modelled the same way: compute per row and exchange
-(this process, one thread) times the worker's ratio ``w`` measured at half the rows on a
-1-worker cluster, the coordinator's subproblem per exchange, the wait per exchange
+The working set's exchanges are modelled the same way: the compute of this process's
+one-thread fit split into the same K blocks (the slowest block each exchange) times the
+worker's ratio ``w(K)`` measured at half the rows on K workers, the coordinator's
+subproblem per exchange, the wait per exchange
 measured on a fit of 1,000 rows (its actor calls' round trips), and its fixed cost per fit.
 
 It predicts the Dask fits at N rows on K = 1 and 2 workers, runs them, and prints
@@ -174,7 +177,7 @@ def _working_set(units, client=None, n_blocks=1, q=DEFAULT_Q):
     return result, time.perf_counter() - started, timings
 
 
-def _best(fit, *args, **kwargs):
+def _middle_of_three(fit, *args, **kwargs):
     """The middle of three runs of ``fit`` (``(result, seconds, ...)``, by seconds): the
     calibration and the check alike.  This machine's speed moves between consecutive runs
     (the same 200,000-row one-thread Newton fit took 1.28 to 2.02 s within a minute) and a
@@ -210,9 +213,9 @@ class NewtonModel:
         self.n_units = n_units
         # w(K): the slowest block's compute per pass on K workers over this process's map
         # split K ways, same rows (N / 2): K = 1 is a worker against this process; K = 2
-        # adds what two workers computing at once cost each other on this machine (shared
-        # memory bandwidth and caches, the clock with both cores busy) and the blocks'
-        # imbalance
+        # adds what two workers computing at once cost each other on this machine (1.2-1.8x
+        # in the runs of 2026-12-07; not explained: two plain processes running the same
+        # fit side by side do not slow each other) and the blocks' imbalance
         (half_here, _, _), workers = worker
         self.worker = {
             k: _worker_ratio(
@@ -311,9 +314,9 @@ def main(argv=None) -> int:
     _, half = _data(args.data_dir, rows // 2, 8)
     layer = HiddenLayer("sigmoid", data.n_features, N_HIDDEN, 0).to_dict()
     _newton(units[:1], layer)  # compiled before timing
-    local = _best(_newton, units, layer)
-    local_many = _best(_newton, many, layer)
-    local_half = _best(_newton, half, layer)
+    local = _middle_of_three(_newton, units, layer)
+    local_many = _middle_of_three(_newton, many, layer)
+    local_half = _middle_of_three(_newton, half, layer)
     per_unit = max(
         0.0,
         (sum(p["map_s"] for p in local_many[0].timings) - sum(p["map_s"] for p in local[0].timings))
@@ -327,14 +330,17 @@ def main(argv=None) -> int:
     _, ws_half = _data(args.data_dir, ws_rows // 2, 8)
     _working_set(ws_units[:1])  # compiled before timing
     _, ws_tiny = _data(args.data_dir, 1_000, 8)
-    ws_local, ws_local_s, ws_t = _best(_working_set, ws_units)
-    ws_local2, ws_local2_s, ws_t2 = _best(_working_set, ws_units2)
-    ws_tiny_local = _best(_working_set, ws_tiny)
+    ws_local, ws_local_s, ws_t = _middle_of_three(_working_set, ws_units)
+    ws_local2, ws_local2_s, ws_t2 = _middle_of_three(_working_set, ws_units2)
+    ws_tiny_local = _middle_of_three(_working_set, ws_tiny)
     # the blocks of a K-worker fit on this process's one thread, at N and at N / 2: a
     # block's compute per exchange is not proportional to its rows (5,000 rows 1.2 us a row
-    # and exchange, 10,000 rows 1.7-2.1 us: the n x q kernel block leaves the caches)
-    ws_split = {k: _best(_working_set, ws_units, n_blocks=k) for k in (1, 2)}
-    ws_half_split = {k: _best(_working_set, ws_half, n_blocks=k) for k in (1, 2)}
+    # and exchange, 10,000 rows 1.7-2.1 us), so the model takes the blocks' own
+    ws_split = {
+        1: (ws_local, ws_local_s, ws_t),
+        2: _middle_of_three(_working_set, ws_units, n_blocks=2),
+    }
+    ws_half_split = {k: _middle_of_three(_working_set, ws_half, n_blocks=k) for k in (1, 2)}
     round_trip: dict = {}
     newton_worker: dict = {}
     ws_worker: dict = {}
@@ -344,13 +350,13 @@ def main(argv=None) -> int:
             _newton(units[:2], layer, client, n_blocks=k)  # the workers warm
             _working_set(ws_tiny, client, n_blocks=k)
             # w(K): the same fits at half the rows on these K workers
-            newton_worker[k] = _best(_newton, half, layer, client, n_blocks=k)
-            ws_worker[k] = _best(_working_set, ws_half, client, n_blocks=k)
+            newton_worker[k] = _middle_of_three(_newton, half, layer, client, n_blocks=k)
+            ws_worker[k] = _middle_of_three(_working_set, ws_half, client, n_blocks=k)
             round_trip[k] = _round_trip(client, int(block_bytes))
             dask_small[k] = _newton(small, layer, client, n_blocks=k)
-            measured[k] = _best(_newton, units, layer, client, n_blocks=k)
+            measured[k] = _middle_of_three(_newton, units, layer, client, n_blocks=k)
             ws_small[k] = _working_set(ws_tiny, client, n_blocks=k)
-            ws_measured[k] = _best(_working_set, ws_units, client, n_blocks=k)
+            ws_measured[k] = _middle_of_three(_working_set, ws_units, client, n_blocks=k)
             if k == 2:
                 per_task = _per_task_seconds(client)
     model = NewtonModel(
