@@ -325,3 +325,22 @@ def test_a_multi_output_regressors_score_from_dask_collections_is_r2_averaged(da
             ELMRegressor(hidden="sigmoid", n_hidden=10).fit(X_dask, Y_dask, client=dask_client)
     with pytest.raises(ValueError, match=r"1 label column\(s\); the model has 3 output\(s\)"):
         model.score(frame[[f"x{j}" for j in range(5)]], frame["a"], client=dask_client)
+
+
+def test_small_arrays_travel_with_the_tasks_and_large_ones_are_scattered_once(dask_client):
+    """``broadcast``: a NumPy array of at most ``INLINE_BROADCAST_BYTES`` goes inside each
+    task's message (no scatter, no copy from worker to worker, which a broadcast scatter
+    makes); a larger one, or any other object, is scattered to every worker once."""
+    import scipy.sparse as sp
+    from distributed import Future
+
+    from elmscale.distributed.executors import INLINE_BROADCAST_BYTES, broadcast
+
+    small = np.arange(INLINE_BROADCAST_BYTES // 8, dtype=np.float64)
+    assert broadcast(small, dask_client) is small
+    assert broadcast(small, None) is small
+    for value in (np.zeros(INLINE_BROADCAST_BYTES // 8 + 1), sp.csr_matrix(small[:10])):
+        future = broadcast(value, dask_client)
+        assert isinstance(future, Future)
+        held = dask_client.who_has([future])[future.key]
+        assert set(held) == set(dask_client.nthreads()), held
