@@ -430,8 +430,10 @@ def make_executor(
 #: A NumPy array up to this size goes to the workers inside each task's message (from the
 #: scheduler, as the task's other arguments do) rather than scattered: no scatter round
 #: trip, and no copies between the workers, which a broadcast scatter makes (Dask's
-#: replicate; a test of the collections' fits saw a 4,800-byte candidate block move so)
-INLINE_BROADCAST_BYTES = 64 * 1024
+#: replicate; a test of the collections' fits saw a 4,800-byte candidate block move so).
+#: Small, because every task carries its own copy: a billion rows are about 3,800 units
+#: (``MAX_UNIT_ROWS``), 30 MB through the scheduler in a pass at this size
+INLINE_BROADCAST_BYTES = 8 * 1024
 
 
 def broadcast(value, client):
