@@ -224,17 +224,29 @@ class _ColumnLRU:
 
     def fit_rows(self, n_rows):
         """More, shorter slots when the active rows are at most half the slots' length (the
-        budget then holds more columns), the cached columns kept."""
+        budget then holds more columns), the cached columns kept.
+
+        In the same memory, not a new array: a new one is fresh pages, which each column
+        written into it faults in (a 200 MB cache made anew at each of a fit's shrinks cost
+        a Dask block 0.32 s of its 1.7 s, against 0.08 s for a 100 MB one)."""
         if self.cols is None or 2 * n_rows > self.cols.shape[1]:
             return
-        n_slots = int(max(2, min(65_536, self.budget // max(4 * n_rows, 1))))
-        cols = np.empty((n_slots, n_rows), np.float32)
-        slot_of: OrderedDict = OrderedDict()
-        for j, (i, s) in enumerate(list(self.slot_of.items())[-n_slots:]):
-            cols[j] = self.cols[s, :n_rows]
-            slot_of[i] = j
-        self.cols, self.n_slots, self.slot_of = cols, n_slots, slot_of
-        self.free = list(range(n_slots - 1, len(slot_of) - 1, -1))
+        old_rows = self.cols.shape[1]
+        flat = self.cols.reshape(-1)
+        n_slots = int(max(2, min(65_536, self.budget // max(4 * n_rows, 1), flat.size // n_rows)))
+        kept = list(self.slot_of.items())[-n_slots:]
+        # the kept columns move down in the order of their old slots: the k-th smallest
+        # old slot is at least k, and a slot's row is at least twice as long as the new
+        # one, so no column is overwritten before it has moved
+        moved = {}
+        for j, (i, s) in enumerate(sorted(kept, key=lambda item: item[1])):
+            if s * old_rows != j * n_rows:
+                flat[j * n_rows : (j + 1) * n_rows] = flat[s * old_rows : s * old_rows + n_rows]
+            moved[i] = j
+        self.cols = flat[: n_slots * n_rows].reshape(n_slots, n_rows)
+        self.n_slots = n_slots
+        self.slot_of = OrderedDict((i, moved[i]) for i, _ in kept)  # least recent first
+        self.free = list(range(n_slots - 1, len(kept) - 1, -1))
 
     def compact(self, keep):
         """Every cached column keeps only the entries ``keep`` (the rows still active, in
