@@ -410,3 +410,31 @@ def test_a_block_lost_next_to_a_step_is_rebuilt_to_the_optimum(
     ref_alpha[reference.support_] = np.abs(reference.dual_coef_[0])
     _, ref_objective, ref_gap = _dual_terms(K, t, ref_alpha, C)
     assert result.objective[0] >= ref_objective - ref_gap, (result.objective, ref_objective)
+
+
+def test_the_column_cache_keeps_its_columns_in_place_when_its_rows_shrink():
+    """``_ColumnLRU.fit_rows``: after the active rows shrink to at most half, the same
+    memory holds more, shorter slots; every kept column keeps its leading entries, the
+    least recently used order is kept, and new columns get slots no kept column holds."""
+    from elmscale.solvers.working_set import _ColumnLRU
+
+    rng = np.random.default_rng(0)
+    cache = _ColumnLRU(100, budget=4 * 100 * 10)  # 10 slots of 100 rows
+    cache.ensure(100)
+    base = cache.cols
+    ids = np.array([40, 7, 93, 12, 55, 3, 71, 28, 64, 19])
+    slots, missing = cache.take(ids)
+    assert missing.size == 10
+    values = rng.standard_normal((10, 100)).astype(np.float32)
+    cache.cols[slots] = values
+    cache.take(ids[[4, 1]])  # 55 and 7 now the most recently used
+    order = list(cache.slot_of)
+
+    cache.fit_rows(30)
+    assert cache.n_slots == 33 and cache.cols.shape == (33, 30)
+    assert np.shares_memory(cache.cols, base)  # no new array
+    assert list(cache.slot_of) == order
+    for k, i in enumerate(ids):
+        np.testing.assert_array_equal(cache.cols[cache.slot_of[int(i)]], values[k, :30])
+    fresh, missing = cache.take(np.array([1000, 1001]))
+    assert missing.size == 2 and not set(fresh.tolist()) & set(cache.slot_of[int(i)] for i in ids)
