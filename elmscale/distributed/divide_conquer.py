@@ -188,7 +188,10 @@ def _solve_parts(client, dataset, X, parts, problems, pieces, solve, kernel, opt
                 X_part = client.scatter(
                     np.ascontiguousarray(X[members]), workers=[worker], hash=False
                 )
-                home = {"workers": [worker], "allow_other_workers": True}
+                # its sub-solves run there only: Dask's work stealing moved a part (86 kB)
+                # to the other worker when it could (a test of the collections' fits saw it),
+                # and scattered rows are lost with their worker wherever the task would run
+                home = {"workers": [worker], "allow_other_workers": False}
             else:
                 home = {}
                 X_part = client.submit(_part_rows, units, members, pure=False, retries=RETRIES)
