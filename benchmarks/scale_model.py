@@ -177,25 +177,24 @@ def _working_set(units, client=None, n_blocks=1, q=DEFAULT_Q):
     return result, time.perf_counter() - started, timings
 
 
-def _middle_of_three(fit, *args, **kwargs):
-    """The middle of three runs of ``fit`` (``(result, seconds, ...)``, by seconds): the
-    calibration and the check alike.  This machine's speed moves between consecutive runs
-    (the same 200,000-row one-thread Newton fit took 1.28 to 2.02 s within a minute) and a
-    worker's first fit of a size pays its fresh pages (the working set's first 5,000-row fit
-    on a new worker took 1.9x its second): the middle run is moved by neither."""
-    runs = sorted((fit(*args, **kwargs) for _ in range(3)), key=lambda r: r[1])
-    return runs[1]
-
-
 def _interleaved(*fits):
-    """The middle of three runs of each of ``fits`` (``(fit, args, kwargs)`` each), run in
-    turn (a, b, a, b, a, b): a calibration and the fit it predicts see the same drift of
-    this machine's speed, which moves within a minute."""
+    """The middle of three runs (by seconds) of each of ``fits`` (``(fit, args, kwargs)``
+    each, ``fit`` returning ``(result, seconds, ...)``), run in turn (a, b, a, b, a, b): a
+    calibration and the fit it predicts see the same drift of this machine's speed.  It
+    moves between consecutive runs (the same 200,000-row one-thread Newton fit took 1.28 to
+    2.02 s within a minute) and a worker's first fit of a size pays its fresh pages (the
+    working set's first 5,000-row fit on a new worker took 1.9x its second): the middle run
+    is moved by neither."""
     runs: list = [[] for _ in fits]
     for _ in range(3):
         for out, (fit, args, kwargs) in zip(runs, fits):
             out.append(fit(*args, **kwargs))
     return [sorted(out, key=lambda r: r[1])[1] for out in runs]
+
+
+def _middle_of_three(fit, *args, **kwargs):
+    """``_interleaved`` of one fit."""
+    return _interleaved((fit, args, kwargs))[0]
 
 
 def _worker_ratio(here: float, on_worker: float) -> float:
