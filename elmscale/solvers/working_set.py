@@ -175,15 +175,24 @@ class Support(NamedTuple):
     ids: np.ndarray | None = None
 
 
+#: The most columns a pair's cache holds, whatever its budget
+_MAX_SLOTS = 65_536
+
+
 class _ColumnLRU:
     """Q's columns over a pair's active rows (float32), keyed by row number, least recently
     used out first; a budget in bytes (at least 2 columns)."""
 
     def __init__(self, n_rows: int, budget: float):
         self.budget = budget
-        self.n_slots = int(max(2, min(65_536, budget // max(4 * n_rows, 1))))
+        self.n_slots = self._slots_for(n_rows)
         self.cols = None
         self.clear()
+
+    def _slots_for(self, n_rows, most=_MAX_SLOTS):
+        """The slots of ``n_rows`` float32 entries the budget holds: at least 2, at most
+        ``most``."""
+        return int(max(2, min(most, self.budget // max(4 * n_rows, 1))))
 
     def clear(self):
         self.slot_of: OrderedDict = OrderedDict()
@@ -192,7 +201,7 @@ class _ColumnLRU:
     def ensure(self, n_rows):
         """Slots of ``n_rows`` entries at least (new, empty ones if shorter)."""
         if self.cols is None or self.cols.shape[1] < n_rows:
-            self.n_slots = int(max(2, min(65_536, self.budget // max(4 * n_rows, 1))))
+            self.n_slots = self._slots_for(n_rows)
             self.cols = np.empty((self.n_slots, n_rows), np.float32)
             self.clear()
 
@@ -233,7 +242,7 @@ class _ColumnLRU:
             return
         old_rows = self.cols.shape[1]
         flat = self.cols.reshape(-1)
-        n_slots = int(max(2, min(65_536, self.budget // max(4 * n_rows, 1), flat.size // n_rows)))
+        n_slots = self._slots_for(n_rows, most=min(_MAX_SLOTS, flat.size // n_rows))
         kept = list(self.slot_of.items())[-n_slots:]
         # the kept columns move down in the order of their old slots: the k-th smallest
         # old slot is at least k, and a slot's row is at least twice as long as the new
