@@ -54,7 +54,7 @@ from elmscale.distributed.breakdown import (  # (the pass records' columns: re-e
     timings_array,
 )
 from elmscale.distributed.collections import holder_groups, submit_placed
-from elmscale.distributed.worker_heap import passes_heap
+from elmscale.distributed.worker_heap import workers_passes_heap
 from elmscale.features.base import feature_map_from_dict
 from elmscale.linalg.targets import TargetEncoder, one_vs_one_pairs
 from elmscale.solvers import primal_newton as pn
@@ -882,7 +882,7 @@ def fit_newton(
         # sent once: each task then names it (a few hundred bytes less per task and pass)
         task_problem = client.scatter(problem, broadcast=True, hash=False)
         # the workers' pass temporaries from their heaps, not fresh pages (worker_heap)
-        client.run(passes_heap, True, on_error="ignore")
+        workers_passes_heap(client, True)
     try:
         with stream as task_stream:
             for index in range(cap):
@@ -970,8 +970,7 @@ def fit_newton(
     finally:
         _clean_up(client, problem)
         if client is not None:
-            with contextlib.suppress(Exception):  # (a cluster going away: nothing to undo)
-                client.run(passes_heap, False, on_error="ignore")
+            workers_passes_heap(client, False)
     return NewtonResult(
         beta=np.array([s.beta for s in solves]),
         dual=np.array([s.dual for s in solves]),

@@ -21,12 +21,13 @@ setting) both do nothing.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
 import sys
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "heap_tuned", "passes_heap"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "heap_tuned", "passes_heap", "workers_passes_heap"]
 
 #: glibc's mallopt parameters
 _M_TRIM_THRESHOLD = -1
@@ -79,3 +80,14 @@ def passes_heap(on: bool) -> bool:
 def heap_tuned() -> bool:
     """Whether this process's thresholds are raised now (``passes_heap``)."""
     return _fits > 0
+
+
+def workers_passes_heap(client, on: bool) -> None:
+    """``passes_heap(on)`` on every worker of the Dask ``client``, as a fit's passes start
+    (``on``) or end.  Putting back never raises: a cluster going away leaves nothing to
+    undo, and the fit's own error is the one to see."""
+    if on:
+        client.run(passes_heap, True, on_error="ignore")
+        return
+    with contextlib.suppress(Exception):
+        client.run(passes_heap, False, on_error="ignore")

@@ -21,7 +21,6 @@ cluster.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import numpy as np
@@ -30,7 +29,7 @@ from elmscale.core.threads import map_in_threads, resolve_n_threads, thread_budg
 from elmscale.data.work_units import attach, partition_keys
 from elmscale.distributed.collections import group_holders, holder_groups
 from elmscale.distributed.newton import _class_index, array_units, group_units, parquet_units
-from elmscale.distributed.worker_heap import passes_heap
+from elmscale.distributed.worker_heap import workers_passes_heap
 from elmscale.features.kernels import Kernel
 from elmscale.linalg.targets import one_vs_one_pairs
 from elmscale.solvers.working_set import (
@@ -344,7 +343,7 @@ def fit_working_set(
         # not fresh pages (worker_heap), as for the Newton passes: a one-thread fit of
         # 10,000 rows run inside a worker process spent 1.03 s in its block's calls with
         # the nanny's malloc setting, 0.63-0.89 s with the thresholds raised (0.61 s here)
-        client.run(passes_heap, True, on_error="ignore")
+        workers_passes_heap(client, True)
     try:
         if client is None:
             threads = resolve_n_threads(n_threads)
@@ -370,8 +369,7 @@ def fit_working_set(
         )
     finally:
         if client is not None:
-            with contextlib.suppress(Exception):  # (a cluster going away: nothing to undo)
-                client.run(passes_heap, False, on_error="ignore")
+            workers_passes_heap(client, False)
     if timings is not None:
         timings.extend(exchange_breakdown(blocks.call_records(), started))
     return result
