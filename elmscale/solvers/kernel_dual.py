@@ -629,7 +629,8 @@ def solve_kernel_dual(
     entries computed for them), ``helper`` (1 if a helper thread ran) and, with one,
     ``helper_jobs`` (far halves posted), ``helper_taken_back`` (done by the solver's
     thread because the helper had not claimed them), ``helper_late`` (waited for past
-    the spins) and ``helper_solo_passes`` (run whole while the helper did not pay);
+    ``solver_helper.LATE_SPINS``) and ``helper_solo_passes`` (run whole while the helper
+    did not pay);
     ``single_checks`` (final checks certified from float32 kernel values),
     ``column_source`` (the ``kernel_columns.SOURCE_*`` code the columns came from).
     ``block_fetches`` (columns computed ahead in block fetches).

@@ -50,13 +50,16 @@ from elmscale.solvers.kernel_passes import (
 # ``IDLE_SPINS`` polls for the next job and then sleeps ``IDLE_SLEEP_US`` at a time, so
 # that between phases, or while the solver's thread runs alone, it holds no core.  When
 # more than ``MISS_SHARE`` of a window of ``WINDOW`` jobs were taken back or waited for
-# past the spins (another process has the second core), the solver's thread runs its
+# past ``LATE_SPINS`` (another process has the second core), the solver's thread runs its
 # passes whole for ``SOLO_PASSES`` of them (doubling while it keeps failing, halving
 # back after each window that pays), and the helper goes to sleep; then it tries again.
 # Beside one busy process (COD-RNA half, C = 1): 1.77 s against 1.18-1.26 s alone and
 # 1.63-1.70 s on one thread there; with 4,096 wait spins and the stretch reset after a
 # good window, 1.96 s.  Before, both threads spun without ever
-# yielding: two fits at once on two cores took 3.8-14x their time alone.
+# yielding: two fits at once on two cores took 3.8-14x their time alone.  A wait past
+# ``WAIT_SPINS`` counted as a miss until a helper waking from its idle sleep was seen to
+# cause most of them alone (60,000 rows: 0.25-2.1 passes run whole per pass split;
+# 0.01-0.19 with ``LATE_SPINS``, the busy neighbour's time the same).
 Helper = namedtuple("Helper", ["ctrl", "fargs"])
 _CTRL_POSTED = 0  # the number of the job posted (the solver's thread writes it)
 _CTRL_DONE = 1  # of the job the helper has done
@@ -78,7 +81,7 @@ _CTRL_BACKOFF = 13  # the next solo stretch
 # counters for ``info``
 _CTRL_N_POSTED = 14  # jobs posted
 _CTRL_N_TAKEN_BACK = 15  # done by the solver's thread itself
-_CTRL_N_LATE = 16  # waited for past WAIT_SPINS
+_CTRL_N_LATE = 16  # waited for past LATE_SPINS
 _CTRL_N_SOLO = 17  # passes run whole because the helper did not pay
 _CTRL_SIZE = 18
 _F_ARG = 0  # the float arguments: gi (partner), the step's di (update), w (G_bar)
@@ -96,6 +99,10 @@ SPLIT_MIN = 4096
 HELPER_MIN_ROWS = 2 * SPLIT_MIN  # problems smaller than this never start a helper
 NO_HELPER = Helper(np.zeros(0, np.int64), np.zeros(0))
 WAIT_SPINS = 512  # polls (with a pause) before the solver's thread yields its core
+# polls (the last ones yields) past which a wait for the helper counts as a miss: about a
+# millisecond, longer than the helper's wake-up from its idle sleep (IDLE_SLEEP_US, then
+# the scheduler's latency), shorter than the time slice another process takes its core for
+LATE_SPINS = 4 * WAIT_SPINS
 IDLE_SPINS = 4096  # polls before an idle helper sleeps
 IDLE_SLEEP_US = 200
 WINDOW = 64
@@ -185,7 +192,7 @@ def _finish(helper, q, sol, cols, scratch):
                 cpu_relax()
             else:
                 yield_cpu()
-        if spins >= WAIT_SPINS:
+        if spins >= LATE_SPINS:
             ctrl[_CTRL_N_LATE] += 1
             miss = True
     ctrl[_CTRL_WINDOW] += 1
