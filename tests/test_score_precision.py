@@ -84,6 +84,38 @@ def test_single_products_of_wide_rows_by_float32_gemms_within_the_bound(d):
     assert np.all(np.abs(big_single - big.block_matvec(big_A, big_B, coef)) <= big_bound)
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "laplacian", "mg"])
+def test_wide_single_scores_weight_the_solver_columns_own_values(kind):
+    """``gemm_kernel_matvec32`` weights each value as it is made (``weighted_values32``):
+    the same float32 values as the solver's columns (``signed_columns32``, unit labels),
+    summed in float64, so only the order of the sums differs from the columns times
+    ``coef`` (past more rows of ``B`` than one GEMM's, and threads on A's rows)."""
+    from elmscale.core.block_kernels import GEMM_ROWS, gemm_kernel_matvec32, signed_columns32
+
+    rng = np.random.default_rng(7)
+    A = rng.uniform(0, 1, (700, 64)).astype(np.float32)
+    B = rng.uniform(0, 1, (2 * GEMM_ROWS + 37, 64)).astype(np.float32)
+    coef = rng.normal(size=(B.shape[0], 3))
+    code, sigma, _, sigma_star, tau = Kernel(kind, sigma=3.0)._params()
+    params = (code, sigma, sigma_star, tau)
+    sq_a = np.einsum("ij,ij->i", A, A, dtype=np.float64)
+    sq_b = np.einsum("ij,ij->i", B, B, dtype=np.float64)
+    got = gemm_kernel_matvec32(A, sq_a, B, sq_b, params, coef, n_threads=2)
+    values = np.empty((B.shape[0], A.shape[0]), np.float32)
+    ones_a, ones_b = np.ones(A.shape[0], np.float32), np.ones(B.shape[0], np.float32)
+    slots = np.arange(B.shape[0], dtype=np.int64)
+    for lo in range(0, B.shape[0], GEMM_ROWS):  # the same float32 GEMMs, block by block
+        hi = min(lo + GEMM_ROWS, B.shape[0])
+        dots = B[lo:hi] @ A.T
+        signed_columns32(
+            dots, sq_b[lo:hi], sq_a, ones_b, ones_a, *params, values[lo:], slots, 0, hi - lo
+        )
+    expected = values.T.astype(np.float64) @ coef
+    # float64 sums of the same terms in another order: a few units of 2^-53 of sum |terms|
+    scale = values.T.astype(np.float64) @ np.abs(coef)
+    assert np.all(np.abs(got - expected) <= 1e-13 * scale)
+
+
 @pytest.mark.parametrize("kind", ["polynomial", "mg"])
 def test_single_products_of_float64_kernels_are_the_double_ones(kind):
     A, B = _rows(50, 5, 1), _rows(400, 5, 2)

@@ -111,35 +111,75 @@ def usable_float32_products_error(code, sigma, n_features, max_sq_norm) -> float
     return bound if bound <= FLOAT32_PRODUCTS_MAX_ERROR else None
 
 
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def weighted_values32(dots, sq_b, sq_a, kind, sigma, sigma_star, tau, coef, out, start, stop):
+    """``out[j] += sum_k coef[k] K32(b_k, a_j)`` (float64 sums) for ``j`` in ``[start,
+    stop)``, from ``dots[k, j] = b_k . a_j`` ((m, n)): each value ``signed_columns32``'s
+    with unit labels (its float32 arithmetic), weighted as it is made, so the block's
+    values are never written out (a range of ``j``: the threads write apart)."""
+    m = dots.shape[0]
+    w = stop - start
+    n_out = coef.shape[1]
+    acc32 = np.empty(w, np.float32)
+    kbuf32 = np.empty(w, np.int32)
+    acc64 = np.empty(w, np.float64)
+    kbuf64 = np.empty(w, np.int64)
+    sums = np.zeros((n_out, w))
+    for k in range(m):
+        sb = sq_b[k]
+        row = dots[k]
+        for j in range(w):
+            acc64[j] = max(sb + sq_a[start + j] - 2.0 * row[start + j], 0.0)
+        if kind == 0:
+            scale = -1.0 / (2.0 * sigma * sigma)
+            for j in range(w):
+                acc32[j] = np.float32(acc64[j] * scale)
+            _vexp32(acc32, kbuf32)
+        elif kind == 1:
+            scale = -1.0 / sigma
+            for j in range(w):
+                acc32[j] = np.float32(np.sqrt(acc64[j]) * scale)
+            _vexp32(acc32, kbuf32)
+        else:
+            _distance_kernel(acc64, w, kind, sigma, sigma_star, tau, kbuf64)
+            for j in range(w):
+                acc32[j] = np.float32(acc64[j])
+        for o in range(n_out):
+            c = coef[k, o]
+            s = sums[o]
+            for j in range(w):
+                s[j] += c * np.float64(acc32[j])
+    for o in range(n_out):
+        for j in range(w):
+            out[start + j, o] += sums[o, j]
+
+
 def gemm_kernel_matvec32(A32, sq_a, B32, sq_b, params, coef, products=None, n_threads=None):
     """``K(A, B) @ coef`` (n, outputs) with float32 values, n = ``sq_a``'s length: ``B A'``
     by float32 GEMMs of ``GEMM_ROWS`` rows of ``B`` (or ``products(B_rows)``, (rows, n),
     float32 or float64, for rows kept otherwise: ``A32`` is then unused), float32 values as
-    ``signed_columns32`` computes a solver's columns, summed in float64 by a GEMM with
-    ``coef`` (m, outputs).  From float32 products each value is within
-    ``float32_products_error`` (for the rows' largest squared norm) of the value from exact
-    products, plus the float32 exp's error: the single-precision scores of wide rows
-    (``features.kernels.Kernel.block_matvec``) and a solver's float32 checks
-    (``solvers.block_columns.BlockRows.matvec``)."""
+    ``signed_columns32`` computes a solver's columns, weighted by ``coef`` (m, outputs)
+    and summed in float64 as they are made (``weighted_values32``).  From float32
+    products each value is within ``float32_products_error`` (for the rows' largest
+    squared norm) of the value from exact products, plus the float32 exp's error: the
+    single-precision scores of wide rows (``features.kernels.Kernel.block_matvec``) and a
+    solver's float32 checks (``solvers.block_columns.BlockRows.matvec``)."""
     n = sq_a.shape[0]
     out = np.zeros((n, coef.shape[1]))
-    ones_a = np.ones(n, np.float32)
+    coef = np.ascontiguousarray(coef, dtype=np.float64)
     for lo in range(0, B32.shape[0], GEMM_ROWS):
         hi = min(lo + GEMM_ROWS, B32.shape[0])
         dots = B32[lo:hi] @ A32.T if products is None else products(B32[lo:hi])
-        vals = np.empty(dots.shape, np.float32)
-        sb = sq_b[lo:hi]
-        ones_b = np.ones(hi - lo, np.float32)
-        slots = np.arange(hi - lo, dtype=np.int64)
+        sb, c = sq_b[lo:hi], coef[lo:hi]
+        # the values weighted as they are made (``weighted_values32``), the threads on
+        # ranges of A's rows: no (rows, n) block of values written, cast and read again
         parallel_rows(
-            lambda s, e, dots=dots, sb=sb, vals=vals, ones_b=ones_b, slots=slots: signed_columns32(
-                dots, sb, sq_a, ones_b, ones_a, *params, vals, slots, s, e
+            lambda s, e, dots=dots, sb=sb, c=c: weighted_values32(
+                dots, sb, sq_a, *params, c, out, s, e
             ),
-            hi - lo,
+            n,
             n_threads,
-            min_rows=1,
         )
-        out += vals.T.astype(np.float64) @ coef[lo:hi]
     return out
 
 
