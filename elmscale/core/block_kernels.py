@@ -21,39 +21,48 @@ GEMM_ROWS = 128
 GEMM_MATVEC_MIN_FEATURES = 48
 
 
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _values32(row, sb, sq_a, start, kind, sigma, sigma_star, tau, acc64, acc32, kbuf32, kbuf64):
+    """``acc32[j] = K(b, a_{start + j})`` (float32) for ``j`` below the buffers' length, from
+    ``row[start + j] = b . a_{start + j}`` and the squared norms ``sb`` (b's), ``sq_a``
+    (float64): the distance in float64 (clipped at 0), the exp's argument rounded to float32
+    and the float32 exp (``core.jit._vexp32``, the per-column kernel's) for gaussian
+    (``kind`` 0) and laplacian (1); mg (3) in float64, rounded."""
+    w = acc32.shape[0]
+    for j in range(w):
+        acc64[j] = max(sb + sq_a[start + j] - 2.0 * row[start + j], 0.0)
+    if kind == 0:
+        scale = -1.0 / (2.0 * sigma * sigma)
+        for j in range(w):
+            acc32[j] = np.float32(acc64[j] * scale)
+        _vexp32(acc32, kbuf32)
+    elif kind == 1:
+        scale = -1.0 / sigma
+        for j in range(w):
+            acc32[j] = np.float32(np.sqrt(acc64[j]) * scale)
+        _vexp32(acc32, kbuf32)
+    else:
+        _distance_kernel(acc64, w, kind, sigma, sigma_star, tau, kbuf64)
+        for j in range(w):
+            acc32[j] = np.float32(acc64[j])
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def signed_columns32(
     dots, sq_b, sq_a, t_b, t_a, kind, sigma, sigma_star, tau, out, slots, start, stop
 ):
     """``out[slots[k], j] = t_b[k] t_a[j] K(b_k, a_j)`` (float32) for the block's rows ``k`` in
     ``[start, stop)``, from ``dots[k, j] = b_k . a_j`` ((m, n), float64 or float32) and the squared
-    norms ``sq_b``, ``sq_a`` (float64): the distance in float64 (clipped at 0), the exp's
-    argument rounded to float32 and the float32 exp (``core.jit._vexp32``, the per-column
-    kernel's) for gaussian (``kind`` 0) and laplacian (1); mg (3) in float64, rounded."""
+    norms ``sq_b``, ``sq_a`` (float64), each value ``_values32``'s."""
     n = dots.shape[1]
     acc32 = np.empty(n, np.float32)
     kbuf32 = np.empty(n, np.int32)
     acc64 = np.empty(n, np.float64)
     kbuf64 = np.empty(n, np.int64)
     for k in range(start, stop):
-        sb = sq_b[k]
-        row = dots[k]
-        for j in range(n):
-            acc64[j] = max(sb + sq_a[j] - 2.0 * row[j], 0.0)
-        if kind == 0:
-            scale = -1.0 / (2.0 * sigma * sigma)
-            for j in range(n):
-                acc32[j] = np.float32(acc64[j] * scale)
-            _vexp32(acc32, kbuf32)
-        elif kind == 1:
-            scale = -1.0 / sigma
-            for j in range(n):
-                acc32[j] = np.float32(np.sqrt(acc64[j]) * scale)
-            _vexp32(acc32, kbuf32)
-        else:
-            _distance_kernel(acc64, n, kind, sigma, sigma_star, tau, kbuf64)
-            for j in range(n):
-                acc32[j] = np.float32(acc64[j])
+        _values32(
+            dots[k], sq_b[k], sq_a, 0, kind, sigma, sigma_star, tau, acc64, acc32, kbuf32, kbuf64
+        )
         tk = t_b[k]
         o = out[slots[k]]
         for j in range(n):
@@ -114,10 +123,9 @@ def usable_float32_products_error(code, sigma, n_features, max_sq_norm) -> float
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
 def weighted_values32(dots, sq_b, sq_a, kind, sigma, sigma_star, tau, coef, out, start, stop):
     """``out[j] += sum_k coef[k] K32(b_k, a_j)`` (float64 sums) for ``j`` in ``[start,
-    stop)``, from ``dots[k, j] = b_k . a_j`` ((m, n)): each value ``signed_columns32``'s
-    with unit labels (its float32 arithmetic), weighted as it is made, so the block's
-    values are never written out (a range of ``j``: the threads write apart)."""
-    m = dots.shape[0]
+    stop)``, from ``dots[k, j] = b_k . a_j`` ((m, n)): each value ``_values32``'s (the
+    solver columns' float32 arithmetic), weighted as it is made, so the block's values are
+    never written out (a range of ``j``: the threads write apart)."""
     w = stop - start
     n_out = coef.shape[1]
     acc32 = np.empty(w, np.float32)
@@ -125,25 +133,21 @@ def weighted_values32(dots, sq_b, sq_a, kind, sigma, sigma_star, tau, coef, out,
     acc64 = np.empty(w, np.float64)
     kbuf64 = np.empty(w, np.int64)
     sums = np.zeros((n_out, w))
-    for k in range(m):
-        sb = sq_b[k]
-        row = dots[k]
-        for j in range(w):
-            acc64[j] = max(sb + sq_a[start + j] - 2.0 * row[start + j], 0.0)
-        if kind == 0:
-            scale = -1.0 / (2.0 * sigma * sigma)
-            for j in range(w):
-                acc32[j] = np.float32(acc64[j] * scale)
-            _vexp32(acc32, kbuf32)
-        elif kind == 1:
-            scale = -1.0 / sigma
-            for j in range(w):
-                acc32[j] = np.float32(np.sqrt(acc64[j]) * scale)
-            _vexp32(acc32, kbuf32)
-        else:
-            _distance_kernel(acc64, w, kind, sigma, sigma_star, tau, kbuf64)
-            for j in range(w):
-                acc32[j] = np.float32(acc64[j])
+    for k in range(dots.shape[0]):
+        _values32(
+            dots[k],
+            sq_b[k],
+            sq_a,
+            start,
+            kind,
+            sigma,
+            sigma_star,
+            tau,
+            acc64,
+            acc32,
+            kbuf32,
+            kbuf64,
+        )
         for o in range(n_out):
             c = coef[k, o]
             s = sums[o]
