@@ -455,11 +455,24 @@ def test_a_worker_lost_mid_fit_fails_the_fit_at_once_naming_it(params, frames, d
     ddf = _persisted(dask_client, df, workers=[victim], allow_other_workers=True)
     assert (victim,) in set(dask_client.who_has(ddf).values())
     cls = SparseELMClassifier if "hidden" in params else ELMClassifier
-    # the Gram's units on one row each: enough tasks that the fit is still running
-    n_units = {"n_units": N_ROWS // 4} if cls is ELMClassifier else {}
-    dataset = from_collections(ddf[FEATURES], ddf["label"], dask_client).with_units(
-        n_units.get("n_units")
-    )
+    # units small enough that the fit is still running when the worker is killed (0.3 s
+    # after its first task): the Gram's one pass over units of 4 rows; Newton's 15 passes
+    # over units of 40 rows (its 8 partitions as units took 0.3-0.6 s in all, and the
+    # kill came after the fit had ended once in CI, when small arrays began to travel
+    # inside the tasks)
+    n_units = N_ROWS // 4 if cls is ELMClassifier else N_ROWS // 40
+    dataset = from_collections(ddf[FEATURES], ddf["label"], dask_client).with_units(n_units)
+
+    def passes_running():
+        # the fit's own tasks of the units (``_attached``), not the collections' packing
+        # before them: killed then, the worker took with it the Newton problem being
+        # scattered, and the fit failed on that (once in CI), not on the partitions
+        return any(
+            str(key).startswith("_attached-")
+            for keys in dask_client.processing().values()
+            for key in keys
+        )
+
     started = time.monotonic()
     with pytest.raises(LostPartitionsError, match=rf"worker {victim} was lost .*partition"):
         run_killing_a_worker(
@@ -467,6 +480,7 @@ def test_a_worker_lost_mid_fit_fails_the_fit_at_once_naming_it(params, frames, d
             lambda: cls(**params).fit(dataset, client=dask_client),
             settle=0.3,
             timeout=120,
+            started=passes_running,
         )
     assert time.monotonic() - started < 200
     # the collections themselves were computed again elsewhere: fitted again, they give the
