@@ -456,10 +456,9 @@ def test_a_worker_lost_mid_fit_fails_the_fit_at_once_naming_it(params, frames, d
     assert (victim,) in set(dask_client.who_has(ddf).values())
     cls = SparseELMClassifier if "hidden" in params else ELMClassifier
     # units small enough that the fit is still running when the worker is killed (0.3 s
-    # after its first task): the Gram's one pass over units of 4 rows; Newton's 15 passes
-    # over units of 40 rows (its 8 partitions as units took 0.3-0.6 s in all, and the
-    # kill came after the fit had ended once in CI, when small arrays began to travel
-    # inside the tasks)
+    # after the fit's unit tasks start, below): the Gram's one pass over units of 4 rows;
+    # Newton's 15 passes over units of 40 rows (of 1,000, its 8 partitions, the passes
+    # could end within the 0.3 s)
     n_units = N_ROWS // 4 if cls is ELMClassifier else N_ROWS // 40
     dataset = from_collections(ddf[FEATURES], ddf["label"], dask_client).with_units(n_units)
 
