@@ -438,8 +438,16 @@ def main():
     compute = Compute(resolve_compute(None), workers=2, threads_per_worker=1)
     report = {}
     try:
-        compute.dask()
+        client = compute.dask()
         report["dask"] = listening([me] + me.children(recursive=True))
+        # the periodic wake-ups of each process (ms; the workers' profiler, if any)
+        report["wakeups"] = {
+            "scheduler tick": client.run_on_scheduler(
+                lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time),
+            "workers": list(client.run(lambda dask_worker: {
+                "tick": dask_worker.periodic_callbacks["tick"].callback_time,
+                "profile": "profile" in dask_worker.periodic_callbacks}).values()),
+        }
         if sys.argv[1] == "ray":
             before = {tuple(x[2:]) for x in report["dask"]}
             compute.ray()

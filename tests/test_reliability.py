@@ -194,9 +194,14 @@ def test_local_clusters_listen_on_loopback_and_ray_keeps_token_auth():
     nannies and workers, and every server of Ray's (GCS, raylet, core workers, dashboard
     agent, runtime env agent) listen on 127.0.0.1 only, but for the servers Ray cannot keep
     there (``rel.RAY_LOOPBACK_LIMITS``, none with Ray 2.60); Ray's token authentication is
-    on."""
+    on.  Its Dask processes wake once a second for their tick, not every 20 ms, and its
+    workers run no statistical profiler (every 10 ms): the fits share the cores with them
+    (``elmscale.distributed.local_cluster``)."""
     report = rel.probe_local_clusters(ray=True)
     assert report["dask"], "no listening socket found: the probe saw no cluster"
+    wakeups = report["wakeups"]
+    assert wakeups["scheduler tick"] == 1000, wakeups
+    assert wakeups["workers"] == [{"tick": 1000, "profile": False}] * 2, wakeups
     outside = [entry for entry in report["dask"] if not rel.is_loopback(entry[2])]
     assert not outside, f"listening beyond 127.0.0.1: {outside}"
     assert report["ray"], "no Ray listening socket found"

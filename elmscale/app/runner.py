@@ -121,9 +121,10 @@ class Compute:
         """A ``distributed.Client``, or None when this run has no Dask."""
         if self._client is not None:
             return self._client
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         from elmscale.distributed.connect import connect_dask, tls_security
+        from elmscale.distributed.local_cluster import start_local_cluster
 
         # a checked target carries its security (the command line built it, once)
         security = self.target.get("security") or tls_security(**self.target["tls"])
@@ -134,11 +135,8 @@ class Compute:
         elif self.target["local"]:
             with _sigint_ignored():  # Ctrl-C reaches the whole terminal job: the workers
                 # leave it to this process, which closes the cluster on its way out
-                self._cluster = LocalCluster(
-                    n_workers=self.workers,
-                    threads_per_worker=self.threads_per_worker,
-                    processes=True,
-                    dashboard_address=None,
+                self._cluster = start_local_cluster(
+                    self.workers, self.threads_per_worker, dashboard_address=None
                 )
             self._client = Client(self._cluster)
             log.info(
