@@ -286,7 +286,7 @@ def must_show(args) -> int:
         f"{'within' if abs(rel) <= args.tol else 'NOT within'} tol)\n"
         f"the first fits (their first pass touching fresh memory): one thread "
         f"{one_first_s:.2f} s, 2 workers {two_first_s:.2f} s: {one_first_s / two_first_s:.2f}x; "
-        f"passes (s): one thread {_seconds(one.pass_seconds_)}; 2 workers "
+        f"the second fits' passes (s): one thread {_seconds(one.pass_seconds_)}; 2 workers "
         f"{_seconds(two.pass_seconds_)}",
         flush=True,
     )
