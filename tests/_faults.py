@@ -11,12 +11,20 @@ import time
 
 
 def run_killing_a_worker(
-    client, fn, *, settle: float, timeout: float = 300.0, started=None, recover: bool = True
+    client,
+    fn,
+    *,
+    settle: float,
+    timeout: float = 300.0,
+    started=None,
+    recover: bool = True,
+    choose=None,
 ):
     """Run ``fn()`` on a thread, SIGKILL one of ``client``'s worker processes ``settle``
     seconds after the work has started (``started()`` is true; default: the cluster is
-    processing tasks), and return ``fn()``'s result (its error is raised).  Fails if ``fn``
-    ended before the kill or did not end within ``timeout`` seconds of it; with
+    processing tasks), and return ``fn()``'s result (its error is raised).  The worker
+    killed: the first listed, or the one at the address ``choose()`` returns then.  Fails
+    if ``fn`` ended before the kill or did not end within ``timeout`` seconds of it; with
     ``recover``, waits until the nanny has brought a new worker process back (so that the
     next test sees the same cluster)."""
     pids = client.run(os.getpid)
@@ -39,7 +47,7 @@ def run_killing_a_worker(
     while runner.is_alive() and not started():
         time.sleep(0.005)
     time.sleep(settle)
-    victim = next(iter(pids.values()))
+    victim = pids[choose()] if choose is not None else next(iter(pids.values()))
     os.kill(victim, signal.SIGKILL)
     assert runner.is_alive(), "the work finished before the worker was killed"
     runner.join(timeout)

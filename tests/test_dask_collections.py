@@ -464,8 +464,9 @@ def test_a_worker_lost_mid_fit_fails_the_fit_at_once_naming_it(params, frames, d
 
     def passes_running():
         # the fit's own tasks of the units (``_attached``), not the collections' packing
-        # before them: killed then, the worker took with it the Newton problem being
-        # scattered, and the fit failed on that (once in CI), not on the partitions
+        # before them (a few milliseconds: a kill there is the same case, but polling
+        # cannot time it; once in CI it came then and the Newton fit failed on its problem,
+        # scattered then and lost with the worker: now a task's result, computed again)
         return any(
             str(key).startswith("_attached-")
             for keys in dask_client.processing().values()

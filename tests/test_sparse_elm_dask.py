@@ -218,10 +218,26 @@ def test_worker_killed_during_a_pass_does_not_change_the_fit(tmp_path, dask_clie
     data = open_parquet(tmp_path, label="label")
     model = _model(n_hidden=100)
     reference = clone(model).fit(data, client=dask_client, n_blocks=2, cache_mb=0)
+
+    def problem_holder():
+        # the worker holding the fit's problem (the task result the passes' tasks take),
+        # its only copy where the other worker has not fetched it yet: computed again
+        held = dask_client.run_on_scheduler(
+            lambda dask_scheduler: [
+                ws.address
+                for key, ts in dask_scheduler.tasks.items()
+                if str(key).startswith("_the_problem-")
+                for ws in ts.who_has
+            ]
+        )
+        assert held, "the fit's problem is held nowhere"
+        return held[0]
+
     fitted = run_killing_a_worker(
         dask_client,
         lambda: clone(model).fit(data, client=dask_client, n_blocks=2, cache_mb=0),
         settle=0.5,
+        choose=problem_holder,
     )
     np.testing.assert_array_equal(fitted.coef_, reference.coef_)
     np.testing.assert_array_equal(fitted.support_, reference.support_)

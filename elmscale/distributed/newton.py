@@ -788,6 +788,11 @@ def pass_breakdown(records: list, task_stream: list | None) -> list[dict]:
     return out
 
 
+def _the_problem(problem: NewtonProblem) -> NewtonProblem:
+    """The fit's problem, as the task whose result the passes' tasks take."""
+    return problem
+
+
 def _in_unit_order(blocks, per_block: list) -> list:
     """The blocks' per-unit answers put back in unit order."""
     by_unit = {}
@@ -879,8 +884,12 @@ def fit_newton(
 
         # the workers' compute per task, from Dask's own records (``_from_task_stream``)
         stream = get_task_stream(client=client)
-        # sent once: each task then names it (a few hundred bytes less per task and pass)
-        task_problem = client.scatter(problem, broadcast=True, hash=False)
+        # sent once, as a task's result that each task then names (its unit order alone
+        # is thousands of numbers at a billion rows); not scattered: scattered data that
+        # a lost worker took with it (one killed while they were being copied) are gone
+        # for good, and every task of the fit fails on a cancelled future, where a task's
+        # result is computed again
+        task_problem = client.submit(_the_problem, problem, pure=False)
         # the workers' pass temporaries from their heaps, not fresh pages (worker_heap)
         workers_passes_heap(client, True)
     try:
