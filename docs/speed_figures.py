@@ -22,7 +22,7 @@ from pathlib import Path
 RESULTS = "benchmarks/results/sparse_elm_field_warm_onedal.txt"
 # the other rows (a9a dense and CSR, the wide set, ...: ``--sets``), their latest
 # run: the summary's rows for those sets, as the benchmark printed them
-OTHERS = "benchmarks/results/sparse_elm_field_packed_rows.txt"
+OTHERS = "benchmarks/results/sparse_elm_field_others.txt"
 # the results files the pages are generated from (what a copy of the docs needs)
 SOURCES = (RESULTS, OTHERS)
 # each page and the figures it must carry (a page that drops a mark fails the test)
