@@ -7,7 +7,7 @@ diagnostics: the event loop's tick every 20 ms (``distributed.admin.tick.interva
 notices a blocked loop) and each worker's statistical profiler every 10 ms
 (``distributed.worker.profile``).  Measured here (2 cores, an idle 2-worker cluster, 10 s):
 the client process (scheduler and client) woke 114 times a second, each worker 102, and
-the three used 0.93 s of CPU; with a 1 s tick and no profiler, 14 and about 3 times a
+the three used 0.93 s of CPU; with a 1 s tick and no profiler, 15 and 4 times a
 second.  Each wake takes a core from a 2-thread solve for a moment, and the solve's two
 threads wait for each other at every pass: the 150,000-row kernel dual took 26.3-26.6 s
 beside the default cluster against 23.4-24.4 s with no cluster.  A cluster started here
