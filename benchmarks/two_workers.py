@@ -11,7 +11,7 @@ outright, its worker processes end by themselves (each watches a pipe to this pr
 from distributed import LocalCluster
 
 from elmscale.core.lifeline import terminate_raises
-from elmscale.distributed.local_cluster import start_local_cluster
+from elmscale.distributed.local_cluster import QUIET_DASK, start_local_cluster
 
 
 def two_worker_cluster(n_workers: int = 2, dask_defaults: bool = False) -> LocalCluster:
@@ -19,7 +19,11 @@ def two_worker_cluster(n_workers: int = 2, dask_defaults: bool = False) -> Local
     Dask's default diagnostics (a 20 ms tick, the workers' profiler) when
     ``dask_defaults``."""
     terminate_raises()
-    options = dict(dashboard_address=None, host="127.0.0.1", memory_limit=0)
-    if dask_defaults:
-        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, **options)
-    return start_local_cluster(n_workers, 1, **options)
+    return start_local_cluster(
+        n_workers,
+        1,
+        config={} if dask_defaults else QUIET_DASK,
+        dashboard_address=None,
+        host="127.0.0.1",
+        memory_limit=0,
+    )

@@ -26,14 +26,17 @@ QUIET_DASK = {
 }
 
 
-def start_local_cluster(n_workers: int, threads_per_worker: int, **options):
+def start_local_cluster(
+    n_workers: int, threads_per_worker: int, config: dict = QUIET_DASK, **options
+):
     """A ``distributed.LocalCluster`` of ``n_workers`` processes of ``threads_per_worker``
-    threads, with :data:`QUIET_DASK` (its workers take the configuration they are started
-    with); ``options`` go to ``LocalCluster``."""
+    threads, started under the Dask configuration ``config`` (default :data:`QUIET_DASK`;
+    ``{}``: Dask's own; its workers take the configuration they are started with);
+    ``options`` go to ``LocalCluster``."""
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set(QUIET_DASK):
+    with dask.config.set(config):
         return LocalCluster(
             n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True, **options
         )
